@@ -1,0 +1,129 @@
+"""The library entry points: ``sweep`` (grid → Dataset/zarr), ``point`` (one scalar evaluation), ``summary``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+import yaml
+
+from . import __version__, grid, store
+from .catalog import PRICE_DATE
+from .schema import COORD_ATTRS, VARIABLES
+from .sweepfile import Sweep, parse
+
+DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of working memory for one block
+
+
+class _MemorySink:
+    def __init__(self, sweep: Sweep, names: list[str]):
+        coords = _coords(sweep)
+        self.arrays = {
+            n: np.empty(tuple(len(coords[d]) for d in VARIABLES[n][0]), dtype=_dtype(sweep, n)) for n in names
+        }
+
+    def write(self, name, region, values):
+        self.arrays[name][region] = values
+
+
+def _dtype(sweep: Sweep, name: str) -> np.dtype:
+    return np.dtype(np.int32) if name == "b_cap" else sweep.dtype
+
+
+def _coords(sweep: Sweep) -> dict[str, np.ndarray]:
+    return {
+        "model": np.asarray(sweep.models, dtype=str),
+        "gpu": np.asarray(sweep.gpus, dtype=str),
+        "batch": sweep.batch,
+        "input_len": sweep.input_len,
+        "output_len": sweep.output_len,
+    }
+
+
+def _var_attrs(sweep: Sweep, name: str, slo: np.ndarray | None) -> dict:
+    dims, units, long_name = VARIABLES[name]
+    attrs = {"units": units, "long_name": long_name}
+    if name == "b_cap" and sweep.advisor is not None:
+        attrs["epsilon"] = sweep.advisor.epsilon
+        attrs["slo_s"] = json.dumps({m: {g: float(slo[i, j]) for j, g in enumerate(sweep.gpus)} for i, m in enumerate(sweep.models)})
+        if sweep.advisor.slo_factor is not None:
+            ref = sweep.advisor.slo_reference
+            attrs["slo_rule"] = f"{sweep.advisor.slo_factor:g} x E2E(I={ref['input_len']}, O={ref['output_len']}, B={ref['batch']})"
+        else:
+            attrs["slo_rule"] = f"absolute {sweep.advisor.slo_s:g} s"
+    return attrs
+
+
+def _dataset_attrs(sweep: Sweep) -> dict:
+    advisor = None if sweep.advisor is None else {
+        "epsilon": sweep.advisor.epsilon, "slo_s": sweep.advisor.slo_s,
+        "slo_factor": sweep.advisor.slo_factor, "slo_reference": sweep.advisor.slo_reference,
+    }
+    return {
+        "slimjax_version": __version__,
+        "sweep_file": sweep.source,
+        "sweep_spec": yaml.safe_dump(sweep.spec, sort_keys=False),
+        "slim_coefficients": json.dumps(sweep.coeffs_table),
+        "slim_coefficients_source": sweep.coeffs_source,
+        "advisor": json.dumps(advisor),
+        "serving": json.dumps(None),
+        "precision": sweep.precision,
+        "price_date": PRICE_DATE,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _progress(quiet: bool | None):
+    show = not quiet and sys.stderr.isatty() if quiet is not None else sys.stderr.isatty()
+    if not show:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc="slimjax sweep", unit="block", file=sys.stderr)
+
+
+def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | None = None, *, overwrite: bool = False,
+          memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET, quiet: bool | None = None) -> xr.Dataset:
+    """Evaluate a sweep (file path, mapping or parsed :class:`Sweep`) over its dense grid.
+
+    With ``out``, the Dataset is written to a zarr store (atomically; an existing store is replaced
+    only with ``overwrite``) and returned opened lazily from it; without, it is built in memory.
+    Working memory stays under ``memory_budget_bytes`` per block (plus the result itself in memory).
+    """
+    target = store.check_target(out, overwrite) if out is not None else None
+    sw = spec if isinstance(spec, Sweep) else parse(spec)
+    names = grid.variable_names(sw)
+    slo = grid.slo_seconds(sw)
+    attrs = _dataset_attrs(sw)
+    coords = _coords(sw)
+    var_attrs = {n: _var_attrs(sw, n, slo) for n in names}
+    progress = _progress(quiet)
+    try:
+        if target is None:
+            sink = _MemorySink(sw, names)
+            grid.evaluate(sw, sink, memory_budget_bytes=memory_budget_bytes, progress=progress)
+            data_vars = {n: (VARIABLES[n][0], sink.arrays[n], var_attrs[n]) for n in names}
+            ds = xr.Dataset(data_vars, coords={k: (k, v, COORD_ATTRS[k]) for k, v in coords.items()}, attrs=attrs)
+            return ds
+        sizes = dict(model=len(sw.models), gpu=len(sw.gpus), input_len=len(sw.input_len), output_len=len(sw.output_len))
+        block = grid.plan_blocks(sizes, grid.bytes_per_cell(sw), memory_budget_bytes)
+        chunk = {"model": 1, "gpu": 1, "batch": len(sw.batch), "input_len": block["input_len"], "output_len": block["output_len"]}
+        variables = {n: (VARIABLES[n][0], _dtype(sw, n), tuple(chunk[d] for d in VARIABLES[n][0]), var_attrs[n]) for n in names}
+        sink = store.ZarrSink(target, coords, COORD_ATTRS, variables, attrs)
+        try:
+            grid.evaluate(sw, sink, memory_budget_bytes=memory_budget_bytes, progress=progress)
+            sink.commit()
+        except BaseException:
+            sink.abort()
+            raise
+        return store.open_store(target)
+    finally:
+        if progress is not None:
+            progress.close()

@@ -1,0 +1,277 @@
+"""Model and GPU catalogs, and the Hugging Face ``config.json`` reader (MODEL.md §0).
+
+Catalog conveniences (TFLOP/s, TB/s, GiB) are converted to base units here, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import SlimjaxError, suggest
+
+PRICE_DATE = "2026-10-27"
+
+_DTYPE_BYTES = {
+    "float32": 4, "fp32": 4, "float": 4,
+    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+    "float8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1,
+}
+# Families whose FFN is two plain matrices (no gate); everything else is treated as gated (3).
+_UNGATED_MODEL_TYPES = {"opt", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "bloom", "falcon", "phi", "mpt"}
+_GPU_KEYS = ("tflops", "bandwidth_tbs", "memory_gib", "price_per_hour")
+
+
+def configs_dir() -> Path:
+    """The catalog folder: $SLIMJAX_CONFIGS, the copy inside an installed wheel, or the repo's."""
+    env = os.environ.get("SLIMJAX_CONFIGS")
+    if env:
+        return Path(env)
+    packaged = Path(__file__).parent / "_configs"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "configs"
+
+
+@functools.cache
+def _load_yaml(name: str) -> dict:
+    with open(configs_dir() / name) as f:
+        return yaml.safe_load(f)
+
+
+def model_catalog() -> dict[str, dict]:
+    return _load_yaml("models.yaml")["models"]
+
+
+def gpu_catalog() -> dict[str, dict]:
+    return _load_yaml("gpus.yaml")["gpus"]
+
+
+def _lookup(name: str, table: Mapping[str, dict], field: str, kind: str) -> tuple[str, dict]:
+    if name in table:
+        return name, table[name]
+    for key, row in table.items():
+        aliases = [key, *row.get("aliases", [])]
+        if any(name.lower() == a.lower() for a in aliases):
+            return key, row
+    names = list(table) + [a for row in table.values() for a in row.get("aliases", [])]
+    raise SlimjaxError(field, f"unknown {kind} {name!r}{suggest(name, names)}")
+
+
+# ---------------------------------------------------------------------------------------- models
+
+
+def _positive(cfg: Mapping, key: str, field: str, *, integer: bool = True) -> float:
+    value = cfg.get(key)
+    if value is None:
+        raise SlimjaxError(f"{field}.{key}", "missing (needed to build the model)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SlimjaxError(f"{field}.{key}", f"must be a positive number, got {value!r}")
+    if integer and float(value) != int(value):
+        raise SlimjaxError(f"{field}.{key}", f"must be an integer, got {value!r}")
+    return float(value)
+
+
+def _dtype_bytes(value: Any, field: str) -> float:
+    if value is None:
+        return 2.0
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    key = str(value).lower().replace("torch.", "")
+    if key not in _DTYPE_BYTES:
+        raise SlimjaxError(field, f"unknown dtype {value!r}{suggest(key, _DTYPE_BYTES)}")
+    return float(_DTYPE_BYTES[key])
+
+
+def _first(cfg: Mapping, *keys: str):
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return None
+
+
+def model_from_hf(config: Mapping, field: str = "model") -> dict:
+    """ModelSpec fields (floats, base units) from a Hugging Face config dict (MODEL.md §0).
+
+    Multimodal configs are read from their ``text_config``. MoE: D_ff is the active width
+    (experts per token × expert FFN size + shared experts). ``num_parameters`` and ``n_ffn``
+    may be given beside the HF keys; without ``num_parameters`` P is derived (§0; for MoE
+    and MLA configs by the same counting extended to all experts and the latent projections).
+    """
+    if not isinstance(config, Mapping):
+        raise SlimjaxError(field, f"must be a mapping of Hugging Face config keys, got {config!r}")
+    cfg = dict(config)
+    if isinstance(cfg.get("text_config"), Mapping):
+        extra = {k: cfg[k] for k in ("num_parameters", "n_ffn") if k in cfg}
+        cfg = {**cfg["text_config"], **extra}
+    model_type = str(cfg.get("model_type", "")).lower()
+
+    L = _positive(cfg, "num_hidden_layers", field)
+    D = _positive(cfg, "hidden_size", field)
+    H_q = _positive(cfg, "num_attention_heads", field)
+    H_kv = _positive(cfg, "num_key_value_heads", field) if cfg.get("num_key_value_heads") is not None else H_q
+    if H_q % H_kv:
+        raise SlimjaxError(
+            f"{field}.num_key_value_heads",
+            f"num_attention_heads ({int(H_q)}) must be divisible by num_key_value_heads ({int(H_kv)})",
+        )
+    d_h = _positive(cfg, "head_dim", field) if cfg.get("head_dim") is not None else D / H_q
+    ffn_key = "intermediate_size" if cfg.get("intermediate_size") is not None else "ffn_dim"
+    D_ff = _positive(cfg, ffn_key, field)
+    V = _positive(cfg, "vocab_size", field)
+
+    if cfg.get("n_ffn") is not None:
+        n_ffn = _positive(cfg, "n_ffn", field)
+        if n_ffn not in (2.0, 3.0):
+            raise SlimjaxError(f"{field}.n_ffn", f"must be 2 or 3, got {cfg['n_ffn']!r}")
+    elif model_type in _UNGATED_MODEL_TYPES:
+        n_ffn = 2.0
+    elif not model_type and str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower() in {"relu", "gelu_new"}:
+        n_ffn = 2.0
+    else:
+        n_ffn = 3.0
+
+    # Mixture of experts: active FFN width, and total expert count for the parameter estimate.
+    top_k = _first(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk")
+    n_experts = _first(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    moe = top_k is not None and n_experts is not None
+    d_expert = float(_first(cfg, "moe_intermediate_size") or D_ff)
+    n_shared = float(cfg.get("n_shared_experts") or 0)
+    if moe:
+        D_ff_active = float(top_k) * d_expert + n_shared * d_expert
+    else:
+        D_ff_active = D_ff
+
+    # Multi-head latent attention.
+    mla = cfg.get("kv_lora_rank") is not None
+    d_c = d_R = 0.0
+    if mla:
+        d_c = _positive(cfg, "kv_lora_rank", field)
+        d_R = _positive(cfg, "qk_rope_head_dim", field)
+
+    # Sliding windows: W tokens on L_s of the L layers.
+    window = cfg.get("sliding_window")
+    L_s = 0.0
+    if window and cfg.get("use_sliding_window", True) is not False:
+        window = _positive(cfg, "sliding_window", field)
+        layer_types = cfg.get("layer_types")
+        pattern = cfg.get("sliding_window_pattern")
+        if layer_types:
+            if len(layer_types) != int(L):
+                raise SlimjaxError(f"{field}.layer_types", f"has {len(layer_types)} entries for {int(L)} layers")
+            L_s = float(sum("sliding" in str(t) for t in layer_types))
+        elif pattern:
+            L_s = L - L // _positive(cfg, "sliding_window_pattern", field)
+        elif model_type == "gemma2":
+            L_s = L - L // 2  # even layers are local in Gemma-2
+        else:
+            L_s = L
+    else:
+        window = math.inf
+
+    b_w = _dtype_bytes(_first(cfg, "torch_dtype", "dtype"), f"{field}.torch_dtype")
+    if cfg.get("num_parameters") is not None:
+        P = _positive(cfg, "num_parameters", field)
+    else:
+        tied = bool(cfg.get("tie_word_embeddings", True))  # HF's default when the key is absent
+        if mla:
+            nope = float(cfg.get("qk_nope_head_dim") or d_h)
+            v_head = float(cfg.get("v_head_dim") or d_h)
+            q_rank = cfg.get("q_lora_rank")
+            q_proj = (D * q_rank + q_rank * H_q * (nope + d_R)) if q_rank else D * H_q * (nope + d_R)
+            attn = q_proj + D * (d_c + d_R) + d_c * H_q * (nope + v_head) + H_q * v_head * D
+        else:
+            attn = 2 * D * H_q * d_h + 2 * D * H_kv * d_h
+        if moe:  # DeepSeek's first k layers are dense
+            k_dense = float(cfg.get("first_k_dense_replace") or 0)
+            ffn_total = n_ffn * D * ((L - k_dense) * (float(n_experts) + n_shared) * d_expert + k_dense * D_ff)
+        else:
+            ffn_total = L * n_ffn * D * D_ff
+        P = V * D * (1 if tied else 2) + L * attn + ffn_total
+        if model_type == "opt":
+            P += float(cfg.get("max_position_embeddings", 0)) * D  # learned positions
+
+    return dict(
+        n_layers=L, hidden=D, n_heads=H_q, n_kv_heads=H_kv, head_dim=d_h, ffn_dim=D_ff_active,
+        n_ffn=n_ffn, vocab=V, n_params=P, weight_bytes=b_w, kv_dtype_bytes=b_w, window=float(window),
+        n_sliding_layers=L_s, mla=1.0 if mla else 0.0, kv_lora_rank=d_c, rope_dim=d_R,
+    )
+
+
+def _read_json(path: Path, field: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise SlimjaxError(field, f"{str(path)!r} is not valid JSON ({e})") from None
+    except OSError as e:
+        raise SlimjaxError(field, f"cannot read {str(path)!r} ({e.strerror})") from None
+
+
+def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None) -> tuple[str, dict]:
+    """(label, ModelSpec fields) for a catalog name, a config.json path, or an inline mapping.
+
+    Inline: ``{name: LABEL, <HF keys>...}``; or ``{name: LABEL, config: PATH, <overrides>}``.
+    """
+    if isinstance(entry, str):
+        path = Path(entry) if base_dir is None or Path(entry).is_absolute() else base_dir / entry
+        if entry.endswith(".json") or (path.is_file()):
+            if not path.is_file():
+                raise SlimjaxError(field, f"config file {entry!r} not found")
+            label = path.name.removesuffix(".json").removesuffix("_config").removesuffix("config").rstrip("_-") or entry
+            return label, model_from_hf(_read_json(path, field), field)
+        name, row = _lookup(entry, model_catalog(), field, "model")
+        return name, model_from_hf(row, f"{field} ({name})")
+    if isinstance(entry, Mapping):
+        if not entry.get("name"):
+            raise SlimjaxError(f"{field}.name", "an inline model needs a name")
+        body = {k: v for k, v in entry.items() if k != "name"}
+        if "config" in body:
+            path = Path(body.pop("config"))
+            if base_dir is not None and not path.is_absolute():
+                path = base_dir / path
+            if not path.is_file():
+                raise SlimjaxError(f"{field}.config", f"config file {str(path)!r} not found")
+            body = {**_read_json(path, f"{field}.config"), **body}
+        return str(entry["name"]), model_from_hf(body, field)
+    raise SlimjaxError(field, f"must be a catalog name, a config.json path or a mapping, got {entry!r}")
+
+
+# ------------------------------------------------------------------------------------------ GPUs
+
+
+def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
+    """GPUSpec fields in base units from catalog units (TFLOP/s, TB/s, GiB, $/GPU-hour)."""
+    unknown = set(row) - set(_GPU_KEYS) - {"name", "aliases", "source"}
+    if unknown:
+        raise SlimjaxError(f"{field}.{sorted(unknown)[0]}", f"unknown GPU key; expected {', '.join(_GPU_KEYS)}")
+    values = {}
+    for key in _GPU_KEYS:
+        value = row.get(key, 0.0 if key == "price_per_hour" else None)
+        if value is None:
+            raise SlimjaxError(f"{field}.{key}", "missing")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and key != "price_per_hour"):
+            raise SlimjaxError(f"{field}.{key}", f"must be a positive number, got {value!r}")
+        values[key] = float(value)
+    return dict(
+        flops=values["tflops"] * 1e12,
+        bandwidth=values["bandwidth_tbs"] * 1e12,
+        memory_bytes=values["memory_gib"] * 2.0**30,
+        price_per_hour=values["price_per_hour"],
+    )
+
+
+def resolve_gpu(entry: Any, field: str = "gpu") -> tuple[str, dict]:
+    if isinstance(entry, str):
+        name, row = _lookup(entry, gpu_catalog(), field, "GPU")
+        return name, gpu_from_row(row, f"{field} ({name})")
+    if isinstance(entry, Mapping):
+        if not entry.get("name"):
+            raise SlimjaxError(f"{field}.name", "an inline GPU needs a name")
+        return str(entry["name"]), gpu_from_row(entry, field)
+    raise SlimjaxError(field, f"must be a catalog name or a mapping, got {entry!r}")

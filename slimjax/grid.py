@@ -1,0 +1,186 @@
+"""The grid layer: labeled 1-D axes in, one jitted block evaluation, bounded-memory blocks out.
+
+The grid (model × GPU × batch × input_len × output_len) is cut into blocks along its leading
+axes (batch stays whole: B_cap reduces over it). Every block has the same shape (the last ones
+are padded by repeating the edge) so the evaluation compiles once; blocks are dispatched one
+ahead so the device computes the next while the host stores the last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import advisor as advisor_mod
+from .errors import SlimjaxError
+from .schema import DIMS, VARIABLES
+from .slim import slim_variables
+from .specs import astype, take
+from .sweepfile import Sweep
+
+BLOCK_AXES = ("model", "gpu", "input_len", "output_len")
+# Peak working memory per output byte: the block's outputs, XLA temporaries, one block in flight.
+_WORKING_FACTOR = 3.0
+
+
+def variable_names(sweep: Sweep) -> list[str]:
+    return [v for v in VARIABLES if v != "b_cap" or sweep.advisor is not None]
+
+
+def _expand(spec, axes: tuple[int, ...]):
+    """Give every leaf length-1 axes so that its own axes land at ``axes`` of the 5-D grid."""
+    def f(x):
+        shape = [1] * len(DIMS)
+        for a, n in zip(axes, x.shape):
+            shape[a] = n
+        return x.reshape(shape)
+    return jax.tree_util.tree_map(f, spec)
+
+
+def _to_dims(x, dims: tuple[str, ...], shape5: tuple[int, ...]):
+    """Broadcast a 5-D-broadcastable array to the variable's own dims (dropped dims have size 1)."""
+    x = jnp.broadcast_to(x, tuple(shape5[i] if x.shape[i] != 1 or d in dims else 1 for i, d in enumerate(DIMS)))
+    x = jnp.squeeze(x, axis=tuple(i for i, d in enumerate(DIMS) if d not in dims))
+    return jnp.broadcast_to(x, tuple(shape5[DIMS.index(d)] for d in dims))
+
+
+@functools.partial(jax.jit, static_argnames=("with_advisor",))
+def evaluate_block(model, gpu, coeffs, slo_s, batch, input_len, output_len, epsilon, *, with_advisor: bool):
+    """All grid variables on one block. Leaves: model (bm,), gpu (bg,), coeffs and slo_s (bm, bg)."""
+    m = _expand(model, (0,))
+    g = _expand(gpu, (1,))
+    c = _expand(coeffs, (0, 1))
+    B = batch.reshape(1, 1, -1, 1, 1)
+    I = input_len.reshape(1, 1, 1, -1, 1)
+    O = output_len.reshape(1, 1, 1, 1, -1)
+    shape5 = (slo_s.shape[0], slo_s.shape[1], B.shape[2], I.shape[3], O.shape[4])
+    out = slim_variables(m, g, c, B, I, O)
+    result = {k: _to_dims(v, VARIABLES[k][0], shape5) for k, v in out.items()}
+    if with_advisor:
+        t1 = slim_variables(m, g, c, jnp.ones((), B.dtype), I, O)["slim_throughput"]
+        b_cap = advisor_mod.batch_capacity(
+            out["slim_throughput"], out["slim_e2e_s"], B, t1, _expand(slo_s, (0, 1)), epsilon, axis=2
+        )
+        result["b_cap"] = jnp.broadcast_to(b_cap, tuple(shape5[DIMS.index(d)] for d in VARIABLES["b_cap"][0])).astype(jnp.int32)
+    return result
+
+
+def reference_e2e(sweep: Sweep) -> np.ndarray:
+    """E2E at the advisor's SLO reference point for every (model, GPU), shape (M, G)."""
+    ref = sweep.advisor.slo_reference
+    dt = sweep.dtype
+    m = jax.tree_util.tree_map(lambda x: x[:, None], astype(sweep.model, dt))
+    g = jax.tree_util.tree_map(lambda x: x[None, :], astype(sweep.gpu, dt))
+    out = jax.jit(slim_variables)(
+        m, g, astype(sweep.coeffs, dt), dt.type(ref["batch"]), dt.type(ref["input_len"]), dt.type(ref["output_len"])
+    )
+    return np.asarray(out["slim_e2e_s"])
+
+
+def slo_seconds(sweep: Sweep) -> np.ndarray | None:
+    """The advisor's SLO per (model, GPU) in seconds, or None without an advisor."""
+    if sweep.advisor is None:
+        return None
+    if sweep.advisor.slo_s is not None:
+        return np.full((len(sweep.models), len(sweep.gpus)), sweep.advisor.slo_s, dtype=sweep.dtype)
+    return (sweep.advisor.slo_factor * reference_e2e(sweep)).astype(sweep.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One block: index slices into the full grid along BLOCK_AXES (valid, unpadded extents)."""
+
+    slices: dict[str, slice]
+
+    def region(self, dims: tuple[str, ...]) -> tuple[slice, ...]:
+        return tuple(self.slices.get(d, slice(None)) for d in dims)
+
+
+def plan_blocks(sizes: dict[str, int], bytes_per_cell: float, budget_bytes: float) -> dict[str, int]:
+    """Block extents along BLOCK_AXES so one block's working memory fits ``budget_bytes``.
+
+    ``bytes_per_cell`` is the working memory of one (model, gpu, input_len, output_len) cell
+    (its whole batch column included). Leading axes are cut first.
+    """
+    block = dict(sizes)
+    total = lambda: math.prod(block.values()) * bytes_per_cell
+    for axis in BLOCK_AXES:
+        if total() <= budget_bytes:
+            break
+        rest = total() / block[axis]
+        block[axis] = max(1, int(budget_bytes // rest))
+        n_blocks = math.ceil(sizes[axis] / block[axis])
+        block[axis] = math.ceil(sizes[axis] / n_blocks)  # even blocks, least padding
+    if total() > budget_bytes:
+        raise SlimjaxError(
+            "memory_budget",
+            f"{budget_bytes:.0f} bytes cannot hold one batch column of the grid ({bytes_per_cell:.0f} bytes needed)",
+        )
+    return block
+
+
+def bytes_per_cell(sweep: Sweep) -> float:
+    nb = len(sweep.batch)
+    item = sweep.dtype.itemsize
+    per = sum((nb if "batch" in VARIABLES[v][0] else 1) * item for v in variable_names(sweep))
+    return per * _WORKING_FACTOR
+
+
+def iter_blocks(sizes: dict[str, int], block: dict[str, int]) -> Iterator[Block]:
+    starts = [range(0, sizes[a], block[a]) for a in BLOCK_AXES]
+    for combo in itertools.product(*starts):
+        yield Block({a: slice(s, min(s + block[a], sizes[a])) for a, s in zip(BLOCK_AXES, combo)})
+
+
+def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -> None:
+    """Evaluate the whole grid block by block, handing each block's variables to ``sink.write``."""
+    dt = sweep.dtype
+    sizes = dict(model=len(sweep.models), gpu=len(sweep.gpus), input_len=len(sweep.input_len), output_len=len(sweep.output_len))
+    block = plan_blocks(sizes, bytes_per_cell(sweep), memory_budget_bytes)
+    slo = slo_seconds(sweep)
+    slo = np.zeros((sizes["model"], sizes["gpu"]), dt) if slo is None else slo
+    model, gpu, coeffs = astype(sweep.model, dt), astype(sweep.gpu, dt), astype(sweep.coeffs, dt)
+    axes = {"input_len": sweep.input_len.astype(dt), "output_len": sweep.output_len.astype(dt)}
+    batch = sweep.batch.astype(dt)
+    epsilon = dt.type(sweep.advisor.epsilon if sweep.advisor else 0.0)
+
+    def dispatch(b: Block):
+        idx = {a: np.arange(b.slices[a].start, b.slices[a].start + block[a]) for a in BLOCK_AXES}
+        return b, evaluate_block(
+            take(model, idx["model"]),
+            take(gpu, idx["gpu"]),
+            take(take(coeffs, idx["model"], 0), idx["gpu"], 1),
+            np.take(np.take(slo, idx["model"], 0, mode="clip"), idx["gpu"], 1, mode="clip"),
+            batch,
+            np.take(axes["input_len"], idx["input_len"], mode="clip"),
+            np.take(axes["output_len"], idx["output_len"], mode="clip"),
+            epsilon,
+            with_advisor=sweep.advisor is not None,
+        )
+
+    def store(b: Block, result) -> None:
+        for name, value in result.items():
+            dims = VARIABLES[name][0]
+            valid = tuple(slice(0, b.slices[d].stop - b.slices[d].start) if d in b.slices else slice(None) for d in dims)
+            sink.write(name, b.region(dims), np.asarray(value)[valid])
+        if progress is not None:
+            progress.update(1)
+
+    pending = None
+    blocks = list(iter_blocks(sizes, block))
+    if progress is not None:
+        progress.total = len(blocks)
+    for b in blocks:
+        current = dispatch(b)  # asynchronous: computes while the previous block is stored
+        if pending is not None:
+            store(*pending)
+        pending = current
+    if pending is not None:
+        store(*pending)

@@ -1,0 +1,80 @@
+"""The SLIM performance model (MODEL.md §1; source 000, Eqs. 4–12).
+
+Pure functions of broadcastable arrays. Units: tokens, FLOP, FLOP/s, bytes, bytes/s, seconds.
+"""
+
+from __future__ import annotations
+
+from .memory import kv_bytes_per_token, model_kv_bytes_per_layer_token
+
+
+def prefill_flops(n_layers, hidden, kv_width, ffn_dim, n_ffn, batch, input_len):
+    """F_pre, FLOP of the prefill of B prompts of I tokens (Eq. 8, generalised to n_ffn).
+
+    F_pre = L·[B·I·(4D² + 4·D·D_kv + 2·n_ffn·r_ff·D²) + 4·B·I²·D], r_ff = D_ff/D, so the FFN
+    term is 2·n_ffn·D_ff·D (n_ffn = 2 gives the paper's 4·r_ff·D²).
+    """
+    per_token = 4.0 * hidden * hidden + 4.0 * hidden * kv_width + 2.0 * n_ffn * ffn_dim * hidden
+    bi = batch * input_len
+    return n_layers * (bi * per_token + 4.0 * bi * input_len * hidden)
+
+
+def slim_prefill_time(flops, eta_c, peak_flops):
+    """T_pre = F_pre / (η_c·F_max), seconds (Eq. 7)."""
+    return flops / (eta_c * peak_flops)
+
+
+def decode_context_sum(input_len, output_len):
+    """C(I, O) = Σ_{j=1..O} (I + j) = O·(I+1) + O·(O−1)/2, token-positions read in decode (Eq. 12)."""
+    return output_len * (input_len + 1.0) + output_len * (output_len - 1.0) / 2.0
+
+
+def kv_traffic_bytes(kv_bytes_per_token, input_len, output_len):
+    """M_dec = L·e_kv·C(I, O), KV-cache bytes read while decoding one request (Eq. 11)."""
+    return kv_bytes_per_token * decode_context_sum(input_len, output_len)
+
+
+def dense_decode_time(alpha, gamma, n_layers, hidden, output_len):
+    """T_d = α·O + γ·L·(D/1024)²·O, seconds (Eq. 10)."""
+    scale = hidden / 1024.0
+    return (alpha + gamma * n_layers * scale * scale) * output_len
+
+
+def slim_decode_time(batch, B0, eta_m, dense_s, kv_traffic, peak_bandwidth):
+    """T_dec = (B + B0)/η_m · [T_d + M_dec/BW_max], seconds (Eq. 9)."""
+    return (batch + B0) / eta_m * (dense_s + kv_traffic / peak_bandwidth)
+
+
+def e2e_latency(prefill_s, decode_s, t_fixed):
+    """E2E = T_pre + T_dec + t_fixed, seconds (Eq. 5)."""
+    return prefill_s + decode_s + t_fixed
+
+
+def token_throughput(batch, input_len, output_len, e2e_s):
+    """T = B·(I + O) / E2E, total (prompt + generated) tokens/s (Eq. 6)."""
+    return batch * (input_len + output_len) / e2e_s
+
+
+def slim_variables(model, gpu, coeffs, batch, input_len, output_len, n_gpu=1.0):
+    """Every SLIM quantity for broadcastable specs and workload arrays (MODEL.md §1).
+
+    ``model``, ``gpu`` and ``coeffs`` are spec pytrees whose leaves broadcast against the
+    workload arrays. With ``n_gpu`` > 1 (tensor parallel) n_gpu·F_max and n_gpu·BW_max are used.
+    Returns prefill_flops, kv_traffic_bytes (per request: no batch dependence), slim_prefill_s,
+    slim_decode_s, slim_e2e_s, slim_throughput.
+    """
+    kv_width = model.n_kv_heads * model.head_dim
+    flops = prefill_flops(model.n_layers, model.hidden, kv_width, model.ffn_dim, model.n_ffn, batch, input_len)
+    t_pre = slim_prefill_time(flops, coeffs.eta_c, n_gpu * gpu.flops)
+    m_dec = kv_traffic_bytes(kv_bytes_per_token(model.n_layers, model_kv_bytes_per_layer_token(model)), input_len, output_len)
+    t_d = dense_decode_time(coeffs.alpha, coeffs.gamma, model.n_layers, model.hidden, output_len)
+    t_dec = slim_decode_time(batch, coeffs.B0, coeffs.eta_m, t_d, m_dec, n_gpu * gpu.bandwidth)
+    e2e = e2e_latency(t_pre, t_dec, coeffs.t_fixed)
+    return dict(
+        prefill_flops=flops,
+        kv_traffic_bytes=m_dec,
+        slim_prefill_s=t_pre,
+        slim_decode_s=t_dec,
+        slim_e2e_s=e2e,
+        slim_throughput=token_throughput(batch, input_len, output_len, e2e),
+    )
