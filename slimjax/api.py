@@ -127,3 +127,46 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
     finally:
         if progress is not None:
             progress.close()
+
+
+def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None = None) -> dict[str, pd.DataFrame]:
+    """Per model × GPU at one (I, O): ``b_cap``, the throughput there, and the plateau throughput
+    (the best SLIM throughput over the batch axis). (I, O) default to the grid values closest (in
+    log scale) to a typical chat request, I = 1024, O = 256. Returns DataFrames (rows model,
+    columns GPU) keyed by what they hold, and the (I, O) used under ``"at"``.
+    """
+    def nearest(axis: str, target: float) -> int:
+        values = ds[axis].values
+        return int(values[np.argmin(np.abs(np.log(values) - np.log(target)))])
+
+    i = nearest("input_len", 1024) if input_len is None else int(input_len)
+    o = nearest("output_len", 256) if output_len is None else int(output_len)
+    for axis, v in (("input_len", i), ("output_len", o)):
+        if v not in ds[axis].values:
+            from .errors import SlimjaxError
+
+            raise SlimjaxError(axis, f"{v} is not on the grid ({', '.join(map(str, ds[axis].values))})")
+    at = ds.sel(input_len=i, output_len=o)
+    tput = at["slim_throughput"].load()
+    frame = lambda a: pd.DataFrame(np.asarray(a), index=list(ds["model"].values), columns=list(ds["gpu"].values))
+    out = {"at": pd.DataFrame({"input_len": [i], "output_len": [o]}), "plateau_throughput": frame(tput.max("batch"))}
+    if "b_cap" in ds:
+        b_cap = at["b_cap"].load()
+        out["b_cap"] = frame(b_cap)
+        chosen = tput.sel(batch=xr.where(b_cap > 0, b_cap, ds["batch"].values[0])).where(b_cap > 0)
+        out["throughput_at_b_cap"] = frame(chosen)
+    return out
+
+
+def point(model, gpu, batch: int, input_len: int, output_len: int, *, slim: Mapping | None = None,
+          precision: str = "float64") -> dict[str, float]:
+    """Every SLIM variable at one point, through the same jitted grid evaluation as :func:`sweep`.
+
+    ``model`` and ``gpu`` are anything a sweep file accepts (catalog name, config path, mapping).
+    """
+    spec = dict(models=[model], gpus=[gpu], batch=[batch], input_len=[input_len], output_len=[output_len],
+                advisor=False, precision=precision)
+    if slim is not None:
+        spec["slim"] = slim
+    ds = sweep(spec, quiet=True)
+    return {k: float(ds[k].values.reshape(-1)[0]) for k in ds.data_vars}

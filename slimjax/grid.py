@@ -21,7 +21,7 @@ import numpy as np
 from . import advisor as advisor_mod
 from .errors import SlimjaxError
 from .schema import DIMS, VARIABLES
-from .slim import slim_variables
+from .slim import slim_batch_terms, slim_cell_terms, slim_variables
 from .specs import astype, take
 from .sweepfile import Sweep
 
@@ -45,31 +45,45 @@ def _expand(spec, axes: tuple[int, ...]):
 
 
 def _to_dims(x, dims: tuple[str, ...], shape5: tuple[int, ...]):
-    """Broadcast a 5-D-broadcastable array to the variable's own dims (dropped dims have size 1)."""
-    x = jnp.broadcast_to(x, tuple(shape5[i] if x.shape[i] != 1 or d in dims else 1 for i, d in enumerate(DIMS)))
-    x = jnp.squeeze(x, axis=tuple(i for i, d in enumerate(DIMS) if d not in dims))
-    return jnp.broadcast_to(x, tuple(shape5[DIMS.index(d)] for d in dims))
+    """A 5-D-broadcastable array as the variable's own dims: dropped dims (size 1) are reshaped
+    away, kept ones broadcast to the block's extent."""
+    keep = [i for i, d in enumerate(DIMS) if d in dims]
+    x = jnp.reshape(x, tuple(x.shape[i] for i in keep))
+    return jnp.broadcast_to(x, tuple(shape5[i] for i in keep))
+
+
+@jax.jit
+def _cell_block(model, gpu, coeffs, input_len, output_len):
+    """Batch-independent terms per (model, GPU, I, O) cell, materialised by their own call:
+    fused into the grid kernel, XLA would re-derive them at every grid point (several times slower)."""
+    return slim_cell_terms(
+        _expand(model, (0,)), _expand(gpu, (1,)), _expand(coeffs, (0, 1)),
+        input_len.reshape(1, 1, 1, -1, 1), output_len.reshape(1, 1, 1, 1, -1),
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("with_advisor",))
-def evaluate_block(model, gpu, coeffs, slo_s, batch, input_len, output_len, epsilon, *, with_advisor: bool):
-    """All grid variables on one block. Leaves: model (bm,), gpu (bg,), coeffs and slo_s (bm, bg)."""
-    m = _expand(model, (0,))
-    g = _expand(gpu, (1,))
+def _batch_block(cell, coeffs, slo_s, batch, input_len, output_len, epsilon, *, with_advisor: bool):
     c = _expand(coeffs, (0, 1))
     B = batch.reshape(1, 1, -1, 1, 1)
     I = input_len.reshape(1, 1, 1, -1, 1)
     O = output_len.reshape(1, 1, 1, 1, -1)
     shape5 = (slo_s.shape[0], slo_s.shape[1], B.shape[2], I.shape[3], O.shape[4])
-    out = slim_variables(m, g, c, B, I, O)
+    out = {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, c, B, I, O)}
     result = {k: _to_dims(v, VARIABLES[k][0], shape5) for k, v in out.items()}
     if with_advisor:
-        t1 = slim_variables(m, g, c, jnp.ones((), B.dtype), I, O)["slim_throughput"]
+        t1 = slim_batch_terms(cell, c, jnp.ones((), B.dtype), I, O)["slim_throughput"]
         b_cap = advisor_mod.batch_capacity(
-            out["slim_throughput"], out["slim_e2e_s"], B, t1, _expand(slo_s, (0, 1)), epsilon, axis=2
+            result["slim_throughput"], result["slim_e2e_s"], B, t1, _expand(slo_s, (0, 1)), epsilon, axis=2
         )
         result["b_cap"] = jnp.broadcast_to(b_cap, tuple(shape5[DIMS.index(d)] for d in VARIABLES["b_cap"][0])).astype(jnp.int32)
     return result
+
+
+def evaluate_block(model, gpu, coeffs, slo_s, batch, input_len, output_len, epsilon, *, with_advisor: bool):
+    """All grid variables on one block. Leaves: model (bm,), gpu (bg,), coeffs and slo_s (bm, bg)."""
+    cell = _cell_block(model, gpu, coeffs, input_len, output_len)
+    return _batch_block(cell, coeffs, slo_s, batch, input_len, output_len, epsilon, with_advisor=with_advisor)
 
 
 def reference_e2e(sweep: Sweep) -> np.ndarray:
@@ -151,9 +165,9 @@ def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -
     batch = sweep.batch.astype(dt)
     epsilon = dt.type(sweep.advisor.epsilon if sweep.advisor else 0.0)
 
-    def dispatch(b: Block):
+    def dispatch(b: Block, device):
         idx = {a: np.arange(b.slices[a].start, b.slices[a].start + block[a]) for a in BLOCK_AXES}
-        return b, evaluate_block(
+        args = jax.device_put((
             take(model, idx["model"]),
             take(gpu, idx["gpu"]),
             take(take(coeffs, idx["model"], 0), idx["gpu"], 1),
@@ -162,25 +176,28 @@ def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -
             np.take(axes["input_len"], idx["input_len"], mode="clip"),
             np.take(axes["output_len"], idx["output_len"], mode="clip"),
             epsilon,
-            with_advisor=sweep.advisor is not None,
-        )
+        ), device)
+        return b, evaluate_block(*args, with_advisor=sweep.advisor is not None)
 
     def store(b: Block, result) -> None:
         for name, value in result.items():
             dims = VARIABLES[name][0]
+            if any(b.slices[a].start != 0 for a in BLOCK_AXES if a not in dims):
+                continue  # a variable independent of a blocked axis is stored from its first block only
             valid = tuple(slice(0, b.slices[d].stop - b.slices[d].start) if d in b.slices else slice(None) for d in dims)
             sink.write(name, b.region(dims), np.asarray(value)[valid])
         if progress is not None:
             progress.update(1)
 
-    pending = None
+    # One block in flight per local device (CPU: one per core, see slimjax/__init__.py).
+    devices = jax.local_devices()
+    pending: list = []
     blocks = list(iter_blocks(sizes, block))
     if progress is not None:
         progress.total = len(blocks)
-    for b in blocks:
-        current = dispatch(b)  # asynchronous: computes while the previous block is stored
-        if pending is not None:
-            store(*pending)
-        pending = current
-    if pending is not None:
-        store(*pending)
+    for k, b in enumerate(blocks):
+        pending.append(dispatch(b, devices[k % len(devices)]))
+        if len(pending) > len(devices):
+            store(*pending.pop(0))
+    for p in pending:
+        store(*p)

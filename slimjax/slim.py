@@ -55,26 +55,46 @@ def token_throughput(batch, input_len, output_len, e2e_s):
     return batch * (input_len + output_len) / e2e_s
 
 
-def slim_variables(model, gpu, coeffs, batch, input_len, output_len, n_gpu=1.0):
-    """Every SLIM quantity for broadcastable specs and workload arrays (MODEL.md §1).
+def slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu=1.0):
+    """The batch-independent SLIM terms of each (model, GPU, I, O) cell (MODEL.md §1).
 
-    ``model``, ``gpu`` and ``coeffs`` are spec pytrees whose leaves broadcast against the
-    workload arrays. With ``n_gpu`` > 1 (tensor parallel) n_gpu·F_max and n_gpu·BW_max are used.
-    Returns prefill_flops, kv_traffic_bytes (per request: no batch dependence), slim_prefill_s,
-    slim_decode_s, slim_e2e_s, slim_throughput.
+    F_pre, T_pre and T_dec are linear in B (Eqs. 7–9), so a grid evaluates these once per cell and
+    scales by B: prefill_flops = B·f1, T_pre = B·p1, T_dec = (B + B0)·d1. With ``n_gpu`` > 1
+    (tensor parallel) n_gpu·F_max and n_gpu·BW_max are used. Returns f1 (FLOP of one prompt),
+    p1 (s per prompt), d1 (decode s per sequence slot: [T_d + M_dec/BW_max]/η_m), kv_traffic_bytes.
     """
     kv_width = model.n_kv_heads * model.head_dim
-    flops = prefill_flops(model.n_layers, model.hidden, kv_width, model.ffn_dim, model.n_ffn, batch, input_len)
-    t_pre = slim_prefill_time(flops, coeffs.eta_c, n_gpu * gpu.flops)
+    f1 = prefill_flops(model.n_layers, model.hidden, kv_width, model.ffn_dim, model.n_ffn, 1.0, input_len)
     m_dec = kv_traffic_bytes(kv_bytes_per_token(model.n_layers, model_kv_bytes_per_layer_token(model)), input_len, output_len)
     t_d = dense_decode_time(coeffs.alpha, coeffs.gamma, model.n_layers, model.hidden, output_len)
-    t_dec = slim_decode_time(batch, coeffs.B0, coeffs.eta_m, t_d, m_dec, n_gpu * gpu.bandwidth)
+    return dict(
+        f1=f1,
+        p1=slim_prefill_time(f1, coeffs.eta_c, n_gpu * gpu.flops),
+        d1=slim_decode_time(1.0, 0.0, coeffs.eta_m, t_d, m_dec, n_gpu * gpu.bandwidth),
+        kv_traffic_bytes=m_dec,
+    )
+
+
+def slim_batch_terms(cell, coeffs, batch, input_len, output_len):
+    """SLIM at batch B from the cell terms of :func:`slim_cell_terms` (Eqs. 5–9)."""
+    t_pre = batch * cell["p1"]
+    t_dec = (batch + coeffs.B0) * cell["d1"]
     e2e = e2e_latency(t_pre, t_dec, coeffs.t_fixed)
     return dict(
-        prefill_flops=flops,
-        kv_traffic_bytes=m_dec,
+        prefill_flops=batch * cell["f1"],
         slim_prefill_s=t_pre,
         slim_decode_s=t_dec,
         slim_e2e_s=e2e,
         slim_throughput=token_throughput(batch, input_len, output_len, e2e),
     )
+
+
+def slim_variables(model, gpu, coeffs, batch, input_len, output_len, n_gpu=1.0):
+    """Every SLIM quantity for broadcastable specs and workload arrays (MODEL.md §1).
+
+    ``model``, ``gpu`` and ``coeffs`` are spec pytrees whose leaves broadcast against the
+    workload arrays. Returns prefill_flops, kv_traffic_bytes (per request), slim_prefill_s,
+    slim_decode_s, slim_e2e_s, slim_throughput.
+    """
+    cell = slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu)
+    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, coeffs, batch, input_len, output_len)}

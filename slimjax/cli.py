@@ -1,0 +1,86 @@
+"""The ``slimjax`` command: parses arguments and calls the library; nothing else lives here."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import click
+
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _bytes(ctx, param, value: str) -> float:
+    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", value)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise click.BadParameter(f"{value!r} is not a size like 512MiB or 2GiB")
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if size <= 0:
+        raise click.BadParameter(f"{value!r} must be positive")
+    return size
+
+
+@click.group()
+@click.version_option(package_name="slimjax")
+def main() -> None:
+    """slimjax: LLM-serving capacity planning over dense grids (SLIM, B_cap)."""
+
+
+@main.command()
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out", required=True, type=click.Path(), help="zarr store to write (STORE.zarr).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
+@click.option("--memory-budget", default="1GiB", show_default=True, callback=_bytes,
+              help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).")
+@click.option("--at", "at", default=None, help="IL,OL of the summary table (default: grid values nearest 1024,256).")
+def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget: float, at: str | None) -> None:
+    """Evaluate SWEEP_FILE over its grid and write the Dataset to --out."""
+    import time
+
+    import slimjax
+    from slimjax.api import summary
+
+    il = ol = None
+    if at is not None:
+        try:
+            il, ol = (int(x) for x in at.split(","))
+        except ValueError:
+            raise click.BadParameter(f"{at!r} is not IL,OL", param_hint="--at") from None
+    start = time.perf_counter()
+    try:
+        ds = slimjax.sweep(sweep_file, out, overwrite=overwrite, memory_budget_bytes=memory_budget, quiet=True if quiet else None)
+        tables = summary(ds, il, ol)
+    except slimjax.SlimjaxError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    seconds = time.perf_counter() - start
+    points = 1
+    for d in ("model", "gpu", "batch", "input_len", "output_len"):
+        points *= ds.sizes[d]
+    click.echo(f"wrote {out}: {points:,} grid points in {seconds:.1f} s")
+    if quiet:
+        return
+    i, o = int(tables["at"].input_len[0]), int(tables["at"].output_len[0])
+    with_pd_options(lambda: _print_tables(tables, i, o))
+
+
+def _print_tables(tables, i: int, o: int) -> None:
+    if "b_cap" in tables:
+        click.echo(f"\nB_cap (batch to run; 0 = none qualifies) at input_len={i}, output_len={o}:")
+        click.echo(tables["b_cap"].to_string())
+        click.echo(f"\nSLIM throughput at B_cap, tokens/s, at input_len={i}, output_len={o}:")
+        click.echo(tables["throughput_at_b_cap"].round(0).fillna(0).astype(int).to_string())
+    click.echo(f"\nPlateau throughput (best over the batch axis), tokens/s, at input_len={i}, output_len={o}:")
+    click.echo(tables["plateau_throughput"].round(0).astype(int).to_string())
+
+
+def with_pd_options(fn) -> None:
+    import pandas as pd
+
+    with pd.option_context("display.width", 250, "display.max_columns", 50, "display.max_rows", 200):
+        fn()
+
+
+if __name__ == "__main__":
+    main()
