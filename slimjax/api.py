@@ -16,7 +16,7 @@ import yaml
 
 from . import __version__, grid, store
 from .catalog import PRICE_DATE
-from .schema import COORD_ATTRS, VARIABLES
+from .schema import COORD_ATTRS, DIMS, VARIABLES
 from .sweepfile import Sweep, parse
 
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of working memory for one block
@@ -109,9 +109,8 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
         if target is None:
             sink = _MemorySink(sw, names)
             grid.evaluate(sw, sink, memory_budget_bytes=memory_budget_bytes, progress=progress)
-            data_vars = {n: (VARIABLES[n][0], sink.arrays[n], var_attrs[n]) for n in names}
-            ds = xr.Dataset(data_vars, coords={k: (k, v, COORD_ATTRS[k]) for k, v in coords.items()}, attrs=attrs)
-            return ds
+            ds = xr.Dataset(coords={k: (k, v, COORD_ATTRS[k]) for k, v in coords.items()}, attrs=attrs)
+            return canonical(ds.assign({n: (VARIABLES[n][0], sink.arrays[n], var_attrs[n]) for n in names}))
         sizes = dict(model=len(sw.models), gpu=len(sw.gpus), input_len=len(sw.input_len), output_len=len(sw.output_len))
         block = grid.plan_blocks(sizes, grid.bytes_per_cell(sw), memory_budget_bytes)
         chunk = {"model": 1, "gpu": 1, "batch": len(sw.batch), "input_len": block["input_len"], "output_len": block["output_len"]}
@@ -123,10 +122,19 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
         except BaseException:
             sink.abort()
             raise
-        return store.open_store(target)
+        return canonical(store.open_store(target))
     finally:
         if progress is not None:
             progress.close()
+
+
+def canonical(ds: xr.Dataset) -> xr.Dataset:
+    """The same Dataset (no copies) with dims in MODEL.md §7 order and variables in schema order."""
+    order = [d for d in (*DIMS, "arrival_rate") if d in ds.dims]
+    out = xr.Dataset(coords={d: ds[d] for d in order}, attrs=ds.attrs)
+    out = out.assign_coords({k: v for k, v in ds.coords.items() if k not in order})
+    names = [n for n in VARIABLES if n in ds.data_vars] + [n for n in ds.data_vars if n not in VARIABLES]
+    return out.assign({n: ds[n] for n in names})
 
 
 def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None = None) -> dict[str, pd.DataFrame]:

@@ -121,8 +121,9 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
             f"num_attention_heads ({int(H_q)}) must be divisible by num_key_value_heads ({int(H_kv)})",
         )
     d_h = _positive(cfg, "head_dim", field) if cfg.get("head_dim") is not None else D / H_q
-    ffn_key = "intermediate_size" if cfg.get("intermediate_size") is not None else "ffn_dim"
-    D_ff = _positive(cfg, ffn_key, field)
+    if cfg.get("intermediate_size") is None and cfg.get("ffn_dim") is None:
+        raise SlimjaxError(f"{field}.intermediate_size", "missing (OPT configs call it ffn_dim); needed to build the model")
+    D_ff = _positive(cfg, "intermediate_size" if cfg.get("intermediate_size") is not None else "ffn_dim", field)
     V = _positive(cfg, "vocab_size", field)
 
     if cfg.get("n_ffn") is not None:
