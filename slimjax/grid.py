@@ -22,7 +22,7 @@ from . import advisor as advisor_mod
 from .errors import SlimjaxError
 from .schema import DIMS, VARIABLES
 from .slim import slim_batch_terms, slim_cell_terms, slim_variables
-from .specs import astype, take
+from .specs import astype
 from .sweepfile import Sweep
 
 BLOCK_AXES = ("model", "gpu", "input_len", "output_len")
@@ -52,23 +52,36 @@ def _to_dims(x, dims: tuple[str, ...], shape5: tuple[int, ...]):
     return jnp.broadcast_to(x, tuple(shape5[i] for i in keep))
 
 
-@jax.jit
-def _cell_block(model, gpu, coeffs, input_len, output_len):
-    """Batch-independent terms per (model, GPU, I, O) cell, materialised by their own call:
-    fused into the grid kernel, XLA would re-derive them at every grid point (several times slower)."""
-    return slim_cell_terms(
+def _gather(spec, index, axis: int):
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, index, axis=axis, mode="clip"), spec)
+
+
+@functools.partial(jax.jit, static_argnames=("block",))
+def _cell_block(model, gpu, coeffs, input_len, output_len, starts, *, block: tuple[int, int, int, int]):
+    """Batch-independent terms per (model, GPU, I, O) cell of one block, materialised by their own
+    call: fused into the grid kernel, XLA would re-derive them at every grid point (several times
+    slower). The block's indices are clipped at the edges (padding), so every block compiles alike."""
+    im, ig, ii, io = (s + jnp.arange(n) for s, n in zip(starts, block))
+    model, gpu = _gather(model, im, 0), _gather(gpu, ig, 0)
+    coeffs = _gather(_gather(coeffs, im, 0), ig, 1)
+    input_len = jnp.take(input_len, ii, mode="clip")
+    output_len = jnp.take(output_len, io, mode="clip")
+    cell = slim_cell_terms(
         _expand(model, (0,)), _expand(gpu, (1,)), _expand(coeffs, (0, 1)),
         input_len.reshape(1, 1, 1, -1, 1), output_len.reshape(1, 1, 1, 1, -1),
     )
+    return cell, coeffs, input_len, output_len
 
 
-@functools.partial(jax.jit, static_argnames=("with_advisor",))
-def _batch_block(cell, coeffs, slo_s, batch, input_len, output_len, epsilon, *, with_advisor: bool):
+@functools.partial(jax.jit, static_argnames=("block", "with_advisor"))
+def _batch_block(cell, coeffs, slo_s, batch, input_len, output_len, epsilon, starts, *, block, with_advisor: bool):
+    im, ig = (s + jnp.arange(n) for s, n in zip(starts[:2], block[:2]))
+    slo_s = jnp.take(jnp.take(slo_s, im, axis=0, mode="clip"), ig, axis=1, mode="clip")
     c = _expand(coeffs, (0, 1))
     B = batch.reshape(1, 1, -1, 1, 1)
     I = input_len.reshape(1, 1, 1, -1, 1)
     O = output_len.reshape(1, 1, 1, 1, -1)
-    shape5 = (slo_s.shape[0], slo_s.shape[1], B.shape[2], I.shape[3], O.shape[4])
+    shape5 = (block[0], block[1], B.shape[2], block[2], block[3])
     out = {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, c, B, I, O)}
     result = {k: _to_dims(v, VARIABLES[k][0], shape5) for k, v in out.items()}
     if with_advisor:
@@ -80,10 +93,13 @@ def _batch_block(cell, coeffs, slo_s, batch, input_len, output_len, epsilon, *, 
     return result
 
 
-def evaluate_block(model, gpu, coeffs, slo_s, batch, input_len, output_len, epsilon, *, with_advisor: bool):
-    """All grid variables on one block. Leaves: model (bm,), gpu (bg,), coeffs and slo_s (bm, bg)."""
-    cell = _cell_block(model, gpu, coeffs, input_len, output_len)
-    return _batch_block(cell, coeffs, slo_s, batch, input_len, output_len, epsilon, with_advisor=with_advisor)
+def evaluate_block(inputs: dict, starts, block: tuple[int, int, int, int], *, with_advisor: bool):
+    """All grid variables on one block: ``inputs`` holds the whole sweep's (small) arrays on one
+    device; ``starts`` the block's first index along BLOCK_AXES; ``block`` its (padded) extents."""
+    cell, coeffs, input_len, output_len = _cell_block(
+        inputs["model"], inputs["gpu"], inputs["coeffs"], inputs["input_len"], inputs["output_len"], starts, block=block)
+    return _batch_block(cell, coeffs, inputs["slo_s"], inputs["batch"], input_len, output_len, inputs["epsilon"],
+                        starts, block=block, with_advisor=with_advisor)
 
 
 def reference_e2e(sweep: Sweep) -> np.ndarray:
@@ -160,24 +176,20 @@ def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -
     block = plan_blocks(sizes, bytes_per_cell(sweep), memory_budget_bytes)
     slo = slo_seconds(sweep)
     slo = np.zeros((sizes["model"], sizes["gpu"]), dt) if slo is None else slo
-    model, gpu, coeffs = astype(sweep.model, dt), astype(sweep.gpu, dt), astype(sweep.coeffs, dt)
-    axes = {"input_len": sweep.input_len.astype(dt), "output_len": sweep.output_len.astype(dt)}
-    batch = sweep.batch.astype(dt)
-    epsilon = dt.type(sweep.advisor.epsilon if sweep.advisor else 0.0)
+    host = dict(
+        model=astype(sweep.model, dt), gpu=astype(sweep.gpu, dt), coeffs=astype(sweep.coeffs, dt), slo_s=slo,
+        batch=sweep.batch.astype(dt), input_len=sweep.input_len.astype(dt), output_len=sweep.output_len.astype(dt),
+        epsilon=dt.type(sweep.advisor.epsilon if sweep.advisor else 0.0),
+    )
+    # One block in flight per local device (CPU: one per core, see slimjax/__init__.py); the
+    # sweep's small input arrays go to each device once, blocks are picked out on the device.
+    devices = jax.local_devices()
+    inputs = [jax.device_put(host, d) for d in devices]
+    extents = tuple(block[a] for a in BLOCK_AXES)
 
-    def dispatch(b: Block, device):
-        idx = {a: np.arange(b.slices[a].start, b.slices[a].start + block[a]) for a in BLOCK_AXES}
-        args = jax.device_put((
-            take(model, idx["model"]),
-            take(gpu, idx["gpu"]),
-            take(take(coeffs, idx["model"], 0), idx["gpu"], 1),
-            np.take(np.take(slo, idx["model"], 0, mode="clip"), idx["gpu"], 1, mode="clip"),
-            batch,
-            np.take(axes["input_len"], idx["input_len"], mode="clip"),
-            np.take(axes["output_len"], idx["output_len"], mode="clip"),
-            epsilon,
-        ), device)
-        return b, evaluate_block(*args, with_advisor=sweep.advisor is not None)
+    def dispatch(b: Block, k: int):
+        starts = jax.device_put(np.asarray([b.slices[a].start for a in BLOCK_AXES], np.int32), devices[k])
+        return b, evaluate_block(inputs[k], starts, extents, with_advisor=sweep.advisor is not None)
 
     def store(b: Block, result) -> None:
         for name, value in result.items():
@@ -189,14 +201,12 @@ def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -
         if progress is not None:
             progress.update(1)
 
-    # One block in flight per local device (CPU: one per core, see slimjax/__init__.py).
-    devices = jax.local_devices()
     pending: list = []
     blocks = list(iter_blocks(sizes, block))
     if progress is not None:
         progress.total = len(blocks)
     for k, b in enumerate(blocks):
-        pending.append(dispatch(b, devices[k % len(devices)]))
+        pending.append(dispatch(b, k % len(devices)))
         if len(pending) > len(devices):
             store(*pending.pop(0))
     for p in pending:
