@@ -19,7 +19,7 @@ from .catalog import PRICE_DATE
 from .schema import COORD_ATTRS, DIMS, VARIABLES
 from .sweepfile import Sweep, parse
 
-DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes of working memory for one block
+DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
 
 
 class _MemorySink:

@@ -31,7 +31,7 @@ def main() -> None:
 @click.option("--out", "out", required=True, type=click.Path(), help="zarr store to write (STORE.zarr).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
-@click.option("--memory-budget", default="1GiB", show_default=True, callback=_bytes,
+@click.option("--memory-budget", default="256MiB", show_default=True, callback=_bytes,
               help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).")
 @click.option("--at", "at", default=None, help="IL,OL of the summary table (default: grid values nearest 1024,256).")
 def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget: float, at: str | None) -> None:
