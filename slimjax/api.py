@@ -7,7 +7,6 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -68,8 +68,3 @@ def stack(cls, rows: Sequence[dict], dtype=np.float64):
 def astype(spec, dtype):
     """Cast every leaf of a spec to ``dtype`` (numpy, host side)."""
     return jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=dtype), spec)
-
-
-def take(spec, index, axis: int = 0):
-    """Select items along ``axis`` of every leaf (indices clipped: used to pad the last block)."""
-    return jax.tree_util.tree_map(lambda x: np.take(x, index, axis=axis, mode="clip"), spec)
