@@ -200,7 +200,7 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
     return dict(
         n_layers=L, hidden=D, n_heads=H_q, n_kv_heads=H_kv, head_dim=d_h, ffn_dim=D_ff_active,
         n_ffn=n_ffn, vocab=V, n_params=P, weight_bytes=b_w, kv_dtype_bytes=b_w, window=float(window),
-        n_sliding_layers=L_s, mla=1.0 if mla else 0.0, kv_lora_rank=d_c, rope_dim=d_R,
+        n_sliding_layers=L_s, mla=1.0 if mla else 0.0, moe=1.0 if moe else 0.0, kv_lora_rank=d_c, rope_dim=d_R,
     )
 
 

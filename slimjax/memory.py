@@ -25,8 +25,52 @@ def kv_bytes_per_token(n_layers, e_kv):
     return n_layers * e_kv
 
 
-def model_kv_bytes_per_layer_token(model):
-    """e_kv for a :class:`~slimjax.specs.ModelSpec`."""
-    return kv_bytes_per_layer_token(
-        model.n_kv_heads, model.head_dim, model.kv_dtype_bytes, model.mla, model.kv_lora_rank, model.rope_dim
+def model_kv_bytes_per_layer_token(model, kv_dtype_bytes=None):
+    """e_kv for a :class:`~slimjax.specs.ModelSpec` (``kv_dtype_bytes`` overrides the model's)."""
+    b_kv = model.kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+    return kv_bytes_per_layer_token(model.n_kv_heads, model.head_dim, b_kv, model.mla, model.kv_lora_rank, model.rope_dim)
+
+
+def weights_bytes(n_params, weight_bytes):
+    """M_W = P·b_w, resident weights of the whole group, bytes (§3)."""
+    return n_params * weight_bytes
+
+
+def kv_pool_bytes(memory_utilization, group_memory_bytes, weights, reserved_bytes):
+    """pool = u·M − M_W − M_R, bytes left for the KV cache (may be negative: weights do not fit)."""
+    return memory_utilization * group_memory_bytes - weights - reserved_bytes
+
+
+def round_to_blocks(n_tokens, block_size):
+    """rnd(n) = ⌈n/β⌉·β, tokens held in whole cache blocks."""
+    return jnp.ceil(n_tokens / block_size) * block_size
+
+
+def seq_footprint_bytes(e_kv, n_layers, n_sliding_layers, window, tokens, block_size, kv_replication, kv_overhead):
+    """r·o·e_kv·[L_f·rnd(N) + L_s·rnd(min(N, W))], bytes reserved per sequence of N = I + O tokens (§3).
+
+    Sliding layers keep an ideal rolling buffer of W tokens (Mistral 7B, §2).
+    """
+    full = n_layers - n_sliding_layers
+    return kv_replication * kv_overhead * e_kv * (
+        full * round_to_blocks(tokens, block_size)
+        + n_sliding_layers * round_to_blocks(jnp.minimum(tokens, window), block_size)
     )
+
+
+def max_concurrent_seqs(pool, footprint):
+    """max_seqs = ⌊pool / footprint⌋ if pool > 0 else 0, exact (§3).
+
+    The quotient is corrected by one either way so the result is exact even where rounding of the
+    division lands on the wrong side of an integer (pool and footprint in float64).
+    """
+    q = jnp.floor(pool / footprint)
+    q = jnp.where((q + 1.0) * footprint <= pool, q + 1.0, q)
+    q = jnp.where(q * footprint > pool, q - 1.0, q)
+    return jnp.where(pool > 0, jnp.maximum(q, 0.0), 0.0)
+
+
+def kv_read_bytes(tokens, e_kv, n_layers, n_sliding_layers, window, kv_replication, kv_overhead):
+    """K(T) = r·o·e_kv·[L_f·T + L_s·min(T, W)], KV bytes read for one sequence holding T tokens (§4)."""
+    full = n_layers - n_sliding_layers
+    return kv_replication * kv_overhead * e_kv * (full * tokens + n_sliding_layers * jnp.minimum(tokens, window))

@@ -32,6 +32,7 @@ class ModelSpec(eqx.Module):
     window: jax.Array  # W, sliding window in tokens (inf where none)
     n_sliding_layers: jax.Array  # L_s
     mla: jax.Array  # 1.0 for multi-head latent attention, else 0.0
+    moe: jax.Array  # 1.0 for mixture-of-experts FFNs, else 0.0
     kv_lora_rank: jax.Array  # d_c (MLA)
     rope_dim: jax.Array  # d_R (MLA)
 
@@ -54,6 +55,32 @@ class SlimCoeffs(eqx.Module):
     alpha: jax.Array  # per-output-token overhead, s/token
     gamma: jax.Array  # dense decode scale, s per layer per (D/1024)^2 per token
     t_fixed: jax.Array  # batch-level fixed overhead, s
+
+
+class ServingSpec(eqx.Module):
+    """One balanced replica group's serving settings (MODEL.md §0), per (model, GPU)."""
+
+    n_gpu: jax.Array  # GPUs in the group (tensor parallel)
+    memory_utilization: jax.Array  # u, fraction of VRAM the server may use
+    reserved_bytes: jax.Array  # M_R, runtime memory reserved for the whole group
+    kv_replication: jax.Array  # r ≥ 1
+    kv_overhead: jax.Array  # o ≥ 1 (metadata, quantisation scales)
+    block_size: jax.Array  # β tokens
+    chunk_size: jax.Array  # s tokens; 0 = whole prompt in one chunk
+    launch_overhead_s: jax.Array  # t_l per iteration or chunk
+    compute_efficiency: jax.Array  # e_F
+    bandwidth_efficiency: jax.Array  # e_B
+    kv_dtype_bytes: jax.Array  # b_kv
+    weight_bytes: jax.Array  # b_w
+
+
+class MeasuredSpec(eqx.Module):
+    """Measured mode (MODEL.md §4): one measured operating point per (model, GPU); NaN where none."""
+
+    batch: jax.Array  # B_cal, the calibration concurrency
+    request_rate: jax.Array  # R, completed requests/s at B_cal
+    ttft_s: jax.Array
+    itl_s: jax.Array
 
 
 SLIM_PARAMS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SlimCoeffs))

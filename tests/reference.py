@@ -50,3 +50,73 @@ def b_cap(arch, gpu, theta, batches, I, O, slo_s, epsilon) -> int:
         if r["slim_e2e_s"] <= slo_s and r["slim_throughput"] / (B * t1) > epsilon and r["slim_throughput"] > best_t:
             best, best_t = B, r["slim_throughput"]
     return best
+
+
+# ------------------------------------------------------------------ capacity calculator (§3–§5)
+
+
+def footprint(arch: dict, N: int, block: int, r: float = 1.0, o: float = 1.0) -> float:
+    e_kv = kv_bytes_per_layer_token(arch)
+    rnd = lambda n: math.ceil(n / block) * block
+    L_s = arch["n_sliding_layers"]
+    L_f = arch["n_layers"] - L_s
+    return r * o * e_kv * (L_f * rnd(N) + L_s * rnd(min(N, arch["window"])))
+
+
+def max_seqs(pool: float, fp: float) -> int:
+    if pool <= 0:
+        return 0
+    n = 0
+    while (n + 1) * fp <= pool:  # the definition, counted (slow; small pools only)
+        n += 1
+    return n
+
+
+def kv_read(T, e_kv, L, L_s, W, r=1.0, o=1.0):
+    return r * o * e_kv * ((L - L_s) * T + L_s * min(T, W))
+
+
+def prefill_chunks(I, s, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0):
+    """Chunk by chunk: (t_pre, t_chunk_max, K_c)."""
+    if s <= 0 or s >= I:
+        s = I
+    times = []
+    p = 0
+    while p < I:
+        n = min(s, I - p)
+        ops = 2 * P * n + a * (n * p + n * n / 2)
+        byt = M_W + kv_read(p, e_kv, L, L_s, W, r, o)
+        times.append(max(ops / F, byt / BW) + t_l)
+        p += n
+    return sum(times), max(times), len(times)
+
+
+def decode_steps(B, I, O, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0):
+    """Step by step: ITL (NaN when O = 1)."""
+    if O == 1:
+        return math.nan
+    total = 0.0
+    for j in range(1, O):
+        T = I + j
+        total += max(B * (2 * P + a * T) / F, (M_W + B * kv_read(T, e_kv, L, L_s, W, r, o)) / BW) + t_l
+    return total / (O - 1)
+
+
+def erlang_b_recurrence(m: int, A: float) -> float:
+    E = 1.0
+    for k in range(1, m + 1):
+        E = A * E / (k + A * E)
+    return E
+
+
+def mmc(m: int, S: float, lam: float) -> dict:
+    A = lam * S
+    if m == 0:
+        return dict(utilization=math.inf, p_wait=1.0, wait_s=math.inf, response_s=math.inf, in_system=math.inf)
+    rho = A / m
+    if rho >= 1:
+        return dict(utilization=rho, p_wait=1.0, wait_s=math.inf, response_s=math.inf, in_system=math.inf)
+    E = erlang_b_recurrence(m, A)
+    pw = E / (1 - rho * (1 - E))
+    wq = pw * S / (m * (1 - rho))
+    return dict(utilization=rho, p_wait=pw, wait_s=wq, response_s=wq + S, in_system=lam * (wq + S))

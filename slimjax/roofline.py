@@ -1,0 +1,148 @@
+"""Roofline prefill and decode timing and the service proxy (MODEL.md §4; source 001 "Roofline").
+
+Every sum over prefill chunks or decode steps is evaluated in closed form: each step's time is
+max(compute, bandwidth) + t_l with both terms linear in the step index, piecewise at the sliding-window
+crossover, so a sum is a few arithmetic series split where the two lines cross. A one-token chunk
+size or O = 100 000 costs the same as one chunk. Pure functions of broadcastable arrays; seconds.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def _series(a, b, lo, hi):
+    """Σ_{k=lo..hi} (a + b·k), 0 when hi < lo."""
+    count = jnp.maximum(hi - lo + 1.0, 0.0)
+    return jnp.where(count > 0, count * a + b * (lo + hi) * count / 2.0, 0.0)
+
+
+def sum_max_linear(a1, b1, a2, b2, lo, hi):
+    """Σ_{k=lo..hi} max(a1 + b1·k, a2 + b2·k) in closed form (0 when hi < lo).
+
+    Two lines cross at most once, so the range splits at the crossing into one arithmetic series
+    per line.
+    """
+    da, db = a1 - a2, b1 - b2
+    safe = jnp.where(db == 0, 1.0, db)
+    cross = -da / safe
+    rising = db > 0  # line 1 wins after the crossing
+    split = jnp.where(rising, jnp.ceil(cross), jnp.floor(cross) + 1.0)
+    split = jnp.where(db == 0, lo, jnp.clip(split, lo, jnp.maximum(hi + 1.0, lo)))
+    line1_high = jnp.where(db == 0, da >= 0, rising)
+    low_a, low_b = jnp.where(line1_high, a2, a1), jnp.where(line1_high, b2, b1)
+    high_a, high_b = jnp.where(line1_high, a1, a2), jnp.where(line1_high, b1, b2)
+    return _series(low_a, low_b, lo, split - 1.0) + _series(high_a, high_b, split, hi)
+
+
+def max_max_linear(a1, b1, a2, b2, lo, hi):
+    """max_{k=lo..hi} max(a1 + b1·k, a2 + b2·k): convex, so at an end (−inf when hi < lo)."""
+    ends = jnp.maximum(jnp.maximum(a1 + b1 * lo, a2 + b2 * lo), jnp.maximum(a1 + b1 * hi, a2 + b2 * hi))
+    return jnp.where(hi >= lo, ends, -jnp.inf)
+
+
+def attention_flops_coefficient(n_layers, n_heads, head_dim):
+    """a = 4·L·H_q·d_h: attention FLOPs per (query token × context token), full context on every layer."""
+    return 4.0 * n_layers * n_heads * head_dim
+
+
+def chunk_count(input_len, chunk_size):
+    """K_c = ⌈I/s⌉, one chunk when s = 0 or s ≥ I; and the effective chunk size."""
+    s = jnp.where((chunk_size <= 0) | (chunk_size >= input_len), input_len, chunk_size)
+    return jnp.ceil(input_len / s), s
+
+
+def prefill_time(input_len, chunk_size, n_params, attn, weights, kv_per_token_full, kv_per_token_sliding,
+                 window, flops, bandwidth, launch_overhead_s):
+    """Prefill of one prompt in chunks (§4): returns (t_pre, t_chunk_max, K_c), seconds.
+
+    Chunk k has p_k = k·s earlier tokens and n_k = min(s, I − p_k) new ones;
+    t_k = max((2P·n_k + a·(n_k·p_k + n_k²/2))/F, (M_W + K(p_k))/BW) + t_l. ``kv_per_token_full``
+    = r·o·e_kv·L_f and ``kv_per_token_sliding`` = r·o·e_kv·L_s, so K(T) = full·T + sliding·min(T, W).
+    Full chunks are summed in closed form on both sides of the window crossover; the last, shorter
+    chunk is added apart.
+    """
+    k_c, s = chunk_count(input_len, chunk_size)
+    last = k_c - 1.0
+    # full chunks k = 0 … K_c − 2: compute a1 + b1·k; bandwidth a2 + b2·k (inside the window) or a3 + b3·k
+    a1 = (2.0 * n_params * s + attn * s * s / 2.0) / flops
+    b1 = attn * s * s / flops
+    a2 = weights / bandwidth
+    b2 = (kv_per_token_full + kv_per_token_sliding) * s / bandwidth
+    tail = jnp.where(kv_per_token_sliding > 0, kv_per_token_sliding * window, 0.0)
+    a3 = (weights + tail) / bandwidth
+    b3 = kv_per_token_full * s / bandwidth
+    k_window = jnp.floor(window / s)  # chunks whose prefix fits the window: k·s ≤ W
+    in_hi = jnp.minimum(last - 1.0, k_window)
+    out_lo = jnp.clip(k_window + 1.0, 0.0, last)  # = last (an empty range) when W = inf
+    total = sum_max_linear(a1, b1, a2, b2, 0.0, in_hi) + sum_max_linear(a1, b1, a3, b3, out_lo, last - 1.0)
+    longest = jnp.maximum(max_max_linear(a1, b1, a2, b2, 0.0, in_hi), max_max_linear(a1, b1, a3, b3, out_lo, last - 1.0))
+    # the last chunk
+    p = last * s
+    n = input_len - p
+    ops = 2.0 * n_params * n + attn * (n * p + n * n / 2.0)
+    kv = kv_per_token_full * p + kv_per_token_sliding * jnp.minimum(p, window)
+    t_last = jnp.maximum(ops / flops, (weights + kv) / bandwidth)
+    t_pre = total + t_last + k_c * launch_overhead_s
+    t_chunk_max = jnp.maximum(longest, t_last) + launch_overhead_s
+    return t_pre, t_chunk_max, k_c
+
+
+def decode_itl(batch, input_len, output_len, n_params, attn, weights, kv_per_token_full, kv_per_token_sliding,
+               window, flops, bandwidth, launch_overhead_s):
+    """ITL = (Σ_{j=1..O−1} t_j)/(O − 1) at concurrency B (§4), seconds; NaN when O = 1.
+
+    Step j decodes at context T_j = I + j: t_j = max(B·(2P + a·T_j)/F, (M_W + B·K(T_j))/BW) + t_l,
+    summed in closed form on both sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I).
+    """
+    steps = output_len - 1.0
+    a1 = batch * (2.0 * n_params + attn * input_len) / flops
+    b1 = batch * attn / flops
+    per_token = kv_per_token_full + kv_per_token_sliding
+    a2 = (weights + batch * per_token * input_len) / bandwidth
+    b2 = batch * per_token / bandwidth
+    tail = jnp.where(kv_per_token_sliding > 0, kv_per_token_sliding * window, 0.0)
+    a3 = (weights + batch * (kv_per_token_full * input_len + tail)) / bandwidth
+    b3 = batch * kv_per_token_full / bandwidth
+    j_window = jnp.floor(window - input_len)
+    total = (sum_max_linear(a1, b1, a2, b2, 1.0, jnp.minimum(steps, j_window))
+             + sum_max_linear(a1, b1, a3, b3, jnp.clip(j_window + 1.0, 1.0, jnp.maximum(steps + 1.0, 1.0)), steps))
+    return jnp.where(steps > 0, total / jnp.where(steps > 0, steps, 1.0) + launch_overhead_s, jnp.nan)
+
+
+def time_to_first_token(batch, output_len, prefill_s, chunks, itl_s):
+    """TTFT = B·t_pre + [B > 1 and O > 1]·(K_c − 1)·ITL: the batch's prefills, serialised, with the
+    decode steps interleaved between chunks (§4, a screen, not a scheduler)."""
+    interleaved = (batch > 1) & (output_len > 1)
+    return batch * prefill_s + jnp.where(interleaved, (chunks - 1.0) * itl_s, 0.0)
+
+
+def service_time(output_len, ttft_s, itl_s):
+    """S(B) = TTFT + (O − 1)·ITL, = TTFT when O = 1 (§4), seconds."""
+    return jnp.where(output_len > 1, ttft_s + (output_len - 1.0) * itl_s, ttft_s)
+
+
+def itl_with_chunk(itl_s, chunk_max_s):
+    """ITL_chunk = ITL + t_chunk_max: a decode step that waits for one interleaved chunk (§4)."""
+    return itl_s + chunk_max_s
+
+
+def request_rate(batch, service_s):
+    """Completed requests/s, B / S(B)."""
+    return batch / service_s
+
+
+def token_throughput(batch, input_len, output_len, service_s):
+    """Total (prompt + output) tokens/s, B·(I + O) / S(B)."""
+    return batch * (input_len + output_len) / service_s
+
+
+def measured_service_time(batch, measured_batch, measured_request_rate):
+    """Measured mode: S(B) = max(B, B_cal)/R, slot occupancy held below B_cal (§4)."""
+    return jnp.maximum(batch, measured_batch) / measured_request_rate
+
+
+def measured_ttft_itl(output_len, service_s, measured_ttft_s, measured_itl_s):
+    """Measured mode TTFT and ITL: the measured ones when O > 1; TTFT = S and ITL NaN when O = 1."""
+    multi = output_len > 1
+    return jnp.where(multi, measured_ttft_s, service_s), jnp.where(multi, measured_itl_s, jnp.nan)
