@@ -15,7 +15,7 @@ import yaml
 
 from . import __version__, grid, store
 from .catalog import PRICE_DATE
-from .schema import COORD_ATTRS, DIMS, VARIABLES
+from .schema import ALL_VARIABLES, COORD_ATTRS, DIMS, ROOFLINE_ONLY, VARIABLES
 from .sweepfile import Sweep, parse
 
 DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
@@ -25,7 +25,7 @@ class _MemorySink:
     def __init__(self, sweep: Sweep, names: list[str]):
         coords = _coords(sweep)
         self.arrays = {
-            n: np.empty(tuple(len(coords[d]) for d in VARIABLES[n][0]), dtype=_dtype(sweep, n)) for n in names
+            n: np.empty(tuple(len(coords[d]) for d in ALL_VARIABLES[n][0]), dtype=_dtype(sweep, n)) for n in names
         }
 
     def write(self, name, region, values):
@@ -33,22 +33,36 @@ class _MemorySink:
 
 
 def _dtype(sweep: Sweep, name: str) -> np.dtype:
-    return np.dtype(np.int32) if name == "b_cap" else sweep.dtype
+    return {"b_cap": np.dtype(np.int32), "max_seqs": np.dtype(np.int64)}.get(name, sweep.dtype)
 
 
 def _coords(sweep: Sweep) -> dict[str, np.ndarray]:
-    return {
+    coords = {
         "model": np.asarray(sweep.models, dtype=str),
         "gpu": np.asarray(sweep.gpus, dtype=str),
         "batch": sweep.batch,
         "input_len": sweep.input_len,
         "output_len": sweep.output_len,
     }
+    if sweep.arrival_rate is not None:
+        coords["arrival_rate"] = sweep.arrival_rate
+    return coords
 
 
 def _var_attrs(sweep: Sweep, name: str, slo: np.ndarray | None) -> dict:
-    dims, units, long_name = VARIABLES[name]
+    dims, units, long_name = ALL_VARIABLES[name]
     attrs = {"units": units, "long_name": long_name}
+    no_roofline = [m for m, mla, moe in zip(sweep.models, sweep.model.mla, sweep.model.moe) if mla or moe]
+    if name in ROOFLINE_ONLY:
+        attrs["mode"] = "roofline only (not measured mode, not used for the queue)"
+    if no_roofline and (name in ROOFLINE_ONLY or name in ("itl_s", "ttft_s", "service_s", "request_rate", "token_throughput")
+                        or (sweep.arrival_rate is not None and "arrival_rate" in dims)):
+        attrs["nan_reason"] = (f"NaN for {', '.join(no_roofline)}: the roofline is a dense-decoder estimate, not "
+                               "applicable to MoE or MLA models; give a measured block to use measured mode")
+    if name in ("itl_s", "ttft_s", "service_s", "request_rate", "token_throughput") and sweep.measured is not None:
+        pairs = [f"{m}/{g}" for i, m in enumerate(sweep.models) for j, g in enumerate(sweep.gpus)
+                 if not np.isnan(sweep.measured.batch[i, j])]
+        attrs["measured_mode"] = ", ".join(pairs)
     if name == "b_cap" and sweep.advisor is not None:
         attrs["epsilon"] = sweep.advisor.epsilon
         attrs["slo_s"] = json.dumps({m: {g: float(slo[i, j]) for j, g in enumerate(sweep.gpus)} for i, m in enumerate(sweep.models)})
@@ -72,7 +86,11 @@ def _dataset_attrs(sweep: Sweep) -> dict:
         "slim_coefficients": json.dumps(sweep.coeffs_table),
         "slim_coefficients_source": sweep.coeffs_source,
         "advisor": json.dumps(advisor),
-        "serving": json.dumps(None),
+        "serving": json.dumps(sweep.serving_table),
+        "measured": json.dumps(None if sweep.measured is None else {
+            m: {g: {k: float(getattr(sweep.measured, k)[i, j]) for k in ("batch", "request_rate", "ttft_s", "itl_s")}
+                for j, g in enumerate(sweep.gpus) if not np.isnan(sweep.measured.batch[i, j])}
+            for i, m in enumerate(sweep.models) if not np.all(np.isnan(sweep.measured.batch[i]))}),
         "precision": sweep.precision,
         "price_date": PRICE_DATE,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -109,11 +127,12 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
             sink = _MemorySink(sw, names)
             grid.evaluate(sw, sink, memory_budget_bytes=memory_budget_bytes, progress=progress)
             ds = xr.Dataset(coords={k: (k, v, COORD_ATTRS[k]) for k, v in coords.items()}, attrs=attrs)
-            return canonical(ds.assign({n: (VARIABLES[n][0], sink.arrays[n], var_attrs[n]) for n in names}))
+            return canonical(ds.assign({n: (ALL_VARIABLES[n][0], sink.arrays[n], var_attrs[n]) for n in names}))
         sizes = dict(model=len(sw.models), gpu=len(sw.gpus), input_len=len(sw.input_len), output_len=len(sw.output_len))
         block = grid.plan_blocks(sizes, grid.bytes_per_cell(sw), memory_budget_bytes)
-        chunk = {"model": 1, "gpu": 1, "batch": len(sw.batch), "input_len": block["input_len"], "output_len": block["output_len"]}
-        variables = {n: (VARIABLES[n][0], _dtype(sw, n), tuple(chunk[d] for d in VARIABLES[n][0]), var_attrs[n]) for n in names}
+        chunk = {"model": 1, "gpu": 1, "batch": len(sw.batch), "input_len": block["input_len"], "output_len": block["output_len"],
+                 "arrival_rate": 0 if sw.arrival_rate is None else len(sw.arrival_rate)}
+        variables = {n: (ALL_VARIABLES[n][0], _dtype(sw, n), tuple(chunk[d] for d in ALL_VARIABLES[n][0]), var_attrs[n]) for n in names}
         sink = store.ZarrSink(target, coords, COORD_ATTRS, variables, attrs)
         try:
             grid.evaluate(sw, sink, memory_budget_bytes=memory_budget_bytes, progress=progress)
@@ -132,7 +151,7 @@ def canonical(ds: xr.Dataset) -> xr.Dataset:
     order = [d for d in (*DIMS, "arrival_rate") if d in ds.dims]
     out = xr.Dataset(coords={d: ds[d] for d in order}, attrs=ds.attrs)
     out = out.assign_coords({k: v for k, v in ds.coords.items() if k not in order})
-    names = [n for n in VARIABLES if n in ds.data_vars] + [n for n in ds.data_vars if n not in VARIABLES]
+    names = [n for n in ALL_VARIABLES if n in ds.data_vars] + [n for n in ds.data_vars if n not in ALL_VARIABLES]
     return out.assign({n: ds[n] for n in names})
 
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from . import advisor as advisor_mod
 from .errors import SlimjaxError
-from .schema import DIMS, VARIABLES
+from .schema import ALL_VARIABLES, CAPACITY_VARIABLES, DIMS, QUEUE_VARIABLES, VARIABLES
+from .capacity import capacity_cell_terms, queue_terms, service_terms
 from .slim import slim_batch_terms, slim_cell_terms, slim_variables
 from .specs import astype
 from .sweepfile import Sweep
@@ -31,7 +32,12 @@ _WORKING_FACTOR = 3.0
 
 
 def variable_names(sweep: Sweep) -> list[str]:
-    return [v for v in VARIABLES if v != "b_cap" or sweep.advisor is not None]
+    names = [v for v in VARIABLES if v != "b_cap" or sweep.advisor is not None]
+    if sweep.serving is not None:
+        names += list(CAPACITY_VARIABLES)
+    if sweep.arrival_rate is not None:
+        names += list(QUEUE_VARIABLES)
+    return names
 
 
 def _expand(spec, axes: tuple[int, ...]):
@@ -56,38 +62,66 @@ def _gather(spec, index, axis: int):
     return jax.tree_util.tree_map(lambda x: jnp.take(x, index, axis=axis, mode="clip"), spec)
 
 
+F64 = jnp.float64  # capacity and queue arithmetic: exact max_seqs, accurate Erlang B
+
+
+def _f64(tree):
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(x, F64), tree)
+
+
 @functools.partial(jax.jit, static_argnames=("block",))
-def _cell_block(model, gpu, coeffs, input_len, output_len, starts, *, block: tuple[int, int, int, int]):
+def _cell_block(inputs, starts, *, block: tuple[int, int, int, int]):
     """Batch-independent terms per (model, GPU, I, O) cell of one block, materialised by their own
     call: fused into the grid kernel, XLA would re-derive them at every grid point (several times
     slower). The block's indices are clipped at the edges (padding), so every block compiles alike."""
     im, ig, ii, io = (s + jnp.arange(n) for s, n in zip(starts, block))
-    model, gpu = _gather(model, im, 0), _gather(gpu, ig, 0)
-    coeffs = _gather(_gather(coeffs, im, 0), ig, 1)
-    input_len = jnp.take(input_len, ii, mode="clip")
-    output_len = jnp.take(output_len, io, mode="clip")
-    cell = slim_cell_terms(
-        _expand(model, (0,)), _expand(gpu, (1,)), _expand(coeffs, (0, 1)),
-        input_len.reshape(1, 1, 1, -1, 1), output_len.reshape(1, 1, 1, 1, -1),
-    )
-    return cell, coeffs, input_len, output_len
+    pair = lambda t: _expand(_gather(_gather(t, im, 0), ig, 1), (0, 1))
+    model, gpu = _expand(_gather(inputs["model"], im, 0), (0,)), _expand(_gather(inputs["gpu"], ig, 0), (1,))
+    I = jnp.take(inputs["input_len"], ii, mode="clip").reshape(1, 1, 1, -1, 1)
+    O = jnp.take(inputs["output_len"], io, mode="clip").reshape(1, 1, 1, 1, -1)
+    coeffs = pair(inputs["coeffs"])
+    out = {"coeffs": coeffs, "slo_s": pair(inputs["slo_s"]), "I": I, "O": O}
+    if "serving" in inputs:
+        serving = pair(inputs["serving"])
+        out["slim"] = slim_cell_terms(model, gpu, coeffs, I, O, n_gpu=serving.n_gpu.astype(I.dtype),
+                                      kv_dtype_bytes=serving.kv_dtype_bytes.astype(I.dtype))
+        model64 = _expand(_gather(inputs["model64"], im, 0), (0,))
+        gpu64 = _expand(_gather(inputs["gpu64"], ig, 0), (1,))
+        out["capacity"] = capacity_cell_terms(model64, gpu64, _f64(serving), I.astype(F64), O.astype(F64))
+        if "measured" in inputs:
+            out["measured"] = pair(inputs["measured"])
+    else:
+        out["slim"] = slim_cell_terms(model, gpu, coeffs, I, O)
+    return out
 
 
 @functools.partial(jax.jit, static_argnames=("block", "with_advisor"))
-def _batch_block(cell, coeffs, slo_s, batch, input_len, output_len, epsilon, starts, *, block, with_advisor: bool):
-    im, ig = (s + jnp.arange(n) for s, n in zip(starts[:2], block[:2]))
-    slo_s = jnp.take(jnp.take(slo_s, im, axis=0, mode="clip"), ig, axis=1, mode="clip")
-    c = _expand(coeffs, (0, 1))
+def _batch_block(cell, batch, arrival_rate, epsilon, *, block, with_advisor: bool):
+    c, I, O = cell["coeffs"], cell["I"], cell["O"]
     B = batch.reshape(1, 1, -1, 1, 1)
-    I = input_len.reshape(1, 1, 1, -1, 1)
-    O = output_len.reshape(1, 1, 1, 1, -1)
     shape5 = (block[0], block[1], B.shape[2], block[2], block[3])
-    out = {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, c, B, I, O)}
-    result = {k: _to_dims(v, VARIABLES[k][0], shape5) for k, v in out.items()}
+    dt = I.dtype
+    out = {"kv_traffic_bytes": cell["slim"]["kv_traffic_bytes"], **slim_batch_terms(cell["slim"], c, B, I, O)}
+    cap = cell.get("capacity")
+    if cap is not None:
+        measured = cell.get("measured")
+        B64, I64, O64 = B.astype(F64), I.astype(F64), O.astype(F64)
+        out.update({k: cap[k] for k in CAPACITY_VARIABLES if k in cap})
+        out.update(service_terms(cap, measured, B64, I64, O64))
+        if arrival_rate is not None:
+            out.update(queue_terms(cap, measured, B64, I64, O64, arrival_rate.astype(F64)))
+    result = {}
+    for k, v in out.items():
+        dims = ALL_VARIABLES[k][0]
+        if "arrival_rate" in dims:
+            result[k] = jnp.broadcast_to(v, (*shape5, arrival_rate.shape[0])).astype(dt)
+        else:
+            result[k] = _to_dims(v, dims, shape5).astype(jnp.int64 if k == "max_seqs" else dt)
     if with_advisor:
-        t1 = slim_batch_terms(cell, c, jnp.ones((), B.dtype), I, O)["slim_throughput"]
+        t1 = slim_batch_terms(cell["slim"], c, jnp.ones((), B.dtype), I, O)["slim_throughput"]
+        allowed = None if cap is None else B.astype(F64) <= cap["max_seqs"]
         b_cap = advisor_mod.batch_capacity(
-            result["slim_throughput"], result["slim_e2e_s"], B, t1, _expand(slo_s, (0, 1)), epsilon, axis=2
+            result["slim_throughput"], result["slim_e2e_s"], B, t1, cell["slo_s"], epsilon, axis=2, allowed=allowed
         )
         result["b_cap"] = jnp.broadcast_to(b_cap, tuple(shape5[DIMS.index(d)] for d in VARIABLES["b_cap"][0])).astype(jnp.int32)
     return result
@@ -96,10 +130,9 @@ def _batch_block(cell, coeffs, slo_s, batch, input_len, output_len, epsilon, sta
 def evaluate_block(inputs: dict, starts, block: tuple[int, int, int, int], *, with_advisor: bool):
     """All grid variables on one block: ``inputs`` holds the whole sweep's (small) arrays on one
     device; ``starts`` the block's first index along BLOCK_AXES; ``block`` its (padded) extents."""
-    cell, coeffs, input_len, output_len = _cell_block(
-        inputs["model"], inputs["gpu"], inputs["coeffs"], inputs["input_len"], inputs["output_len"], starts, block=block)
-    return _batch_block(cell, coeffs, inputs["slo_s"], inputs["batch"], input_len, output_len, inputs["epsilon"],
-                        starts, block=block, with_advisor=with_advisor)
+    cell = _cell_block(inputs, starts, block=block)
+    return _batch_block(cell, inputs["batch"], inputs.get("arrival_rate"), inputs["epsilon"], block=block,
+                        with_advisor=with_advisor)
 
 
 def reference_e2e(sweep: Sweep) -> np.ndarray:
@@ -157,9 +190,14 @@ def plan_blocks(sizes: dict[str, int], bytes_per_cell: float, budget_bytes: floa
 
 
 def bytes_per_cell(sweep: Sweep) -> float:
-    nb = len(sweep.batch)
-    item = sweep.dtype.itemsize
-    per = sum((nb if "batch" in VARIABLES[v][0] else 1) * item for v in variable_names(sweep))
+    """Working memory of one (model, GPU, I, O) cell: its outputs (float64 where capacity and queue
+    are computed) times a factor for temporaries and the block in flight."""
+    nb, nl = len(sweep.batch), 1 if sweep.arrival_rate is None else len(sweep.arrival_rate)
+    per = 0
+    for v in variable_names(sweep):
+        dims = ALL_VARIABLES[v][0]
+        item = sweep.dtype.itemsize if v in VARIABLES else 8
+        per += (nb if "batch" in dims else 1) * (nl if "arrival_rate" in dims else 1) * item
     return per * _WORKING_FACTOR
 
 
@@ -181,6 +219,13 @@ def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -
         batch=sweep.batch.astype(dt), input_len=sweep.input_len.astype(dt), output_len=sweep.output_len.astype(dt),
         epsilon=dt.type(sweep.advisor.epsilon if sweep.advisor else 0.0),
     )
+    if sweep.serving is not None:  # capacity inputs stay float64 (see capacity_cell_terms)
+        host["serving"] = astype(sweep.serving, np.float64)
+        host["model64"], host["gpu64"] = astype(sweep.model, np.float64), astype(sweep.gpu, np.float64)
+    if sweep.measured is not None:
+        host["measured"] = astype(sweep.measured, np.float64)
+    if sweep.arrival_rate is not None:
+        host["arrival_rate"] = sweep.arrival_rate
     # One block in flight per local device (CPU: one per core, see slimjax/__init__.py); the
     # sweep's small input arrays go to each device once, blocks are picked out on the device.
     devices = jax.local_devices()
@@ -193,7 +238,7 @@ def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -
 
     def store(b: Block, result) -> None:
         for name, value in result.items():
-            dims = VARIABLES[name][0]
+            dims = ALL_VARIABLES[name][0]
             if any(b.slices[a].start != 0 for a in BLOCK_AXES if a not in dims):
                 continue  # a variable independent of a blocked axis is stored from its first block only
             valid = tuple(slice(0, b.slices[d].stop - b.slices[d].start) if d in b.slices else slice(None) for d in dims)

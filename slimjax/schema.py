@@ -19,10 +19,39 @@ VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "b_cap": (PAIR_LENS, "batch size (0 = none)", "batch-capacity advisor recommendation B_cap (Eq. 13)"),
 }
 
+QUEUE_DIMS = (*ALL5, "arrival_rate")
+# The capacity calculator (MODEL.md §3–§4), present when a sweep has serving, measured or arrival_rate.
+CAPACITY_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "weights_bytes": (PAIR, "bytes", "resident weights of the replica group, M_W = P·b_w"),
+    "kv_pool_bytes": (PAIR, "bytes", "KV-cache pool u·M − M_W − M_R (negative: weights do not fit)"),
+    "kv_bytes_per_token": (PAIR, "bytes", "raw KV-cache bytes per token, L·e_kv"),
+    "seq_footprint_bytes": (PAIR_LENS, "bytes", "KV bytes reserved per sequence of I + O tokens (blocks, window, factors)"),
+    "max_seqs": (PAIR_LENS, "sequences", "concurrent sequences that fit the KV pool, floor(pool / footprint)"),
+    "prefill_s": (("model", "gpu", "input_len"), "s", "roofline prefill time of one prompt, chunked"),
+    "chunk_max_s": (("model", "gpu", "input_len"), "s", "longest prefill chunk"),
+    "itl_s": (ALL5, "s", "inter-token latency at concurrency B"),
+    "itl_chunk_s": (ALL5, "s", "inter-token latency of a step that waits for one prefill chunk (roofline)"),
+    "ttft_s": (ALL5, "s", "time to first token of the batch (service proxy)"),
+    "service_s": (ALL5, "s", "service time S(B) of the batch"),
+    "request_rate": (ALL5, "requests/s", "completed requests per second, B / S(B)"),
+    "token_throughput": (ALL5, "tokens/s", "prompt + output tokens per second, B·(I + O) / S(B)"),
+}
+# The M/M/c queue (MODEL.md §5), present when a sweep has arrival_rate.
+QUEUE_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "utilization": (QUEUE_DIMS, "1", "server utilisation ρ = λ·S(m)/m, m = min(B, max_seqs)"),
+    "p_wait": (QUEUE_DIMS, "1", "probability an arrival waits (Erlang C); 1 without steady state"),
+    "wait_s": (QUEUE_DIMS, "s", "mean queueing delay W_q (+inf: unbounded)"),
+    "response_s": (QUEUE_DIMS, "s", "mean response time W_q + S (+inf: unbounded)"),
+    "in_system": (QUEUE_DIMS, "requests", "mean requests in system, λ·R (+inf: unbounded)"),
+}
+ALL_VARIABLES = {**VARIABLES, **CAPACITY_VARIABLES, **QUEUE_VARIABLES}
+ROOFLINE_ONLY = ("prefill_s", "chunk_max_s", "itl_chunk_s")
+
 COORD_ATTRS = {
     "model": {"long_name": "model"},
     "gpu": {"long_name": "GPU"},
     "batch": {"units": "sequences", "long_name": "batch size / concurrency B"},
     "input_len": {"units": "tokens", "long_name": "input (prompt) length I"},
     "output_len": {"units": "tokens", "long_name": "output length O"},
+    "arrival_rate": {"units": "requests/s", "long_name": "Poisson arrival rate λ"},
 }

@@ -55,17 +55,19 @@ def token_throughput(batch, input_len, output_len, e2e_s):
     return batch * (input_len + output_len) / e2e_s
 
 
-def slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu=1.0):
+def slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu=1.0, kv_dtype_bytes=None):
     """The batch-independent SLIM terms of each (model, GPU, I, O) cell (MODEL.md §1).
 
     F_pre, T_pre and T_dec are linear in B (Eqs. 7–9), so a grid evaluates these once per cell and
     scales by B: prefill_flops = B·f1, T_pre = B·p1, T_dec = (B + B0)·d1. With ``n_gpu`` > 1
-    (tensor parallel) n_gpu·F_max and n_gpu·BW_max are used. Returns f1 (FLOP of one prompt),
+    (tensor parallel) n_gpu·F_max and n_gpu·BW_max are used; ``kv_dtype_bytes`` overrides the model's
+    b_kv (e.g. an fp8 cache). Returns f1 (FLOP of one prompt),
     p1 (s per prompt), d1 (decode s per sequence slot: [T_d + M_dec/BW_max]/η_m), kv_traffic_bytes.
     """
     kv_width = model.n_kv_heads * model.head_dim
     f1 = prefill_flops(model.n_layers, model.hidden, kv_width, model.ffn_dim, model.n_ffn, 1.0, input_len)
-    m_dec = kv_traffic_bytes(kv_bytes_per_token(model.n_layers, model_kv_bytes_per_layer_token(model)), input_len, output_len)
+    e_kv = model_kv_bytes_per_layer_token(model, kv_dtype_bytes)
+    m_dec = kv_traffic_bytes(kv_bytes_per_token(model.n_layers, e_kv), input_len, output_len)
     t_d = dense_decode_time(coeffs.alpha, coeffs.gamma, model.n_layers, model.hidden, output_len)
     return dict(
         f1=f1,

@@ -13,10 +13,10 @@ import yaml
 
 from . import catalog
 from .errors import SlimjaxError, suggest
-from .specs import SLIM_PARAMS, GPUSpec, ModelSpec, SlimCoeffs, stack
+from .specs import SLIM_PARAMS, GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, SlimCoeffs, stack
 
 REQUIRED_KEYS = ("models", "gpus", "batch", "input_len", "output_len")
-OPTIONAL_KEYS = ("slim", "advisor", "precision")
+OPTIONAL_KEYS = ("slim", "advisor", "precision", "serving", "arrival_rate", "measured")
 AXES = ("batch", "input_len", "output_len")
 PRECISIONS = ("float32", "float64")
 DEFAULT_SLO_REFERENCE = {"input_len": 2, "output_len": 128, "batch": 32}
@@ -48,6 +48,10 @@ class Sweep:
     output_len: np.ndarray
     advisor: Advisor | None
     precision: str
+    serving: ServingSpec | None  # leaves (M, G); None: the capacity calculator is off
+    serving_table: dict | None  # model -> GPU -> settings as given units, for attrs
+    measured: MeasuredSpec | None  # leaves (M, G), NaN where a pair has no measurement
+    arrival_rate: np.ndarray | None  # requests/s; None: no queue variables
     source: str  # the sweep file path, or "<dict>"
     spec: dict  # the spec as given (for provenance)
 
@@ -190,6 +194,162 @@ def _advisor(value: Any, batch: np.ndarray) -> Advisor | None:
     return Advisor(epsilon=epsilon, slo_s=slo_s, slo_factor=factor, slo_reference=ref)
 
 
+# serving key -> (default, check, spec field, converter to base units)
+SERVING_DEFAULTS = {
+    "n_gpu": 1, "gpu_memory_utilization": 0.9, "reserved_gib": 0.0, "kv_replication": 1.0, "kv_overhead": 1.0,
+    "block_size": 16, "chunk_size": 0, "launch_overhead_s": 0.0, "compute_efficiency": 1.0,
+    "bandwidth_efficiency": 1.0, "kv_dtype_bytes": None, "weight_dtype_bytes": None,
+}
+MEASURED_KEYS = ("batch", "request_rate", "ttft_s", "itl_s")
+
+
+def _check_serving_value(key: str, value: Any, field: str) -> float:
+    if key in ("kv_dtype_bytes", "weight_dtype_bytes"):
+        return catalog._dtype_bytes(value, field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise SlimjaxError(field, f"must be a number, got {value!r}")
+    rules = {
+        "n_gpu": (lambda v: v >= 1 and float(v) == int(v), "a positive integer"),
+        "gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1]"),
+        "reserved_gib": (lambda v: v >= 0, "non-negative"),
+        "kv_replication": (lambda v: v >= 1, "at least 1"),
+        "kv_overhead": (lambda v: v >= 1, "at least 1"),
+        "block_size": (lambda v: v >= 1 and float(v) == int(v), "a positive integer"),
+        "chunk_size": (lambda v: v >= 0 and float(v) == int(v), "a non-negative integer (0 = whole prompt)"),
+        "launch_overhead_s": (lambda v: v >= 0, "non-negative"),
+        "compute_efficiency": (lambda v: 0 < v <= 1, "in (0, 1]"),
+        "bandwidth_efficiency": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    }
+    ok, what = rules[key]
+    if not ok(value):
+        raise SlimjaxError(field, f"must be {what}, got {value!r}")
+    return float(value)
+
+
+def _keyed(value: Any, field: str, fields: tuple[str, ...], models: list[str], gpus: list[str]) -> tuple[dict, dict, dict]:
+    """Split a block into its top-level fields and per-model / per-GPU override mappings."""
+    if not isinstance(value, Mapping):
+        raise SlimjaxError(field, f"must be a mapping, got {value!r}")
+    top, by_model, by_gpu = {}, {}, {}
+    for key, v in value.items():
+        if key in fields:
+            top[key] = v
+        elif key in models or key in gpus:
+            if not isinstance(v, Mapping):
+                raise SlimjaxError(f"{field}.{key}", f"must be a mapping of {field} settings, got {v!r}")
+            bad = [k for k in v if k not in fields]
+            if bad:
+                raise SlimjaxError(f"{field}.{key}.{bad[0]}", f"unknown key{suggest(str(bad[0]), fields)}")
+            (by_model if key in models else by_gpu)[key] = dict(v)
+        else:
+            raise SlimjaxError(f"{field}.{key}", f"not a {field} setting nor a swept model or GPU{suggest(str(key), list(fields) + models + gpus)}")
+    return top, by_model, by_gpu
+
+
+def _serving(value: Any, models: list[tuple[str, dict]], gpus: list[str]) -> tuple[ServingSpec, dict]:
+    """Per (model, GPU) settings: defaults < top level < GPU entry < model entry."""
+    names = [m for m, _ in models]
+    top, by_model, by_gpu = _keyed(value or {}, "serving", tuple(SERVING_DEFAULTS), names, gpus)
+    rows, table = [], {}
+    for m, arch in models:
+        table[m] = {}
+        for g in gpus:
+            merged, where = {}, {}
+            for source, block in (("serving", top), (f"serving.{g}", by_gpu.get(g, {})), (f"serving.{m}", by_model.get(m, {}))):
+                for k, v in block.items():
+                    merged[k], where[k] = v, f"{source}.{k}"
+            checked = {}
+            for k, default in SERVING_DEFAULTS.items():
+                if k in merged:
+                    checked[k] = _check_serving_value(k, merged[k], where[k])
+                else:
+                    checked[k] = default
+            checked["kv_dtype_bytes"] = checked["kv_dtype_bytes"] or arch["kv_dtype_bytes"]
+            checked["weight_dtype_bytes"] = checked["weight_dtype_bytes"] or arch["weight_bytes"]
+            table[m][g] = checked
+            rows.append(dict(
+                n_gpu=checked["n_gpu"], memory_utilization=checked["gpu_memory_utilization"],
+                reserved_bytes=checked["reserved_gib"] * 2.0**30, kv_replication=checked["kv_replication"],
+                kv_overhead=checked["kv_overhead"], block_size=checked["block_size"], chunk_size=checked["chunk_size"],
+                launch_overhead_s=checked["launch_overhead_s"], compute_efficiency=checked["compute_efficiency"],
+                bandwidth_efficiency=checked["bandwidth_efficiency"], kv_dtype_bytes=checked["kv_dtype_bytes"],
+                weight_bytes=checked["weight_dtype_bytes"],
+            ))
+    spec = stack(ServingSpec, rows)
+    shaped = ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in dataclasses.asdict(spec).items()})
+    return shaped, table
+
+
+def _check_measured(block: Mapping, field: str) -> dict[str, float]:
+    missing = [k for k in MEASURED_KEYS if k not in block]
+    if missing:
+        raise SlimjaxError(f"{field}.{missing[0]}", f"missing: a measured block needs all of {', '.join(MEASURED_KEYS)}")
+    out = {}
+    for k in MEASURED_KEYS:
+        v = block[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
+            raise SlimjaxError(f"{field}.{k}", f"must be a positive number, got {v!r}")
+        if k == "batch" and float(v) != int(v):
+            raise SlimjaxError(f"{field}.{k}", f"must be an integer, got {v!r}")
+        out[k] = float(v)
+    return out
+
+
+def _measured(value: Any, models: list[str], gpus: list[str]) -> tuple[MeasuredSpec, dict]:
+    """One measured operating point per (model, GPU): the top-level block, or keyed by model or GPU."""
+    top, by_model, by_gpu = _keyed(value, "measured", MEASURED_KEYS, models, gpus)
+    table: dict = {}
+    arr = {k: np.full((len(models), len(gpus)), np.nan) for k in MEASURED_KEYS}
+    for i, m in enumerate(models):
+        for j, g in enumerate(gpus):
+            if m in by_model:
+                point, field = by_model[m], f"measured.{m}"
+            elif g in by_gpu:
+                point, field = by_gpu[g], f"measured.{g}"
+            elif top:
+                point, field = top, "measured"
+            else:
+                continue
+            checked = _check_measured(point, field)
+            table.setdefault(m, {})[g] = checked
+            for k in MEASURED_KEYS:
+                arr[k][i, j] = checked[k]
+    return MeasuredSpec(batch=arr["batch"], request_rate=arr["request_rate"], ttft_s=arr["ttft_s"], itl_s=arr["itl_s"]), table
+
+
+def _arrival_rates(value: Any) -> np.ndarray:
+    field = "arrival_rate"
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"start", "stop", "step"}
+        if unknown or not {"start", "stop", "step"} <= set(value):
+            raise SlimjaxError(field, f"a range needs exactly start, stop, step, got {dict(value)!r}")
+        start, stop, step = (value[k] for k in ("start", "stop", "step"))
+        for k, v in (("start", start), ("stop", stop), ("step", step)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SlimjaxError(f"{field}.{k}", f"must be a number, got {v!r}")
+        if step <= 0:
+            raise SlimjaxError(f"{field}.step", f"must be positive, got {step!r}")
+        values = list(np.arange(start, stop + step * 1e-9, step))
+    elif isinstance(value, (list, tuple)):
+        values = list(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        values = [value]
+    else:
+        raise SlimjaxError(field, f"must be a list of rates (requests/s) or {{start, stop, step}}, got {value!r}")
+    if not values:
+        raise SlimjaxError(field, "is empty")
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not np.isfinite(v):
+            raise SlimjaxError(f"{field}[{i}]", f"must be a number, got {v!r}")
+        if v < 0:
+            raise SlimjaxError(f"{field}[{i}]", f"must be non-negative, got {v!r}")
+    arr = np.asarray(values, dtype=np.float64)
+    if np.any(np.diff(arr) <= 0):
+        i = int(np.argmax(np.diff(arr) <= 0)) + 1
+        raise SlimjaxError(f"{field}[{i}]", f"values must be strictly increasing, got {arr[i - 1]:g} then {arr[i]:g}")
+    return arr
+
+
 def load_spec(spec: str | Path | Mapping) -> tuple[dict, str, Path | None]:
     """The spec mapping, its source label, and the folder relative paths are read from."""
     if isinstance(spec, Mapping):
@@ -242,7 +402,14 @@ def parse(spec: str | Path | Mapping) -> Sweep:
         p: np.broadcast_to(np.asarray([table[g][p] for g in gpu_names]), (len(models), len(gpus))).copy()
         for p in SLIM_PARAMS
     })
+    capacity = any(k in data for k in ("serving", "arrival_rate", "measured"))
+    serving, serving_table = _serving(data.get("serving"), models, gpu_names) if capacity else (None, None)
+    measured = _measured(data["measured"], [m for m, _ in models], gpu_names)[0] if data.get("measured") is not None else None
     return Sweep(
+        serving=serving,
+        serving_table=serving_table,
+        measured=measured,
+        arrival_rate=_arrival_rates(data["arrival_rate"]) if data.get("arrival_rate") is not None else None,
         models=[m for m, _ in models],
         gpus=gpu_names,
         model=stack(ModelSpec, [row for _, row in models]),

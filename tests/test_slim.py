@@ -33,6 +33,7 @@ def architectures(draw):
         window=float(draw(st.sampled_from([np.inf, 4096.0]))),
         n_sliding_layers=0.0,
         mla=1.0 if mla else 0.0,
+        moe=0.0,
         kv_lora_rank=float(draw(st.sampled_from([128, 512]))) if mla else 0.0,
         rope_dim=64.0 if mla else 0.0,
     )
