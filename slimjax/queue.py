@@ -48,13 +48,14 @@ def mmc(servers, service_s, arrival_rate):
     ρ is then reported as is (+inf when m = 0).
     """
     load = arrival_rate * service_s
+    load = jnp.where(servers > 0, load, 0.0)
     safe_m = jnp.where(servers > 0, servers, 1.0)
     rho = jnp.where(servers > 0, load / safe_m, jnp.inf)
     stable = (servers > 0) & (rho < 1.0)
     p_wait = erlang_c(safe_m, jnp.where(stable, load, 0.0), jnp.where(stable, rho, 0.0))
     wait = p_wait * service_s / (safe_m * (1.0 - jnp.where(stable, rho, 0.0)))
     response = wait + service_s
-    nan = jnp.isnan(load)
+    nan = jnp.isnan(load) & (servers > 0)  # no slots is unbounded whatever the service time
     return dict(
         utilization=rho,
         p_wait=jnp.where(stable, p_wait, jnp.where(nan, jnp.nan, 1.0)),

@@ -120,3 +120,38 @@ def mmc(m: int, S: float, lam: float) -> dict:
     pw = E / (1 - rho * (1 - E))
     wq = pw * S / (m * (1 - rho))
     return dict(utilization=rho, p_wait=pw, wait_s=wq, response_s=wq + S, in_system=lam * (wq + S))
+
+
+def capacity_point(arch, gpu, serving, B, I, O, measured=None):
+    """Every §3–§4 variable at one point, from the loops above (serving in base units)."""
+    sv = serving
+    e_kv = kv_bytes_per_layer_token({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]})
+    M_W = arch["n_params"] * sv["weight_bytes"]
+    pool = sv["memory_utilization"] * sv["n_gpu"] * gpu["memory_bytes"] - M_W - sv["reserved_bytes"]
+    fp = footprint({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]}, I + O, int(sv["block_size"]), sv["kv_replication"], sv["kv_overhead"])
+    seqs = 0 if pool <= 0 else math.floor(pool / fp)  # float quotient: 1.05 etc. are inexact in binary
+    dense = not (arch["mla"] or arch["moe"])
+    args = (arch["n_params"], 4 * arch["n_layers"] * arch["n_heads"] * arch["head_dim"], M_W, e_kv, arch["n_layers"],
+            arch["n_sliding_layers"], arch["window"], sv["n_gpu"] * gpu["flops"] * sv["compute_efficiency"],
+            sv["n_gpu"] * gpu["bandwidth"] * sv["bandwidth_efficiency"], sv["launch_overhead_s"], sv["kv_replication"], sv["kv_overhead"])
+
+    def service(b):
+        if measured is not None:
+            S = max(b, measured["batch"]) / measured["request_rate"]
+            return (measured["ttft_s"] if O > 1 else S), (measured["itl_s"] if O > 1 else math.nan), S
+        if not dense:
+            return math.nan, math.nan, math.nan
+        t_pre, _, k_c = prefill_chunks(I, int(sv["chunk_size"]), *args)
+        itl = decode_steps(b, I, O, *args)
+        ttft = b * t_pre + ((k_c - 1) * itl if (b > 1 and O > 1) else 0.0)
+        return ttft, itl, (ttft + (O - 1) * itl if O > 1 else ttft)
+
+    t_pre, t_max, _ = prefill_chunks(I, int(sv["chunk_size"]), *args)
+    ttft, itl, S = service(B)
+    roof_itl = decode_steps(B, I, O, *args)
+    out = dict(weights_bytes=M_W, kv_pool_bytes=pool, kv_bytes_per_token=arch["n_layers"] * e_kv,
+               seq_footprint_bytes=fp, max_seqs=seqs,
+               prefill_s=t_pre if dense else math.nan, chunk_max_s=t_max if dense else math.nan,
+               itl_s=itl, itl_chunk_s=(roof_itl + t_max) if dense else math.nan, ttft_s=ttft, service_s=S,
+               request_rate=B / S, token_throughput=B * (I + O) / S)
+    return out, seqs, service
