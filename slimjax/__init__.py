@@ -24,8 +24,8 @@ _jax.config.update("jax_enable_x64", True)
 
 __version__ = "0.1.0"
 
-from .api import point, summary, sweep  # noqa: E402
+from .api import capacity, capacity_cards, point, summary, sweep  # noqa: E402
 from .errors import SlimjaxError  # noqa: E402
 from .specs import GPUSpec, ModelSpec, SlimCoeffs  # noqa: E402
 
-__all__ = ["sweep", "point", "summary", "SlimjaxError", "ModelSpec", "GPUSpec", "SlimCoeffs", "__version__"]
+__all__ = ["sweep", "point", "summary", "capacity", "capacity_cards", "SlimjaxError", "ModelSpec", "GPUSpec", "SlimCoeffs", "__version__"]

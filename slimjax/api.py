@@ -196,3 +196,60 @@ def point(model, gpu, batch: int, input_len: int, output_len: int, *, slim: Mapp
         spec["slim"] = slim
     ds = sweep(spec, quiet=True)
     return {k: float(ds[k].values.reshape(-1)[0]) for k in ds.data_vars}
+
+
+def capacity(model, gpu, input_len: int, output_len: int, batch: int, *, arrival_rate: float | None = None,
+             serving: Mapping | None = None, measured: Mapping | None = None) -> dict[str, float]:
+    """The capacity calculator at one point (float64), through the same jitted grid as :func:`sweep`.
+
+    ``serving`` takes the sweep file's serving keys, ``measured`` its four measured keys. Returns every
+    §3–§5 variable (queue variables only with ``arrival_rate``) and the SLIM ones.
+    """
+    spec = dict(models=[model], gpus=[gpu], batch=[batch], input_len=[input_len], output_len=[output_len],
+                advisor=False, precision="float64", serving=dict(serving or {}))
+    if arrival_rate is not None:
+        spec["arrival_rate"] = [arrival_rate]
+    if measured is not None:
+        spec["measured"] = dict(measured)
+    ds = sweep(spec, quiet=True)
+    return {k: ds[k].values.reshape(-1)[0].item() for k in ds.data_vars}
+
+
+def _quantity(value: float, unit: str) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "n/a (roofline not applicable; give measured values)"
+    if isinstance(value, float) and np.isinf(value):
+        return "Unbounded"
+    if unit == "bytes":
+        for name, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+            if abs(value) >= size:
+                return f"{value / size:,.4g} {name} ({value:,.0f} bytes)"
+        return f"{value:,.0f} bytes"
+    if unit == "s":
+        return f"{value * 1e3:,.4g} ms" if abs(value) < 1 else f"{value:,.4g} s"
+    if unit == "1":
+        return f"{value:.4g}" if value > 1 or 0 < value < 1e-4 else f"{value:.2%}"
+    return f"{value:,.4g} {unit}"
+
+
+CARDS = (
+    ("weights_bytes", "Weights"), ("kv_pool_bytes", "KV pool"), ("kv_bytes_per_token", "KV bytes per token"),
+    ("seq_footprint_bytes", "Footprint per sequence"), ("max_seqs", "Max concurrent sequences"),
+    ("ttft_s", "TTFT"), ("itl_s", "ITL"), ("itl_chunk_s", "ITL with an interleaved chunk"),
+    ("service_s", "Service time S(B)"), ("request_rate", "Request rate"), ("token_throughput", "Token throughput"),
+    ("utilization", "Utilization"), ("p_wait", "P(wait)"), ("wait_s", "Wait"), ("response_s", "Response"),
+    ("in_system", "In system"),
+)
+
+
+def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
+    """(label, value with units) for each calculator card present in ``result``; +inf reads "Unbounded"."""
+    from .schema import ALL_VARIABLES
+
+    cards = []
+    for key, label in CARDS:
+        if key in result:
+            unit = ALL_VARIABLES[key][1]
+            value = result[key]
+            cards.append((label, f"{int(value):,}" if key == "max_seqs" else _quantity(float(value), unit)))
+    return cards

@@ -65,6 +65,56 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
     with_pd_options(lambda: _print_tables(tables, i, o))
 
 
+_SERVING_OPTIONS = (
+    ("n_gpu", int), ("gpu_memory_utilization", float), ("reserved_gib", float), ("kv_replication", float),
+    ("kv_overhead", float), ("block_size", int), ("chunk_size", int), ("launch_overhead_s", float),
+    ("compute_efficiency", float), ("bandwidth_efficiency", float), ("kv_dtype_bytes", str), ("weight_dtype_bytes", str),
+)
+_MEASURED_OPTIONS = (("batch", int), ("request_rate", float), ("ttft_s", float), ("itl_s", float))
+
+
+def _options(options, prefix: str = ""):
+    def wrap(fn):
+        for name, kind in reversed(options):
+            flag = "--" + (prefix + name).replace("_", "-")
+            fn = click.option(flag, f"{prefix}{name}", type=kind, default=None, help=f"{prefix.replace('_', ' ')}{name}")(fn)
+        return fn
+    return wrap
+
+
+@main.command()
+@click.option("--model", required=True, help="Catalog name, config.json path.")
+@click.option("--gpu", required=True, help="Catalog name.")
+@click.option("--input-len", required=True, type=int)
+@click.option("--output-len", required=True, type=int)
+@click.option("--batch", required=True, type=int, help="Concurrency B.")
+@click.option("--arrival-rate", type=float, default=None, help="Poisson arrivals, requests/s (adds the queue cards).")
+@_options(_SERVING_OPTIONS)
+@_options(_MEASURED_OPTIONS, prefix="measured_")
+def capacity(model, gpu, input_len, output_len, batch, arrival_rate, **options) -> None:
+    """The capacity calculator's cards at one operating point (same functions as the sweep)."""
+    import slimjax
+
+    serving = {k: options[k] for k, _ in _SERVING_OPTIONS if options[k] is not None}
+    for k in ("kv_dtype_bytes", "weight_dtype_bytes"):
+        if k in serving:
+            try:
+                serving[k] = float(serving[k])
+            except ValueError:
+                pass  # a dtype name such as fp8; the library checks it
+    measured = {k: options["measured_" + k] for k, _ in _MEASURED_OPTIONS if options["measured_" + k] is not None}
+    try:
+        result = slimjax.capacity(model, gpu, input_len, output_len, batch, arrival_rate=arrival_rate,
+                                  serving=serving, measured=measured or None)
+    except slimjax.SlimjaxError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    click.echo(f"{model} on {gpu}: I={input_len}, O={output_len}, B={batch}"
+               + (f", λ={arrival_rate:g} requests/s" if arrival_rate is not None else ""))
+    for label, value in slimjax.capacity_cards(result):
+        click.echo(f"  {label:<30} {value}")
+
+
 def _print_tables(tables, i: int, o: int) -> None:
     if "b_cap" in tables:
         click.echo(f"\nB_cap (batch to run; 0 = none qualifies) at input_len={i}, output_len={o}:")

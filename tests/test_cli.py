@@ -78,3 +78,31 @@ def test_quickstart_file_is_valid_and_large():
     for s in sw.shape:
         n *= s
     assert n >= 10_000_000
+
+
+def test_capacity_cards():
+    r = run("capacity", "--model", "Llama-3.1-70B", "--gpu", "H100-SXM", "--input-len", "2048", "--output-len", "512",
+            "--batch", "64", "--arrival-rate", "3", "--n-gpu", "4", "--chunk-size", "512")
+    assert r.returncode == 0, r.stderr
+    for label in ("Weights", "KV pool", "KV bytes per token", "Footprint per sequence", "Max concurrent sequences",
+                  "TTFT", "ITL", "ITL with an interleaved chunk", "Service time S(B)", "Request rate",
+                  "Token throughput", "Utilization", "P(wait)", "Wait", "Response", "In system"):
+        assert f"  {label} " in r.stdout, label
+    want = slimjax.capacity("Llama-3.1-70B", "H100-SXM", 2048, 512, 64, arrival_rate=3.0, serving={"n_gpu": 4, "chunk_size": 512})
+    assert f"Max concurrent sequences       {want['max_seqs']:,}" in r.stdout
+    assert "KV bytes per token             320 KiB (327,680 bytes)" in r.stdout
+
+
+def test_capacity_unbounded_and_errors():
+    r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "2048", "--output-len", "512",
+            "--batch", "64", "--arrival-rate", "300")
+    assert r.returncode == 0 and "Wait                           Unbounded" in r.stdout
+    r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
+            "--batch", "4", "--chunk-size", "-3")
+    assert r.returncode == 2 and "serving.chunk_size: must be a non-negative integer" in r.stderr
+    r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
+            "--batch", "4", "--gpu-memory-utilization", "1.5")
+    assert r.returncode == 2 and "gpu_memory_utilization: must be in (0, 1]" in r.stderr
+    r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
+            "--batch", "4", "--arrival-rate", "-1")
+    assert r.returncode == 2 and "arrival_rate[0]: must be non-negative" in r.stderr
