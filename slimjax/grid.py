@@ -21,7 +21,7 @@ import numpy as np
 from . import advisor as advisor_mod
 from .errors import SlimjaxError
 from .schema import ALL_VARIABLES, CAPACITY_VARIABLES, DIMS, QUEUE_VARIABLES, VARIABLES
-from .capacity import capacity_cell_terms, queue_terms, service_terms
+from .calculator import capacity_cell_terms, queue_terms, service_terms
 from .slim import slim_batch_terms, slim_cell_terms, slim_variables
 from .specs import astype
 from .sweepfile import Sweep
@@ -229,6 +229,10 @@ def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -
     # One block in flight per local device (CPU: one per core, see slimjax/__init__.py); the
     # sweep's small input arrays go to each device once, blocks are picked out on the device.
     devices = jax.local_devices()
+    if sweep.arrival_rate is not None:
+        # Erlang B calls SciPy from the graph (queue.py); callbacks from two CPU devices at once hung
+        # on this machine, and SciPy runs one at a time anyway: one device for queue sweeps.
+        devices = devices[:1]
     inputs = [jax.device_put(host, d) for d in devices]
     extents = tuple(block[a] for a in BLOCK_AXES)
 

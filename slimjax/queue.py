@@ -10,15 +10,21 @@ series to convergence for the whole array and is ~10× slower here.
 
 from __future__ import annotations
 
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 
+_HOST_LOCK = threading.Lock()
+
+
 def _gammaincc_host(a, x):
     from scipy.special import gammaincc
 
-    return np.asarray(gammaincc(np.asarray(a), np.asarray(x)), dtype=np.asarray(a).dtype)
+    with _HOST_LOCK:  # one at a time (see grid.evaluate: queue sweeps use one device)
+        return np.asarray(gammaincc(np.asarray(a), np.asarray(x)), dtype=np.asarray(a).dtype)
 
 
 def regularized_upper_gamma(a, x):
