@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common import Discard, timed  # bench/common.py (the script folder is on sys.path)
+
 import slimjax
 from slimjax import calculator as capacity_mod
 from slimjax import grid, memory, queue, roofline
@@ -76,18 +78,7 @@ def numpy_reference(sw):
     return out
 
 
-class _Discard:
-    def write(self, name, region, values):
-        pass
 
-
-def timed(fn, repeats):
-    best, out = math.inf, None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def loop_vs_closed_form() -> dict:
@@ -123,7 +114,7 @@ def main() -> None:
     t0 = time.perf_counter()
     ds = slimjax.sweep(sw, quiet=True)
     first = time.perf_counter() - t0
-    t_engine, _ = timed(lambda: grid.evaluate(sw, _Discard(), memory_budget_bytes=slimjax.api.DEFAULT_MEMORY_BUDGET), args.repeats)
+    t_engine, _ = timed(lambda: grid.evaluate(sw, Discard(), memory_budget_bytes=slimjax.api.DEFAULT_MEMORY_BUDGET), args.repeats)
     t_numpy, ref_out = timed(lambda: numpy_reference(sw), 1)
     for k in ("itl_s", "ttft_s", "service_s", "p_wait", "wait_s"):
         np.testing.assert_allclose(ds[k].values, np.broadcast_to(ref_out[k], ds[k].shape), rtol=1e-9, atol=1e-300)

@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+from common import Discard, timed  # bench/common.py (the script folder is on sys.path)
+
 import slimjax
 from slimjax import grid
 from slimjax.sweepfile import parse
@@ -61,12 +63,6 @@ def numpy_reference(sw):
                 slim_e2e_s=e2e, slim_throughput=tput, b_cap=b_cap)
 
 
-class _Discard:
-    """A sink that keeps nothing: the engine's own rate, results materialised block by block."""
-
-    def write(self, name, region, values):
-        pass
-
 
 def write_bandwidth(nbytes: int = 1 << 28) -> float:
     buf = np.empty(nbytes // 4, np.float32)
@@ -79,13 +75,6 @@ def write_bandwidth(nbytes: int = 1 << 28) -> float:
     return nbytes / best
 
 
-def timed(fn, repeats):
-    best = np.inf
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def main() -> None:
@@ -100,7 +89,7 @@ def main() -> None:
     t0 = time.perf_counter()
     slimjax.sweep(sw, quiet=True, memory_budget_bytes=args.budget)  # compile + first run
     first = time.perf_counter() - t0
-    t_engine, _ = timed(lambda: grid.evaluate(sw, _Discard(), memory_budget_bytes=args.budget), args.repeats)
+    t_engine, _ = timed(lambda: grid.evaluate(sw, Discard(), memory_budget_bytes=args.budget), args.repeats)
     t_sweep, ds = timed(lambda: slimjax.sweep(sw, quiet=True, memory_budget_bytes=args.budget), args.repeats)
     t_numpy, ref = timed(lambda: numpy_reference(sw), max(1, args.repeats - 1))
     for k in ("slim_e2e_s", "slim_throughput"):

@@ -15,7 +15,7 @@ import yaml
 
 from . import __version__, grid, store
 from .catalog import PRICE_DATE
-from .schema import ALL_VARIABLES, COORD_ATTRS, DIMS, ROOFLINE_ONLY, VARIABLES
+from .schema import ALL_VARIABLES, COORD_ATTRS, DIMS, ROOFLINE_ONLY
 from .sweepfile import Sweep, parse
 
 DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block

@@ -64,40 +64,51 @@ class Sweep:
         return np.dtype(self.precision)
 
 
-def _parse_axis(value: Any, field: str) -> np.ndarray:
+def _parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
+    """An axis: a list, one value, or {start, stop, step} with stop inclusive; strictly increasing.
+
+    Integer axes (batch, lengths) are positive integers (step defaults to 1); the arrival-rate axis
+    takes non-negative numbers.
+    """
+    number = (int, np.integer) if integer else (int, float, np.integer, np.floating)
     if isinstance(value, Mapping):
         unknown = set(value) - {"start", "stop", "step"}
         if unknown:
             raise SlimjaxError(f"{field}.{sorted(unknown)[0]}", "unknown key; a range has start, stop, step")
-        for key in ("start", "stop"):
+        for key in ("start", "stop") if integer else ("start", "stop", "step"):
             if key not in value:
                 raise SlimjaxError(f"{field}.{key}", "missing from the range")
-        step = value.get("step", 1)
-        for key, v in (("start", value["start"]), ("stop", value["stop"]), ("step", step)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise SlimjaxError(f"{field}.{key}", f"must be an integer, got {v!r}")
+        bounds = {"step": 1, **value}
+        for key in ("start", "stop", "step"):
+            if isinstance(bounds[key], bool) or not isinstance(bounds[key], number):
+                raise SlimjaxError(f"{field}.{key}", f"must be {'an integer' if integer else 'a number'}, got {bounds[key]!r}")
+        start, stop, step = bounds["start"], bounds["stop"], bounds["step"]
         if step <= 0:
             raise SlimjaxError(f"{field}.step", f"must be positive, got {step!r}")
-        values = list(range(value["start"], value["stop"] + 1, step))
+        values = list(range(start, stop + 1, step)) if integer else list(np.arange(start, stop + step * 1e-9, step))
         if not values:
             raise SlimjaxError(field, f"range {dict(value)!r} is empty")
     elif isinstance(value, (list, tuple)):
         values = list(value)
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        values = [int(value)]
+    elif isinstance(value, number) and not isinstance(value, bool):
+        values = [value]
     else:
-        raise SlimjaxError(field, f"must be a list of integers or {{start, stop, step}}, got {value!r}")
+        raise SlimjaxError(field, f"must be a list of {'integers' if integer else 'numbers'} or {{start, stop, step}}, got {value!r}")
     if not values:
         raise SlimjaxError(field, "is empty")
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer, float)) or float(v) != int(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
+            raise SlimjaxError(f"{field}[{i}]", f"must be a number, got {v!r}")
+        if integer and float(v) != int(v):
             raise SlimjaxError(f"{field}[{i}]", f"must be an integer, got {v!r}")
-        if v <= 0:
+        if integer and v <= 0:
             raise SlimjaxError(f"{field}[{i}]", f"must be positive, got {v!r}")
-    arr = np.asarray(values, dtype=np.int64)
+        if v < 0:
+            raise SlimjaxError(f"{field}[{i}]", f"must be non-negative, got {v!r}")
+    arr = np.asarray(values, dtype=np.int64 if integer else np.float64)
     if np.any(np.diff(arr) <= 0):
         i = int(np.argmax(np.diff(arr) <= 0)) + 1
-        raise SlimjaxError(f"{field}[{i}]", f"values must be strictly increasing, got {int(arr[i - 1])} then {int(arr[i])}")
+        raise SlimjaxError(f"{field}[{i}]", f"values must be strictly increasing, got {arr[i - 1]:g} then {arr[i]:g}")
     return arr
 
 
@@ -317,39 +328,6 @@ def _measured(value: Any, models: list[str], gpus: list[str]) -> tuple[MeasuredS
     return MeasuredSpec(batch=arr["batch"], request_rate=arr["request_rate"], ttft_s=arr["ttft_s"], itl_s=arr["itl_s"]), table
 
 
-def _arrival_rates(value: Any) -> np.ndarray:
-    field = "arrival_rate"
-    if isinstance(value, Mapping):
-        unknown = set(value) - {"start", "stop", "step"}
-        if unknown or not {"start", "stop", "step"} <= set(value):
-            raise SlimjaxError(field, f"a range needs exactly start, stop, step, got {dict(value)!r}")
-        start, stop, step = (value[k] for k in ("start", "stop", "step"))
-        for k, v in (("start", start), ("stop", stop), ("step", step)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise SlimjaxError(f"{field}.{k}", f"must be a number, got {v!r}")
-        if step <= 0:
-            raise SlimjaxError(f"{field}.step", f"must be positive, got {step!r}")
-        values = list(np.arange(start, stop + step * 1e-9, step))
-    elif isinstance(value, (list, tuple)):
-        values = list(value)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        values = [value]
-    else:
-        raise SlimjaxError(field, f"must be a list of rates (requests/s) or {{start, stop, step}}, got {value!r}")
-    if not values:
-        raise SlimjaxError(field, "is empty")
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not np.isfinite(v):
-            raise SlimjaxError(f"{field}[{i}]", f"must be a number, got {v!r}")
-        if v < 0:
-            raise SlimjaxError(f"{field}[{i}]", f"must be non-negative, got {v!r}")
-    arr = np.asarray(values, dtype=np.float64)
-    if np.any(np.diff(arr) <= 0):
-        i = int(np.argmax(np.diff(arr) <= 0)) + 1
-        raise SlimjaxError(f"{field}[{i}]", f"values must be strictly increasing, got {arr[i - 1]:g} then {arr[i]:g}")
-    return arr
-
-
 def load_spec(spec: str | Path | Mapping) -> tuple[dict, str, Path | None]:
     """The spec mapping, its source label, and the folder relative paths are read from."""
     if isinstance(spec, Mapping):
@@ -409,7 +387,7 @@ def parse(spec: str | Path | Mapping) -> Sweep:
         serving=serving,
         serving_table=serving_table,
         measured=measured,
-        arrival_rate=_arrival_rates(data["arrival_rate"]) if data.get("arrival_rate") is not None else None,
+        arrival_rate=_parse_axis(data["arrival_rate"], "arrival_rate", integer=False) if data.get("arrival_rate") is not None else None,
         models=[m for m, _ in models],
         gpus=gpu_names,
         model=stack(ModelSpec, [row for _, row in models]),
