@@ -1,0 +1,211 @@
+"""Measured traces in: one canonical long table from the formats the field produces.
+
+Canonical columns: model, gpu, n_gpu, framework, batch, input_len, output_len and any of
+e2e_s, throughput, ttft_s, itl_s (seconds; tokens/s counts prompt + output tokens).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from . import catalog
+from .errors import SlimjaxError
+
+CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output_len", "e2e_s", "throughput", "ttft_s", "itl_s")
+MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
+FORMATS = ("canonical", "llm_inference_bench", "aiconfigurator", "splitwise", "vllm_bench_json")
+_SIGNATURES = {
+    "llm_inference_bench": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency", "Throughput"},
+    "aiconfigurator": {"model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"},
+    "splitwise": {"model", "hardware", "prompt_size", "batch_size", "token_size", "prompt_time", "token_time", "e2e_time", "tensor_parallel"},
+    "canonical": {"model", "gpu", "batch", "input_len", "output_len"},
+}
+
+
+@functools.cache
+def hardware_table() -> dict[str, str]:
+    """Trace hardware names → catalog GPUs (configs/hardware.yaml, editable)."""
+    with open(catalog.configs_dir() / "hardware.yaml") as f:
+        return dict(yaml.safe_load(f)["hardware"])
+
+
+def _numeric(df: pd.DataFrame, columns, path) -> pd.DataFrame:
+    """Columns as numbers; a value that is present but not a number is a malformed file."""
+    for col in columns:
+        converted = pd.to_numeric(df[col], errors="coerce")
+        bad = converted.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
+        if bad.any():
+            row = int(np.argmax(bad.to_numpy()))
+            raise SlimjaxError(f"{path}: row {row + 2}, column {col!r}", f"not a number: {df[col].iloc[row]!r}")
+        df[col] = converted
+    return df
+
+
+def _read_csv(path: Path, fmt: str) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
+        raise SlimjaxError(str(path), f"not a readable CSV ({e})") from None
+    missing = sorted(_SIGNATURES[fmt] - set(df.columns))
+    if missing:
+        raise SlimjaxError(f"{path}: column {missing[0]!r}", f"missing for format {fmt!r}")
+    return df
+
+
+def _llm_inference_bench(path: Path) -> pd.DataFrame:
+    df = _numeric(_read_csv(path, "llm_inference_bench"), ["Num of Hardware", "Input Output Length", "Batch Size", "Latency", "Throughput"], path)
+    return pd.DataFrame(dict(
+        model=df["Model"], gpu=df["Hardware"], n_gpu=df["Num of Hardware"], framework=df["Framework"],
+        batch=df["Batch Size"], input_len=df["Input Output Length"], output_len=df["Input Output Length"],
+        e2e_s=df["Latency"], throughput=df["Throughput"], ttft_s=np.nan, itl_s=np.nan,
+    ))
+
+
+def _aiconfigurator(path: Path) -> pd.DataFrame:
+    df = _numeric(_read_csv(path, "aiconfigurator"), ["isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"], path)
+    ttft, itl = df["silicon_ttft_ms"] / 1e3, df["silicon_tpot_ms"] / 1e3
+    e2e = ttft + (df["osl"] - 1) * itl
+    framework = df["backend"].astype(str) + (" " + df["backend_version"].astype(str) if "backend_version" in df else "")
+    return pd.DataFrame(dict(
+        model=df["model_path"], gpu=df["system"], n_gpu=df["tp_size"], framework=framework, batch=df["batch_size"],
+        input_len=df["isl"], output_len=df["osl"], e2e_s=e2e, throughput=df["batch_size"] * (df["isl"] + df["osl"]) / e2e,
+        ttft_s=ttft, itl_s=itl,
+    ))
+
+
+def _splitwise(path: Path) -> pd.DataFrame:
+    cols = ["prompt_size", "batch_size", "token_size", "prompt_time", "token_time", "e2e_time", "tensor_parallel"]
+    df = _numeric(_read_csv(path, "splitwise"), cols, path)
+    # e2e_time is unreliable for token_size >= 1024 (generation stopped early): rebuild it there
+    rebuilt = df["prompt_time"] + (df["token_size"] - 1) * df["token_time"]
+    e2e = np.where(df["token_size"] >= 1024, rebuilt, df["e2e_time"]) / 1e3
+    return pd.DataFrame(dict(
+        model=df["model"], gpu=df["hardware"], n_gpu=df["tensor_parallel"], framework="splitwise-sim",
+        batch=df["batch_size"], input_len=df["prompt_size"], output_len=df["token_size"], e2e_s=e2e,
+        throughput=df["batch_size"] * (df["prompt_size"] + df["token_size"]) / e2e,
+        ttft_s=df["prompt_time"] / 1e3, itl_s=df["token_time"] / 1e3,
+    ))
+
+
+def _vllm_bench_json(path: Path, defaults: dict) -> pd.DataFrame:
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files:
+        raise SlimjaxError(str(path), "no .json result files")
+    rows = []
+    for f in files:
+        try:
+            r = json.loads(f.read_text())
+        except json.JSONDecodeError as e:
+            raise SlimjaxError(str(f), f"not valid JSON ({e})") from None
+        need = ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
+        for k in need:
+            if not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool):
+                raise SlimjaxError(f"{f}: field {k!r}", f"missing or not a number ({r.get(k)!r})")
+        done = r["completed"]
+        I, O = r["total_input_tokens"] / max(done, 1), r["total_output_tokens"] / max(done, 1)
+        e2e = r["mean_e2el_ms"] / 1e3
+        tput = (r["total_input_tokens"] + r["total_output_tokens"]) / r["duration"] if r.get("duration") else r["max_concurrency"] * (I + O) / e2e
+        rows.append(dict(
+            model=r.get("model_id") or r.get("model") or defaults.get("model"), gpu=r.get("gpu") or defaults.get("gpu"),
+            n_gpu=r.get("tensor_parallel_size") or defaults.get("n_gpu", 1),
+            framework=r.get("backend") or defaults.get("framework", "vLLM"), batch=r["max_concurrency"],
+            input_len=round(I), output_len=round(O), e2e_s=e2e, throughput=tput,
+            ttft_s=r["mean_ttft_ms"] / 1e3, itl_s=r["mean_tpot_ms"] / 1e3,
+        ))
+    return pd.DataFrame(rows)
+
+
+def detect_format(path: Path) -> str:
+    if path.is_dir() or path.suffix == ".json":
+        return "vllm_bench_json"
+    try:
+        columns = set(pd.read_csv(path, nrows=0).columns)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, OSError) as e:
+        raise SlimjaxError(str(path), f"cannot read ({e})") from None
+    for fmt in ("llm_inference_bench", "aiconfigurator", "splitwise", "canonical"):
+        if _SIGNATURES[fmt] <= columns:
+            return fmt
+    raise SlimjaxError(str(path), f"unrecognised trace format; give format= one of {', '.join(FORMATS)}")
+
+
+def _context_len(model: str) -> float:
+    try:
+        _, row = catalog._lookup(model, catalog.model_catalog(), "model", "model")
+    except SlimjaxError:
+        return np.inf
+    return float(row.get("max_position_embeddings") or np.inf)
+
+
+def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) -> pd.DataFrame:
+    """The canonical trace table from ``path`` (a file, or a folder of vLLM result JSONs).
+
+    Rows are dropped, with a count per cause in ``df.attrs['dropped']``: hardware not in
+    configs/hardware.yaml (catalog GPU names pass as they are), model not in the catalog, missing
+    values, non-positive sizes or times, and the known garbage rows whose I + O exceeds the model's
+    context. A malformed file is an error naming the file, row and column. ``defaults`` fill
+    columns a format lacks (e.g. ``gpu='H100-SXM'`` for vLLM JSONs).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SlimjaxError(str(path), "not found")
+    fmt = format or detect_format(path)
+    if fmt not in FORMATS:
+        raise SlimjaxError("format", f"unknown trace format {fmt!r}; one of {', '.join(FORMATS)}")
+    if fmt == "vllm_bench_json":
+        df = _vllm_bench_json(path, defaults)
+    elif fmt == "canonical":
+        df = _read_csv(path, "canonical")
+        for col in CANONICAL:
+            if col not in df:
+                df[col] = defaults.get(col, np.nan if col in MEASURES else {"n_gpu": 1, "framework": "unknown"}.get(col))
+        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES], path)[list(CANONICAL)]
+    else:
+        df = {"llm_inference_bench": _llm_inference_bench, "aiconfigurator": _aiconfigurator, "splitwise": _splitwise}[fmt](path)
+    df = df[list(CANONICAL)].reset_index(drop=True)
+    dropped: dict[str, int] = {}
+
+    def drop(mask, reason):
+        nonlocal df
+        n = int(mask.sum())
+        if n:
+            dropped[reason] = dropped.get(reason, 0) + n
+            df = df[~mask].reset_index(drop=True)
+
+    gpus = catalog.gpu_catalog()
+    table = hardware_table()
+    known = {g.lower(): g for g in gpus} | {a.lower(): g for g, row in gpus.items() for a in row.get("aliases", [])}
+    df["gpu"] = [table.get(str(g), known.get(str(g).lower())) for g in df["gpu"]]
+    drop(df["gpu"].isna(), "hardware not in configs/hardware.yaml")
+    names = {}
+    for m in df["model"].dropna().unique():
+        try:
+            names[m] = catalog.resolve_model(str(m))[0]
+        except SlimjaxError:
+            names[m] = None
+    df["model"] = df["model"].map(names)
+    drop(df["model"].isna(), "model not in the catalog")
+    drop(df[["batch", "input_len", "output_len", "n_gpu"]].isna().any(axis=1) | df[["e2e_s", "throughput"]].isna().all(axis=1),
+         "missing values")
+    sizes = df[["batch", "input_len", "output_len", "n_gpu"]]
+    times = df[list(MEASURES)]
+    drop((sizes <= 0).any(axis=1) | (times <= 0).any(axis=1), "non-positive size or time")
+    if fmt == "llm_inference_bench":
+        # the source's known garbage: where I + O exceeds the served context the "latency" is ~0.05 s;
+        # the served context can be shorter than the config's, so an impossible per-sequence decode
+        # speed (> 2 000 tokens/s) flags them too
+        context = df["model"].map(_context_len)
+        garbage = (df["input_len"] + df["output_len"] > context) | (df["output_len"] / df["e2e_s"] > 2000)
+        drop(garbage, "input + output beyond the served context (garbage rows, ~0.05 s latency)")
+    for col in ("batch", "input_len", "output_len", "n_gpu"):
+        df[col] = df[col].astype(np.int64)
+    df.attrs["dropped"] = dropped
+    df.attrs["format"] = fmt
+    df.attrs["source"] = str(path)
+    return df
