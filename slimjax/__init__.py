@@ -25,7 +25,9 @@ _jax.config.update("jax_enable_x64", True)
 __version__ = "0.1.0"
 
 from .api import capacity, capacity_cards, point, summary, sweep  # noqa: E402
+from .calibrate import calibrate, predict  # noqa: E402
 from .errors import SlimjaxError  # noqa: E402
+from .traces import load_traces  # noqa: E402
 from .specs import GPUSpec, ModelSpec, SlimCoeffs  # noqa: E402
 
-__all__ = ["sweep", "point", "summary", "capacity", "capacity_cards", "SlimjaxError", "ModelSpec", "GPUSpec", "SlimCoeffs", "__version__"]
+__all__ = ["calibrate", "predict", "load_traces", "sweep", "point", "summary", "capacity", "capacity_cards", "SlimjaxError", "ModelSpec", "GPUSpec", "SlimCoeffs", "__version__"]

@@ -115,6 +115,36 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, **options) 
         click.echo(f"  {label:<30} {value}")
 
 
+@main.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--format", "fmt", default=None, help="Trace format (default: detected).")
+@click.option("--group-by", default="model,gpu,n_gpu,framework", show_default=True, help="Comma-separated trace columns.")
+@click.option("--solver", type=click.Choice(["lm", "adam"]), default="lm", show_default=True)
+@click.option("--out", required=True, type=click.Path(), help="zarr store for the coefficients.")
+@click.option("--overwrite", is_flag=True)
+def calibrate(traces, fmt, group_by, solver, out, overwrite) -> None:
+    """Fit SLIM's coefficients per group of the measured TRACES, all groups in one batched solve."""
+    import pandas as pd
+
+    import slimjax
+    from slimjax import store
+
+    try:
+        target = store.check_target(out, overwrite)
+        frames = [slimjax.load_traces(t, format=fmt) for t in traces]
+        for t, f in zip(traces, frames):
+            click.echo(f"{t}: {len(f)} rows" + "".join(f"; dropped {n} ({why})" for why, n in f.attrs["dropped"].items()))
+        ds = slimjax.calibrate(pd.concat(frames, ignore_index=True), group_by=[g.strip() for g in group_by.split(",")], solver=solver)
+        store.write_dataset(ds, target)
+    except slimjax.SlimjaxError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    table = ds[["n_points", "mape_throughput", "mape_e2e", "converged"]].to_dataframe()
+    table = table[table.n_points > 0]
+    click.echo(f"wrote {out}: {len(table)} groups fitted")
+    with_pd_options(lambda: click.echo(table.round(2).to_string()))
+
+
 def _print_tables(tables, i: int, o: int) -> None:
     if "b_cap" in tables:
         click.echo(f"\nB_cap (batch to run; 0 = none qualifies) at input_len={i}, output_len={o}:")

@@ -77,3 +77,17 @@ def open_store(path: str | os.PathLike) -> xr.Dataset:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return xr.open_zarr(path, chunks=None)
+
+
+def write_dataset(ds: xr.Dataset, out: Path) -> None:
+    """Write a small Dataset (e.g. calibrated coefficients) atomically: temp sibling, then rename."""
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds.to_zarr(tmp, mode="w", zarr_format=3, consolidated=True)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

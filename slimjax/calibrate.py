@@ -1,0 +1,267 @@
+"""Batched calibration of SLIM's coefficients (MODEL.md §1) and prediction with uncertainty.
+
+All groups are fitted at once: one jitted, vmapped Levenberg–Marquardt solve over groups × restarts
+on the relative throughput residuals r_i = T_pred,i / T_meas,i − 1, with JAX autodiff Jacobians,
+positivity by θ = exp(z), groups padded to the largest and masked. Standard errors and covariance
+come from the Gauss–Newton approximation σ²(JᵀJ)⁻¹ at the optimum; directions the design cannot
+identify (near-null eigenvectors of the normalised JᵀJ) are reported, not silently filled.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pandas as pd
+import xarray as xr
+
+from .catalog import resolve_gpu, resolve_model
+from .errors import SlimjaxError
+from .slim import slim_variables
+from .specs import SLIM_PARAMS, GPUSpec, ModelSpec, SlimCoeffs, stack
+
+# Deterministic starting points (η_c, η_m, B0, α, γ, t_fixed); the best end point wins.
+STARTS = np.array([
+    [0.5, 0.8, 4.0, 1e-4, 1e-6, 0.1],
+    [0.3, 0.5, 32.0, 1e-5, 1e-5, 1.0],
+    [0.9, 1.0, 1.0, 1e-3, 1e-7, 0.01],
+])
+_FLOOR = 1e-12  # θ = exp(z) never reaches 0; coefficients below this read as 0
+_IDENT_TOL = 1e-8  # eigenvalue / largest of the normalised JᵀJ below which a direction is unidentified
+_SENSITIVITY_TOL = 1e-3  # ‖∂r/∂log θ_i‖ / the largest one below which θ_i is unidentified
+
+
+def _row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per-row model and GPU specs (catalog lookup once per distinct name) and workload."""
+    models = {m: resolve_model(m, "traces.model")[1] for m in traces["model"].unique()}
+    gpus = {g: resolve_gpu(g, "traces.gpu")[1] for g in traces["gpu"].unique()}
+    m = stack(ModelSpec, [models[x] for x in traces["model"]])
+    g = stack(GPUSpec, [gpus[x] for x in traces["gpu"]])
+    return dict(model=m, gpu=g, n_gpu=traces["n_gpu"].to_numpy(float), batch=traces["batch"].to_numpy(float),
+                input_len=traces["input_len"].to_numpy(float), output_len=traces["output_len"].to_numpy(float))
+
+
+def _measured_throughput(traces: pd.DataFrame) -> np.ndarray:
+    t = traces["throughput"].to_numpy(float)
+    from_e2e = (traces["batch"] * (traces["input_len"] + traces["output_len"]) / traces["e2e_s"]).to_numpy(float)
+    return np.where(np.isfinite(t), t, from_e2e)
+
+
+def _predict(z, feats):
+    theta = SlimCoeffs(*[jnp.exp(z[i]) for i in range(len(SLIM_PARAMS))])
+    out = slim_variables(feats["model"], feats["gpu"], theta, feats["batch"], feats["input_len"], feats["output_len"], feats["n_gpu"])
+    return out["slim_throughput"], out["slim_e2e_s"]
+
+
+def _residuals(z, feats, t_meas, mask):
+    return jnp.where(mask, _predict(z, feats)[0] / t_meas - 1.0, 0.0)
+
+
+def _lm(z0, feats, t_meas, mask, iterations):
+    """Levenberg–Marquardt with Marquardt scaling, a fixed number of iterations (vmappable)."""
+    res = functools.partial(_residuals, feats=feats, t_meas=t_meas, mask=mask)
+    jac = jax.jacfwd(res)
+    p = z0.shape[0]
+
+    def step(carry, _):
+        z, lam, cost, accepted = carry
+        r, J = res(z), jac(z)
+        H, g = J.T @ J, J.T @ r
+        D = jnp.diag(jnp.maximum(jnp.diag(H), 1e-12))
+        dz = jnp.linalg.solve(H + lam * D + 1e-14 * jnp.eye(p), -g)
+        z_new = z + jnp.clip(dz, -5.0, 5.0)
+        cost_new = jnp.sum(res(z_new) ** 2)
+        better = jnp.isfinite(cost_new) & (cost_new < cost)
+        return (jnp.where(better, z_new, z), jnp.where(better, lam / 3.0, lam * 4.0),
+                jnp.where(better, cost_new, cost), accepted + better), (cost, lam)
+
+    init = (z0, jnp.asarray(1e-2, z0.dtype), jnp.sum(res(z0) ** 2), jnp.asarray(0))
+    (z, lam, cost, accepted), (costs, _) = jax.lax.scan(step, init, None, length=iterations)
+    # converged: the last tenth of the iterations changed the cost by < 1e-9 relative
+    tail = costs[-max(iterations // 10, 1)]
+    converged = (tail - cost) <= 1e-9 * jnp.maximum(cost, 1e-30)
+    return z, cost, accepted, converged
+
+
+def _adam(z0, feats, t_meas, mask, iterations, learning_rate=0.05):
+    """The optax alternative: Adam on the same sum of squared relative residuals."""
+    opt = optax.adam(learning_rate)
+    loss = lambda z: jnp.sum(_residuals(z, feats, t_meas, mask) ** 2)
+
+    def step(carry, _):
+        z, state = carry
+        value, grad = jax.value_and_grad(loss)(z)
+        updates, state = opt.update(grad, state, z)
+        return (optax.apply_updates(z, updates), state), value
+
+    (z, _), costs = jax.lax.scan(step, (z0, opt.init(z0)), None, length=iterations)
+    cost = loss(z)
+    converged = jnp.abs(costs[-max(iterations // 10, 1)] - cost) <= 1e-6 * jnp.maximum(cost, 1e-30)
+    return z, cost, jnp.asarray(iterations), converged
+
+
+@functools.partial(jax.jit, static_argnames=("iterations", "solver"))
+def fit_groups(z0, feats, t_meas, mask, *, iterations: int = 80, solver: str = "lm"):
+    """Fit every group (leading axis of ``feats``/``t_meas``/``mask``) from every start in ``z0``
+    (restarts × params) at once; keep each group's best end point. Returns z, cost, iterations,
+    converged, Jacobian at z (groups × points × params)."""
+    fit = _lm if solver == "lm" else _adam
+
+    def one_group(f, t, m):
+        zs, costs, its, conv = jax.vmap(lambda z: fit(z, f, t, m, iterations))(z0)
+        best = jnp.argmin(jnp.where(jnp.isfinite(costs), costs, jnp.inf))
+        z = zs[best]
+        J = jax.jacfwd(_residuals)(z, f, t, m)
+        return z, costs[best], its[best], conv[best], J
+
+    return jax.vmap(one_group)(feats, t_meas, mask)
+
+
+def _uncertainty(z, cost, J, n):
+    """Gauss–Newton covariance of θ = exp(z) and the identifiable directions, per group (numpy)."""
+    G, p = z.shape
+    cov = np.full((G, p, p), np.nan)
+    identified = np.zeros((G, p), bool)
+    for k in range(G):
+        H = J[k].T @ J[k]
+        scale = np.sqrt(np.maximum(np.diag(H), 1e-300))
+        Hn = H / np.outer(scale, scale)
+        w, V = np.linalg.eigh(Hn)
+        null = w < _IDENT_TOL * max(w.max(), 1e-300)
+        # unidentified: a coefficient the residuals barely feel, or one that loads a near-null direction
+        sensitive = scale > _SENSITIVITY_TOL * scale.max()
+        identified[k] = ~np.any(np.abs(V[:, null]) > 0.3, axis=1) & sensitive
+        dof = n[k] - p
+        if dof <= 0:
+            continue
+        sigma2 = cost[k] / dof
+        inv = np.where(null, 0.0, 1.0 / np.where(null, 1.0, w))
+        cov_z = sigma2 * (V * inv) @ V.T / np.outer(scale, scale)
+        theta = np.exp(z[k])
+        cov[k] = cov_z * np.outer(theta, theta)
+        cov[k][~identified[k], :] = np.nan
+        cov[k][:, ~identified[k]] = np.nan
+    return cov, identified
+
+
+def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
+              solver: str = "lm", iterations: int = 80) -> xr.Dataset:
+    """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
+
+    Returns a Dataset with dims (*group_by, param): ``coefficients``, ``standard_error``,
+    ``covariance`` (param × param_), ``identified``, and per group ``converged``, ``iterations``,
+    ``loss`` (Σ r²), ``mape_throughput``, ``mape_e2e``, ``n_points``. Groups absent from the data
+    are NaN with n_points 0.
+    """
+    if solver not in ("lm", "adam"):
+        raise SlimjaxError("solver", f"must be 'lm' or 'adam', got {solver!r}")
+    group_by = list(group_by)
+    for col in group_by:
+        if col not in traces.columns:
+            raise SlimjaxError("group_by", f"{col!r} is not a trace column ({', '.join(traces.columns)})")
+    if traces.empty:
+        raise SlimjaxError("traces", "no rows to fit")
+    traces = traces.reset_index(drop=True)
+    groups = traces.groupby(group_by, sort=True).indices
+    keys = list(groups)
+    size = max(len(v) for v in groups.values())
+    feats_rows = _row_features(traces)
+    t_all = _measured_throughput(traces)
+    index = np.zeros((len(keys), size), np.int64)
+    mask = np.zeros((len(keys), size), bool)
+    for k, key in enumerate(keys):
+        rows = groups[key]
+        index[k, : len(rows)] = rows
+        index[k, len(rows):] = rows[0]  # padding repeats a real row, masked out
+        mask[k, : len(rows)] = True
+    feats = jax.tree_util.tree_map(lambda x: np.asarray(x)[index], feats_rows)
+    t_meas = t_all[index]
+    z0 = np.log(STARTS)
+    z, cost, its, conv, J = map(np.asarray, fit_groups(jnp.asarray(z0), feats, jnp.asarray(t_meas), jnp.asarray(mask),
+                                                      iterations=iterations, solver=solver))
+    n = mask.sum(axis=1)
+    cov, identified = _uncertainty(z, cost, J, n)
+    t_pred, e_pred = map(np.asarray, jax.vmap(_predict)(jnp.asarray(z), feats))
+    e_meas = np.where(np.isfinite(traces["e2e_s"].to_numpy(float)), traces["e2e_s"].to_numpy(float),
+                      (traces["batch"] * (traces["input_len"] + traces["output_len"])).to_numpy(float) / t_all)[index]
+    mape_t = np.nanmean(np.where(mask, np.abs(t_pred / t_meas - 1), np.nan), axis=1) * 100
+    mape_e = np.nanmean(np.where(mask, np.abs(e_pred / e_meas - 1), np.nan), axis=1) * 100
+
+    levels = {c: sorted(traces[c].unique().tolist()) for c in group_by}
+    shape = tuple(len(levels[c]) for c in group_by)
+    p = len(SLIM_PARAMS)
+
+    def dense(values, tail=(), fill=np.nan, dtype=float):
+        out = np.full(shape + tail, fill, dtype)
+        for k, key in enumerate(keys):
+            key = key if isinstance(key, tuple) else (key,)
+            out[tuple(levels[c].index(v) for c, v in zip(group_by, key))] = values[k]
+        return out
+
+    theta = np.exp(z)
+    theta = np.where(theta < _FLOOR, 0.0, theta)
+    se = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
+    gdims = tuple(group_by)
+    ds = xr.Dataset(
+        {
+            "coefficients": (gdims + ("param",), dense(theta, (p,)), {"long_name": "SLIM coefficients θ (MODEL.md §1)"}),
+            "standard_error": (gdims + ("param",), dense(se, (p,)), {"long_name": "Gauss–Newton standard error of θ (NaN: not identified)"}),
+            "covariance": (gdims + ("param", "param_"), dense(cov, (p, p)), {"long_name": "Gauss–Newton covariance of θ"}),
+            "identified": (gdims + ("param",), dense(identified, (p,), False, bool), {"long_name": "the data identify this coefficient"}),
+            "converged": (gdims, dense(conv, fill=False, dtype=bool)),
+            "iterations": (gdims, dense(its, fill=0, dtype=np.int64), {"long_name": "accepted solver steps"}),
+            "loss": (gdims, dense(cost), {"long_name": "sum of squared relative throughput residuals"}),
+            "mape_throughput": (gdims, dense(mape_t), {"units": "%"}),
+            "mape_e2e": (gdims, dense(mape_e), {"units": "%"}),
+            "n_points": (gdims, dense(n, fill=0, dtype=np.int64)),
+            "log_coefficients": (gdims + ("param",), dense(z, (p,)), {"long_name": "z = log θ at the optimum"}),
+        },
+        coords={**{c: levels[c] for c in group_by}, "param": list(SLIM_PARAMS), "param_": list(SLIM_PARAMS)},
+        attrs={"solver": solver, "iterations_max": iterations, "residual": "T_pred / T_meas - 1",
+               "group_by": list(group_by), "source": traces.attrs.get("source", "")},
+    )
+    return ds
+
+
+def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd.DataFrame:
+    """``points`` (canonical columns model, gpu, n_gpu, batch, input_len, output_len) with
+    pred_e2e_s, pred_throughput and their ``level`` intervals (_lo, _hi).
+
+    Each point takes the coefficients of its group along the group dims ``coeffs`` has (so
+    coefficients fitted per model on one GPU predict another GPU through its specs). Intervals: delta
+    method on log T with the coefficient covariance plus the group's residual scatter (a prediction
+    interval, not only a confidence interval).
+    """
+    from scipy.stats import norm
+
+    dims = [d for d in coeffs["coefficients"].dims if d != "param"]
+    missing = [d for d in dims if d not in points.columns]
+    if missing:
+        raise SlimjaxError("points", f"column {missing[0]!r} needed to look up the coefficients")
+    sel = {d: xr.DataArray(points[d].to_numpy(), dims="point") for d in dims}
+    try:
+        z = coeffs["log_coefficients"].sel(sel).transpose("point", "param").values
+        cov = coeffs["covariance"].sel(sel).transpose("point", "param", "param_").values
+        scatter = (coeffs["loss"] / np.maximum(coeffs["n_points"] - len(SLIM_PARAMS), 1)).sel(sel).values
+    except KeyError as e:
+        raise SlimjaxError("points", f"no coefficients for {e}") from None
+    feats = _row_features(points.assign(**{c: points.get(c, 1) for c in ("n_gpu",)}))
+    t, e = map(np.asarray, jax.vmap(lambda zz, f: _predict(zz, f))(jnp.asarray(z), jax.tree_util.tree_map(lambda x: x, feats)))
+    # gradient of log T and log E2E with respect to z, per point
+    glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(_predict(zz, f)[0])))(jnp.asarray(z), feats))
+    gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(_predict(zz, f)[1])))(jnp.asarray(z), feats))
+    theta = np.exp(z)
+    cov_z = cov / np.einsum("pi,pj->pij", theta, theta)
+    cov_z = np.where(np.isfinite(cov_z), cov_z, 0.0)
+    var_t = np.einsum("pi,pij,pj->p", glt, cov_z, glt) + scatter
+    var_e = np.einsum("pi,pij,pj->p", gle, cov_z, gle) + scatter
+    q = norm.ppf(0.5 + level / 2)
+    out = points.copy()
+    out["pred_throughput"], out["pred_e2e_s"] = t, e
+    out["pred_throughput_lo"], out["pred_throughput_hi"] = t * np.exp(-q * np.sqrt(var_t)), t * np.exp(q * np.sqrt(var_t))
+    out["pred_e2e_s_lo"], out["pred_e2e_s_hi"] = e * np.exp(-q * np.sqrt(var_e)), e * np.exp(q * np.sqrt(var_e))
+    return out
