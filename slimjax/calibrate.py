@@ -105,7 +105,7 @@ def _adam(z0, feats, t_meas, mask, iterations, learning_rate=0.05):
 
 
 @functools.partial(jax.jit, static_argnames=("iterations", "solver"))
-def fit_groups(z0, feats, t_meas, mask, *, iterations: int = 80, solver: str = "lm"):
+def fit_groups(z0, feats, t_meas, mask, *, iterations: int = 30, solver: str = "lm"):
     """Fit every group (leading axis of ``feats``/``t_meas``/``mask``) from every start in ``z0``
     (restarts × params) at once; keep each group's best end point. Returns z, cost, iterations,
     converged, Jacobian at z (groups × points × params)."""
@@ -122,34 +122,30 @@ def fit_groups(z0, feats, t_meas, mask, *, iterations: int = 80, solver: str = "
 
 
 def _uncertainty(z, cost, J, n):
-    """Gauss–Newton covariance of θ = exp(z) and the identifiable directions, per group (numpy)."""
+    """Gauss–Newton covariance of θ = exp(z) and the identifiable coefficients, per group (numpy, batched)."""
     G, p = z.shape
-    cov = np.full((G, p, p), np.nan)
-    identified = np.zeros((G, p), bool)
-    for k in range(G):
-        H = J[k].T @ J[k]
-        scale = np.sqrt(np.maximum(np.diag(H), 1e-300))
-        Hn = H / np.outer(scale, scale)
-        w, V = np.linalg.eigh(Hn)
-        null = w < _IDENT_TOL * max(w.max(), 1e-300)
-        # unidentified: a coefficient the residuals barely feel, or one that loads a near-null direction
-        sensitive = scale > _SENSITIVITY_TOL * scale.max()
-        identified[k] = ~np.any(np.abs(V[:, null]) > 0.3, axis=1) & sensitive
-        dof = n[k] - p
-        if dof <= 0:
-            continue
-        sigma2 = cost[k] / dof
-        inv = np.where(null, 0.0, 1.0 / np.where(null, 1.0, w))
-        cov_z = sigma2 * (V * inv) @ V.T / np.outer(scale, scale)
-        theta = np.exp(z[k])
-        cov[k] = cov_z * np.outer(theta, theta)
-        cov[k][~identified[k], :] = np.nan
-        cov[k][:, ~identified[k]] = np.nan
+    H = np.einsum("gni,gnj->gij", J, J)
+    scale = np.sqrt(np.maximum(np.diagonal(H, axis1=1, axis2=2), 1e-300))
+    Hn = H / (scale[:, :, None] * scale[:, None, :])
+    w, V = np.linalg.eigh(Hn)
+    null = w < _IDENT_TOL * np.maximum(w.max(axis=1, keepdims=True), 1e-300)
+    # unidentified: a coefficient the residuals barely feel, or one that loads a near-null direction
+    loads_null = np.any((np.abs(V) > 0.3) & null[:, None, :], axis=2)
+    sensitive = scale > _SENSITIVITY_TOL * scale.max(axis=1, keepdims=True)
+    identified = ~loads_null & sensitive
+    dof = n - p
+    sigma2 = np.where(dof > 0, cost / np.maximum(dof, 1), np.nan)
+    inv = np.where(null, 0.0, 1.0 / np.where(null, 1.0, w))
+    cov_z = sigma2[:, None, None] * np.einsum("gik,gk,gjk->gij", V, inv, V) / (scale[:, :, None] * scale[:, None, :])
+    theta = np.exp(z)
+    cov = cov_z * theta[:, :, None] * theta[:, None, :]
+    bad = ~identified
+    cov = np.where(bad[:, :, None] | bad[:, None, :], np.nan, cov)
     return cov, identified
 
 
 def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
-              solver: str = "lm", iterations: int = 80) -> xr.Dataset:
+              solver: str = "lm", iterations: int = 30) -> xr.Dataset:
     """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
 
     Returns a Dataset with dims (*group_by, param): ``coefficients``, ``standard_error``,
@@ -195,11 +191,13 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     shape = tuple(len(levels[c]) for c in group_by)
     p = len(SLIM_PARAMS)
 
+    position = {c: {v: i for i, v in enumerate(levels[c])} for c in group_by}
+    where = tuple(np.array([position[c][(key if isinstance(key, tuple) else (key,))[j]] for key in keys])
+                  for j, c in enumerate(group_by))
+
     def dense(values, tail=(), fill=np.nan, dtype=float):
         out = np.full(shape + tail, fill, dtype)
-        for k, key in enumerate(keys):
-            key = key if isinstance(key, tuple) else (key,)
-            out[tuple(levels[c].index(v) for c, v in zip(group_by, key))] = values[k]
+        out[where] = values
         return out
 
     theta = np.exp(z)
