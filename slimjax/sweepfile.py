@@ -145,6 +145,40 @@ def default_coefficients() -> dict:
         return yaml.safe_load(f)
 
 
+def _stored_coefficients(value: Any, models: list[str], gpus: list[str]) -> tuple[dict, str]:
+    """Coefficients per (model, GPU) from a ``slimjax calibrate`` store: ``PATH`` or
+    ``{coefficients: PATH, select: {dim: value}}`` for dims beyond model and GPU (framework, n_gpu)."""
+    from .store import open_store
+
+    path, select = (value, {}) if isinstance(value, str) else (value.get("coefficients"), dict(value.get("select") or {}))
+    if not isinstance(path, str) or not Path(path).exists():
+        raise SlimjaxError("slim.coefficients" if isinstance(value, Mapping) else "slim", f"coefficient store {path!r} not found")
+    coeffs = open_store(path)["coefficients"]
+    for dim, v in select.items():
+        if dim not in coeffs.dims or v not in coeffs[dim].values:
+            raise SlimjaxError(f"slim.select.{dim}", f"{v!r} not in the store ({dim}: {list(coeffs[dim].values) if dim in coeffs.dims else 'no such dim'})")
+        coeffs = coeffs.sel({dim: v})
+    extra = [d for d in coeffs.dims if d not in ("model", "gpu", "param")]
+    for d in extra:
+        if coeffs.sizes[d] != 1:
+            raise SlimjaxError("slim.select", f"the store has {coeffs.sizes[d]} values of {d!r}; choose one with select: {{{d}: …}}")
+        coeffs = coeffs.isel({d: 0})
+    table = {}
+    for m in models:
+        for g in gpus:
+            at = coeffs
+            for dim, label in (("model", m), ("gpu", g)):
+                if dim in at.dims:
+                    if label not in at[dim].values:
+                        raise SlimjaxError("slim", f"the coefficient store has no {dim} {label!r}")
+                    at = at.sel({dim: label})
+            values = dict(zip(at["param"].values.tolist(), at.values.tolist()))
+            if any(not np.isfinite(v) for v in values.values()):
+                raise SlimjaxError("slim", f"the coefficient store has no fit for {m} on {g}")
+            table[(m, g)] = check_coefficients(values, f"slim ({path}: {m}, {g})")
+    return table, f"calibrated store {path}"
+
+
 def _coefficients(value: Any, gpus: list[str]) -> tuple[dict[str, dict[str, float]], str]:
     shipped = default_coefficients()
     base = check_coefficients(shipped["default"], "configs/slim/default.yaml: default")
@@ -375,11 +409,18 @@ def parse(spec: str | Path | Mapping) -> Sweep:
     if precision not in PRECISIONS:
         raise SlimjaxError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     gpu_names = [g for g, _ in gpus]
-    table, coeffs_source = _coefficients(data.get("slim"), gpu_names)
-    coeffs = SlimCoeffs(**{
-        p: np.broadcast_to(np.asarray([table[g][p] for g in gpu_names]), (len(models), len(gpus))).copy()
-        for p in SLIM_PARAMS
-    })
+    model_names = [m for m, _ in models]
+    slim_value = data.get("slim")
+    if isinstance(slim_value, str) or (isinstance(slim_value, Mapping) and "coefficients" in slim_value):
+        pairs, coeffs_source = _stored_coefficients(slim_value, model_names, gpu_names)
+        table = {g: {m: pairs[(m, g)] for m in model_names} for g in gpu_names}
+        coeffs = SlimCoeffs(**{p: np.asarray([[pairs[(m, g)][p] for g in gpu_names] for m in model_names]) for p in SLIM_PARAMS})
+    else:
+        table, coeffs_source = _coefficients(slim_value, gpu_names)
+        coeffs = SlimCoeffs(**{
+            p: np.broadcast_to(np.asarray([table[g][p] for g in gpu_names]), (len(models), len(gpus))).copy()
+            for p in SLIM_PARAMS
+        })
     capacity = any(k in data for k in ("serving", "arrival_rate", "measured"))
     serving, serving_table = _serving(data.get("serving"), models, gpu_names) if capacity else (None, None)
     measured = _measured(data["measured"], [m for m, _ in models], gpu_names)[0] if data.get("measured") is not None else None

@@ -159,3 +159,21 @@ def test_malformed_and_bad_rows(tmp_path):
         load_traces(path)
     with pytest.raises(SlimjaxError, match="group_by: 'tp' is not a trace column"):
         calibrate(df, group_by=("model", "tp"))
+
+
+def test_sweep_uses_a_calibrated_store(clean, tmp_path):
+    from slimjax import store
+
+    ds = calibrate(clean, group_by=("model", "gpu", "framework"))
+    path = tmp_path / "coeffs.zarr"
+    store.write_dataset(ds, path)
+    spec = dict(models=["OPT-13b"], gpus=["A100-SXM-80GB"], batch=[1, 8], input_len=[512], output_len=[64], precision="float64",
+                slim={"coefficients": str(path), "select": {"framework": "synthetic"}})
+    out = slimjax.sweep(spec, quiet=True)
+    want = slimjax.point("OPT-13b", "A100-SXM-80GB", 8, 512, 64, slim=TRUE)["slim_e2e_s"]
+    assert float(out.slim_e2e_s.sel(batch=8, model="OPT-13b", gpu="A100-SXM-80GB", input_len=512, output_len=64)) == pytest.approx(want, rel=1e-3)
+    assert "calibrated store" in out.attrs["slim_coefficients_source"]
+    with pytest.raises(SlimjaxError, match="no gpu 'L40S'"):
+        slimjax.sweep({**spec, "gpus": ["L40S"]}, quiet=True)
+    with pytest.raises(SlimjaxError, match="slim.select.framework"):
+        slimjax.sweep({**spec, "slim": {"coefficients": str(path), "select": {"framework": "vllm"}}}, quiet=True)
