@@ -19,8 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-import slimjax
-from slimjax.calibrate import STARTS, calibrate
+from slimjax.calibrate import STARTS, calibrate  # importing slimjax first sets its XLA flags
 from slimjax.catalog import resolve_gpu, resolve_model
 from slimjax.specs import SLIM_PARAMS
 

@@ -61,9 +61,9 @@ def _residuals(z, feats, t_meas, mask):
     return jnp.where(mask, _predict(z, feats)[0] / t_meas - 1.0, 0.0)
 
 
-def _lm(z0, feats, t_meas, mask, iterations):
-    """Levenberg–Marquardt with Marquardt scaling, a fixed number of iterations (vmappable)."""
-    res = functools.partial(_residuals, feats=feats, t_meas=t_meas, mask=mask)
+def _lm(res, z0, iterations):
+    """Levenberg–Marquardt with Marquardt scaling on residuals ``res(z)``, a fixed number of
+    iterations (vmappable)."""
     jac = jax.jacfwd(res)
     p = z0.shape[0]
 
@@ -87,10 +87,10 @@ def _lm(z0, feats, t_meas, mask, iterations):
     return z, cost, accepted, converged
 
 
-def _adam(z0, feats, t_meas, mask, iterations, learning_rate=0.05):
-    """The optax alternative: Adam on the same sum of squared relative residuals."""
+def _adam(res, z0, iterations, learning_rate=0.05):
+    """The optax alternative: Adam on the same sum of squared residuals."""
     opt = optax.adam(learning_rate)
-    loss = lambda z: jnp.sum(_residuals(z, feats, t_meas, mask) ** 2)
+    loss = lambda z: jnp.sum(res(z) ** 2)
 
     def step(carry, _):
         z, state = carry
@@ -104,21 +104,25 @@ def _adam(z0, feats, t_meas, mask, iterations, learning_rate=0.05):
     return z, cost, jnp.asarray(iterations), converged
 
 
-@functools.partial(jax.jit, static_argnames=("iterations", "solver"))
-def fit_groups(z0, feats, t_meas, mask, *, iterations: int = 30, solver: str = "lm"):
-    """Fit every group (leading axis of ``feats``/``t_meas``/``mask``) from every start in ``z0``
-    (restarts × params) at once; keep each group's best end point. Returns z, cost, iterations,
-    converged, Jacobian at z (groups × points × params)."""
+def _fit_batched(residuals, z0, data, iterations, solver):
+    """Fit every group (leading axis of each ``data`` leaf) from every start in ``z0`` (restarts ×
+    params), keeping each group's best end point: z, cost, iterations, converged, Jacobian at z."""
     fit = _lm if solver == "lm" else _adam
 
-    def one_group(f, t, m):
-        zs, costs, its, conv = jax.vmap(lambda z: fit(z, f, t, m, iterations))(z0)
+    def one_group(d):
+        res = lambda z: residuals(z, *d)
+        zs, costs, its, conv = jax.vmap(lambda z: fit(res, z, iterations))(z0)
         best = jnp.argmin(jnp.where(jnp.isfinite(costs), costs, jnp.inf))
         z = zs[best]
-        J = jax.jacfwd(_residuals)(z, f, t, m)
-        return z, costs[best], its[best], conv[best], J
+        return z, costs[best], its[best], conv[best], jax.jacfwd(res)(z)
 
-    return jax.vmap(one_group)(feats, t_meas, mask)
+    return jax.vmap(one_group)(data)
+
+
+@functools.partial(jax.jit, static_argnames=("iterations", "solver"))
+def fit_groups(z0, feats, t_meas, mask, *, iterations: int = 30, solver: str = "lm"):
+    """SLIM fits of every group at once (see :func:`_fit_batched`)."""
+    return _fit_batched(_residuals, z0, (feats, t_meas, mask), iterations, solver)
 
 
 def _uncertainty(z, cost, J, n):
@@ -263,3 +267,88 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     out["pred_throughput_lo"], out["pred_throughput_hi"] = t * np.exp(-q * np.sqrt(var_t)), t * np.exp(q * np.sqrt(var_t))
     out["pred_e2e_s_lo"], out["pred_e2e_s_hi"] = e * np.exp(-q * np.sqrt(var_e)), e * np.exp(q * np.sqrt(var_e))
     return out
+
+
+# ------------------------------------------------------------------ the capacity roofline (§0, §4)
+
+ROOFLINE_PARAMS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")
+ROOFLINE_STARTS = np.array([[0.5, 0.5, 1e-4], [0.9, 0.9, 1e-5], [0.3, 0.7, 1e-3]])
+
+
+def _roofline_predict(z, feats):
+    from .calculator import capacity_cell_terms, service_terms
+    from .specs import ServingSpec
+
+    e_f, e_b, t_l = (jnp.exp(z[i]) for i in range(3))
+    one = jnp.ones_like(feats["n_gpu"])
+    serving = ServingSpec(
+        n_gpu=feats["n_gpu"], memory_utilization=0.9 * one, reserved_bytes=0.0 * one, kv_replication=one,
+        kv_overhead=one, block_size=16.0 * one, chunk_size=0.0 * one, launch_overhead_s=t_l * one,
+        compute_efficiency=e_f * one, bandwidth_efficiency=e_b * one,
+        kv_dtype_bytes=feats["model"].kv_dtype_bytes, weight_bytes=feats["model"].weight_bytes,
+    )
+    cell = capacity_cell_terms(feats["model"], feats["gpu"], serving, feats["input_len"], feats["output_len"])
+    out = service_terms(cell, None, feats["batch"], feats["input_len"], feats["output_len"])
+    return out["itl_s"], out["ttft_s"]
+
+
+def _roofline_residuals(z, feats, itl, ttft, mask_itl, mask_ttft):
+    p_itl, p_ttft = _roofline_predict(z, feats)
+    return jnp.concatenate([jnp.where(mask_itl, p_itl / itl - 1.0, 0.0), jnp.where(mask_ttft, p_ttft / ttft - 1.0, 0.0)])
+
+
+@functools.partial(jax.jit, static_argnames=("iterations", "solver"))
+def _fit_roofline_groups(z0, feats, itl, ttft, mask_itl, mask_ttft, *, iterations, solver):
+    return _fit_batched(_roofline_residuals, z0, (feats, itl, ttft, mask_itl, mask_ttft), iterations, solver)
+
+
+def roofline_errors(traces: pd.DataFrame, compute_efficiency=1.0, bandwidth_efficiency=1.0, launch_overhead_s=0.0) -> pd.DataFrame:
+    """Signed relative errors (pred/meas − 1) of the roofline ITL and TTFT on ``traces``' rows."""
+    feats = _row_features(traces)
+    z = jnp.log(jnp.asarray([compute_efficiency, bandwidth_efficiency, max(launch_overhead_s, 1e-300)]))
+    itl, ttft = map(np.asarray, _roofline_predict(z, feats))
+    return pd.DataFrame({"itl_error": itl / traces["itl_s"].to_numpy(float) - 1,
+                         "ttft_error": ttft / traces["ttft_s"].to_numpy(float) - 1}, index=traces.index)
+
+
+def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
+                       solver: str = "lm", iterations: int = 40) -> xr.Dataset:
+    """Fit the capacity roofline's e_F, e_B and t_l (MODEL.md §0, §4) to measured ITL and TTFT per
+    group, all groups in one batched solve (the same engine as :func:`calibrate`); residuals are
+    the relative ITL and TTFT errors of every row that has them."""
+    if solver not in ("lm", "adam"):
+        raise SlimjaxError("solver", f"must be 'lm' or 'adam', got {solver!r}")
+    group_by = list(group_by)
+    traces = traces[traces["itl_s"].notna() | traces["ttft_s"].notna()].reset_index(drop=True)
+    if traces.empty:
+        raise SlimjaxError("traces", "no rows with ttft_s or itl_s to fit the roofline to")
+    groups = traces.groupby(group_by, sort=True).indices
+    keys = list(groups)
+    size = max(len(v) for v in groups.values())
+    index = np.array([np.pad(v, (0, size - len(v)), mode="edge") for v in groups.values()])
+    valid = np.array([np.arange(size) < len(v) for v in groups.values()])
+    feats = jax.tree_util.tree_map(lambda x: np.asarray(x)[index], _row_features(traces))
+    itl, ttft = traces["itl_s"].to_numpy(float)[index], traces["ttft_s"].to_numpy(float)[index]
+    m_itl, m_ttft = valid & np.isfinite(itl), valid & np.isfinite(ttft)
+    itl, ttft = np.where(m_itl, itl, 1.0), np.where(m_ttft, ttft, 1.0)
+    z, cost, its, conv, J = map(np.asarray, _fit_roofline_groups(
+        jnp.log(ROOFLINE_STARTS), feats, itl, ttft, m_itl, m_ttft, iterations=iterations, solver=solver))
+    n = m_itl.sum(axis=1) + m_ttft.sum(axis=1)
+    cov, identified = _uncertainty(z, cost, J, n)
+    p_itl, p_ttft = map(np.asarray, jax.vmap(_roofline_predict)(jnp.asarray(z), feats))
+    mape = lambda pred, meas, m: np.nanmean(np.where(m, np.abs(pred / meas - 1), np.nan), axis=1) * 100
+    gdims = tuple(group_by)
+    frame = pd.DataFrame([k if isinstance(k, tuple) else (k,) for k in keys], columns=group_by)
+    ds = xr.Dataset(
+        {
+            "coefficients": (("group", "param"), np.exp(z)),
+            "standard_error": (("group", "param"), np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0))),
+            "identified": (("group", "param"), identified),
+            "converged": ("group", conv), "loss": ("group", cost), "n_points": ("group", n),
+            "mape_itl": ("group", mape(p_itl, itl, m_itl), {"units": "%"}),
+            "mape_ttft": ("group", mape(p_ttft, ttft, m_ttft), {"units": "%"}),
+        },
+        coords={"group": np.arange(len(keys)), "param": list(ROOFLINE_PARAMS), **{c: ("group", frame[c].to_numpy()) for c in group_by}},
+        attrs={"solver": solver, "residual": "ITL_pred/ITL_meas - 1 and TTFT_pred/TTFT_meas - 1", "group_by": list(gdims)},
+    )
+    return ds.set_index(group=list(gdims)).unstack("group")

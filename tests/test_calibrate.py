@@ -177,3 +177,24 @@ def test_sweep_uses_a_calibrated_store(clean, tmp_path):
         slimjax.sweep({**spec, "gpus": ["L40S"]}, quiet=True)
     with pytest.raises(SlimjaxError, match="slim.select.framework"):
         slimjax.sweep({**spec, "slim": {"coefficients": str(path), "select": {"framework": "vllm"}}}, quiet=True)
+
+
+def test_roofline_calibration_recovers_efficiencies():
+    import jax.numpy as jnp
+
+    from slimjax.calibrate import _roofline_predict, _row_features, calibrate_roofline, roofline_errors
+
+    rng = np.random.default_rng(2)
+    n = 40
+    pts = pd.DataFrame(dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=rng.choice([1, 2, 4], n), framework="synthetic",
+                            batch=rng.choice([1, 8, 32, 128], n), input_len=rng.choice([256, 1024, 4096], n),
+                            output_len=rng.choice([64, 256, 512], n), e2e_s=np.nan, throughput=np.nan))
+    truth = np.log([0.6, 0.7, 2e-5])
+    itl, ttft = map(np.asarray, _roofline_predict(jnp.asarray(truth), _row_features(pts)))
+    pts["itl_s"], pts["ttft_s"] = itl, ttft
+    ds = calibrate_roofline(pts, group_by=("model", "gpu"))
+    got = ds.coefficients.squeeze().values
+    np.testing.assert_allclose(got, np.exp(truth), rtol=1e-4)
+    assert float(ds.mape_itl.max()) < 1e-3
+    err = roofline_errors(pts, *np.exp(truth))
+    assert np.abs(err.to_numpy()).max() < 1e-9
