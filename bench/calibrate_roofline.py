@@ -13,7 +13,6 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 import slimjax  # noqa: F401  (XLA flags before jax)

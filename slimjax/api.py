@@ -33,7 +33,8 @@ class _MemorySink:
 
 
 def _dtype(sweep: Sweep, name: str) -> np.dtype:
-    return {"b_cap": np.dtype(np.int32), "max_seqs": np.dtype(np.int64)}.get(name, sweep.dtype)
+    return {"b_cap": np.dtype(np.int32), "b_cap_lo": np.dtype(np.int32), "b_cap_hi": np.dtype(np.int32),
+            "max_seqs": np.dtype(np.int64)}.get(name, sweep.dtype)
 
 
 def _coords(sweep: Sweep) -> dict[str, np.ndarray]:

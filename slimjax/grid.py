@@ -20,9 +20,9 @@ import numpy as np
 
 from . import advisor as advisor_mod
 from .errors import SlimjaxError
-from .schema import ALL_VARIABLES, CAPACITY_VARIABLES, DIMS, QUEUE_VARIABLES, VARIABLES
+from .schema import ALL_VARIABLES, CAPACITY_VARIABLES, DIMS, INTERVAL_VARIABLES, QUEUE_VARIABLES, VARIABLES
 from .calculator import capacity_cell_terms, queue_terms, service_terms
-from .slim import slim_batch_terms, slim_cell_terms, slim_variables
+from .slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms, slim_variables
 from .specs import astype
 from .sweepfile import Sweep
 
@@ -33,6 +33,8 @@ _WORKING_FACTOR = 3.0
 
 def variable_names(sweep: Sweep) -> list[str]:
     names = [v for v in VARIABLES if v != "b_cap" or sweep.advisor is not None]
+    if sweep.coeffs_log_cov is not None:
+        names += [v for v in INTERVAL_VARIABLES if not v.startswith("b_cap") or sweep.advisor is not None]
     if sweep.serving is not None:
         names += list(CAPACITY_VARIABLES)
     if sweep.arrival_rate is not None:
@@ -81,6 +83,10 @@ def _cell_block(inputs, starts, *, block: tuple[int, int, int, int]):
     O = jnp.take(inputs["output_len"], io, mode="clip").reshape(1, 1, 1, 1, -1)
     coeffs = pair(inputs["coeffs"])
     out = {"coeffs": coeffs, "slo_s": pair(inputs["slo_s"]), "I": I, "O": O}
+    if "log_cov" in inputs:
+        cov = _gather(_gather(inputs["log_cov"], im, 0), ig, 1)
+        out["log_cov"] = cov[:, :, None, None, None]  # (bm, bg, 1, 1, 1, 6, 6)
+        out["scatter"] = pair(inputs["scatter"])
     if "serving" in inputs:
         serving = pair(inputs["serving"])
         out["slim"] = slim_cell_terms(model, gpu, coeffs, I, O, n_gpu=serving.n_gpu.astype(I.dtype),
@@ -117,13 +123,30 @@ def _batch_block(cell, batch, arrival_rate, epsilon, *, block, with_advisor: boo
             result[k] = jnp.broadcast_to(v, (*shape5, arrival_rate.shape[0])).astype(dt)
         else:
             result[k] = _to_dims(v, dims, shape5).astype(jnp.int64 if k == "max_seqs" else dt)
+    cap_dims = tuple(shape5[DIMS.index(d)] for d in VARIABLES["b_cap"][0])
+    spread = spread1 = None
+    if "log_cov" in cell:  # 90 % prediction interval on log T (delta method + the fit's scatter)
+        z = 1.6448536269514722
+        terms1 = slim_batch_terms(cell["slim"], c, jnp.ones((), B.dtype), I, O)
+        sd = lambda g: jnp.sqrt(jnp.einsum("...i,...ij,...j->...", g, cell["log_cov"].astype(dt), g) + cell["scatter"].astype(dt))
+        spread = z * sd(log_throughput_sensitivity(cell["slim"], c, B, out))
+        spread1 = z * sd(log_throughput_sensitivity(cell["slim"], c, jnp.ones((), B.dtype), terms1))
+        result["slim_throughput_lo"] = (result["slim_throughput"] * jnp.exp(-spread)).astype(dt)
+        result["slim_throughput_hi"] = (result["slim_throughput"] * jnp.exp(spread)).astype(dt)
     if with_advisor:
         t1 = slim_batch_terms(cell["slim"], c, jnp.ones((), B.dtype), I, O)["slim_throughput"]
         allowed = None if cap is None else B.astype(F64) <= cap["max_seqs"]
         b_cap = advisor_mod.batch_capacity(
             result["slim_throughput"], result["slim_e2e_s"], B, t1, cell["slo_s"], epsilon, axis=2, allowed=allowed
         )
-        result["b_cap"] = jnp.broadcast_to(b_cap, tuple(shape5[DIMS.index(d)] for d in VARIABLES["b_cap"][0])).astype(jnp.int32)
+        result["b_cap"] = jnp.broadcast_to(b_cap, cap_dims).astype(jnp.int32)
+        if spread is not None:  # pessimistic: T low and E2E high together; optimistic the reverse
+            for name, sign in (("b_cap_lo", -1.0), ("b_cap_hi", 1.0)):
+                bc = advisor_mod.batch_capacity(
+                    result["slim_throughput"] * jnp.exp(sign * spread), result["slim_e2e_s"] * jnp.exp(-sign * spread),
+                    B, t1 * jnp.exp(sign * spread1), cell["slo_s"], epsilon, axis=2, allowed=allowed,
+                )
+                result[name] = jnp.broadcast_to(bc, cap_dims).astype(jnp.int32)
     return result
 
 
@@ -224,6 +247,8 @@ def evaluate(sweep: Sweep, sink, *, memory_budget_bytes: float, progress=None) -
         host["model64"], host["gpu64"] = astype(sweep.model, np.float64), astype(sweep.gpu, np.float64)
     if sweep.measured is not None:
         host["measured"] = astype(sweep.measured, np.float64)
+    if sweep.coeffs_log_cov is not None:
+        host["log_cov"], host["scatter"] = sweep.coeffs_log_cov.astype(dt), sweep.coeffs_scatter.astype(dt)
     if sweep.arrival_rate is not None:
         host["arrival_rate"] = sweep.arrival_rate
     # One block in flight per local device (CPU: one per core, see slimjax/__init__.py); the

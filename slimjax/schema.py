@@ -44,7 +44,14 @@ QUEUE_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "response_s": (QUEUE_DIMS, "s", "mean response time W_q + S (+inf: unbounded)"),
     "in_system": (QUEUE_DIMS, "requests", "mean requests in system, λ·R (+inf: unbounded)"),
 }
-ALL_VARIABLES = {**VARIABLES, **CAPACITY_VARIABLES, **QUEUE_VARIABLES}
+# With coefficients from a calibrated store (covariance known): 90 % prediction intervals.
+INTERVAL_VARIABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "slim_throughput_lo": (ALL5, "tokens/s", "lower end of the 90 % prediction interval of slim_throughput"),
+    "slim_throughput_hi": (ALL5, "tokens/s", "upper end of the 90 % prediction interval of slim_throughput"),
+    "b_cap_lo": (PAIR_LENS, "batch size (0 = none)", "B_cap with throughput and E2E at the pessimistic ends of their 90 % intervals"),
+    "b_cap_hi": (PAIR_LENS, "batch size (0 = none)", "B_cap with throughput and E2E at the optimistic ends of their 90 % intervals"),
+}
+ALL_VARIABLES = {**VARIABLES, **INTERVAL_VARIABLES, **CAPACITY_VARIABLES, **QUEUE_VARIABLES}
 ROOFLINE_ONLY = ("prefill_s", "chunk_max_s", "itl_chunk_s")
 
 COORD_ATTRS = {

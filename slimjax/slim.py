@@ -5,6 +5,8 @@ Pure functions of broadcastable arrays. Units: tokens, FLOP, FLOP/s, bytes, byte
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from .memory import kv_bytes_per_token, model_kv_bytes_per_layer_token
 
 
@@ -71,6 +73,8 @@ def slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu=1.0, kv_dty
     t_d = dense_decode_time(coeffs.alpha, coeffs.gamma, model.n_layers, model.hidden, output_len)
     return dict(
         f1=f1,
+        d_alpha=coeffs.alpha * output_len / coeffs.eta_m,  # parts of d1, for sensitivities
+        d_gamma=(t_d - coeffs.alpha * output_len) / coeffs.eta_m,
         p1=slim_prefill_time(f1, coeffs.eta_c, n_gpu * gpu.flops),
         d1=slim_decode_time(1.0, 0.0, coeffs.eta_m, t_d, m_dec, n_gpu * gpu.bandwidth),
         kv_traffic_bytes=m_dec,
@@ -100,3 +104,22 @@ def slim_variables(model, gpu, coeffs, batch, input_len, output_len, n_gpu=1.0):
     """
     cell = slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu)
     return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, coeffs, batch, input_len, output_len)}
+
+
+def log_throughput_sensitivity(cell, coeffs, batch, terms):
+    """∂ log T / ∂ log θ for θ = (η_c, η_m, B0, α, γ, t_fixed), stacked on a trailing axis.
+
+    From E2E = B·p1 + (B + B0)·d1 + t_fixed with p1 ∝ 1/η_c and d1 ∝ 1/η_m: log T = log(B(I+O)) −
+    log E2E, so each entry is −θ_k·(∂E2E/∂θ_k)/E2E. ``terms`` are :func:`slim_batch_terms`' outputs.
+    """
+    e2e = terms["slim_e2e_s"]
+    slots = batch + coeffs.B0
+    parts = (
+        terms["slim_prefill_s"],
+        terms["slim_decode_s"],
+        -coeffs.B0 * cell["d1"],
+        -slots * cell["d_alpha"],
+        -slots * cell["d_gamma"],
+        -coeffs.t_fixed,
+    )
+    return jnp.stack([jnp.broadcast_to(p, jnp.shape(e2e)) / e2e for p in parts], axis=-1)

@@ -43,6 +43,8 @@ class Sweep:
     coeffs: SlimCoeffs  # leaves (M, G)
     coeffs_table: dict[str, dict[str, float]]  # GPU label -> coefficients, for attrs
     coeffs_source: str
+    coeffs_log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ from a calibrated store
+    coeffs_scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
     batch: np.ndarray
     input_len: np.ndarray
     output_len: np.ndarray
@@ -153,17 +155,24 @@ def _stored_coefficients(value: Any, models: list[str], gpus: list[str]) -> tupl
     path, select = (value, {}) if isinstance(value, str) else (value.get("coefficients"), dict(value.get("select") or {}))
     if not isinstance(path, str) or not Path(path).exists():
         raise SlimjaxError("slim.coefficients" if isinstance(value, Mapping) else "slim", f"coefficient store {path!r} not found")
-    coeffs = open_store(path)["coefficients"]
+    stored = open_store(path)
+    coeffs = stored["coefficients"]
+    cov = stored["covariance"] if "covariance" in stored else None
+    scatter = (stored["loss"] / np.maximum(stored["n_points"] - len(SLIM_PARAMS), 1)) if "loss" in stored else None
     for dim, v in select.items():
         if dim not in coeffs.dims or v not in coeffs[dim].values:
             raise SlimjaxError(f"slim.select.{dim}", f"{v!r} not in the store ({dim}: {list(coeffs[dim].values) if dim in coeffs.dims else 'no such dim'})")
         coeffs = coeffs.sel({dim: v})
+        cov = None if cov is None else cov.sel({dim: v})
+        scatter = None if scatter is None else scatter.sel({dim: v})
     extra = [d for d in coeffs.dims if d not in ("model", "gpu", "param")]
     for d in extra:
         if coeffs.sizes[d] != 1:
             raise SlimjaxError("slim.select", f"the store has {coeffs.sizes[d]} values of {d!r}; choose one with select: {{{d}: …}}")
         coeffs = coeffs.isel({d: 0})
-    table = {}
+        cov = None if cov is None else cov.isel({d: 0})
+        scatter = None if scatter is None else scatter.isel({d: 0})
+    table, uncertainty = {}, {}
     for m in models:
         for g in gpus:
             at = coeffs
@@ -176,7 +185,16 @@ def _stored_coefficients(value: Any, models: list[str], gpus: list[str]) -> tupl
             if any(not np.isfinite(v) for v in values.values()):
                 raise SlimjaxError("slim", f"the coefficient store has no fit for {m} on {g}")
             table[(m, g)] = check_coefficients(values, f"slim ({path}: {m}, {g})")
-    return table, f"calibrated store {path}"
+            if cov is not None and scatter is not None:
+                c, sc = cov, scatter
+                for dim, label in (("model", m), ("gpu", g)):
+                    c = c.sel({dim: label}) if dim in c.dims else c
+                    sc = sc.sel({dim: label}) if dim in sc.dims else sc
+                theta = np.array([table[(m, g)][p] for p in SLIM_PARAMS])
+                safe = np.where(theta > 0, theta, 1.0)
+                c = np.asarray(c.transpose("param", "param_").values, float) / np.outer(safe, safe)
+                uncertainty[(m, g)] = (np.where(np.isfinite(c), c, 0.0), float(sc))
+    return (table, uncertainty), f"calibrated store {path}"
 
 
 def _coefficients(value: Any, gpus: list[str]) -> tuple[dict[str, dict[str, float]], str]:
@@ -411,9 +429,13 @@ def parse(spec: str | Path | Mapping) -> Sweep:
     gpu_names = [g for g, _ in gpus]
     model_names = [m for m, _ in models]
     slim_value = data.get("slim")
+    log_cov = scatter = None  # coefficient uncertainty, from a calibrated store only
     if isinstance(slim_value, str) or (isinstance(slim_value, Mapping) and "coefficients" in slim_value):
-        pairs, coeffs_source = _stored_coefficients(slim_value, model_names, gpu_names)
+        (pairs, uncertainty), coeffs_source = _stored_coefficients(slim_value, model_names, gpu_names)
         table = {g: {m: pairs[(m, g)] for m in model_names} for g in gpu_names}
+        if uncertainty:
+            log_cov = np.stack([np.stack([uncertainty[(m, g)][0] for g in gpu_names]) for m in model_names])
+            scatter = np.array([[uncertainty[(m, g)][1] for g in gpu_names] for m in model_names])
         coeffs = SlimCoeffs(**{p: np.asarray([[pairs[(m, g)][p] for g in gpu_names] for m in model_names]) for p in SLIM_PARAMS})
     else:
         table, coeffs_source = _coefficients(slim_value, gpu_names)
@@ -425,6 +447,8 @@ def parse(spec: str | Path | Mapping) -> Sweep:
     serving, serving_table = _serving(data.get("serving"), models, gpu_names) if capacity else (None, None)
     measured = _measured(data["measured"], [m for m, _ in models], gpu_names)[0] if data.get("measured") is not None else None
     return Sweep(
+        coeffs_log_cov=log_cov,
+        coeffs_scatter=scatter,
         serving=serving,
         serving_table=serving_table,
         measured=measured,

@@ -198,3 +198,22 @@ def test_roofline_calibration_recovers_efficiencies():
     assert float(ds.mape_itl.max()) < 1e-3
     err = roofline_errors(pts, *np.exp(truth))
     assert np.abs(err.to_numpy()).max() < 1e-9
+
+
+def test_sweep_intervals_from_store_match_predict(tmp_path):
+    from slimjax import store
+
+    noisy = synthetic(["Llama-3.1-8B", "OPT-13b"], ["H100-SXM"], TRUE, noise=0.03, rows=40, seed=9)
+    ds = calibrate(noisy, group_by=("model", "gpu"))
+    path = tmp_path / "c.zarr"
+    store.write_dataset(ds, path)
+    spec = dict(models=["Llama-3.1-8B", "OPT-13b"], gpus=["H100-SXM"], batch=[1, 8, 64], input_len=[512, 2048],
+                output_len=[64, 256], slim=str(path), advisor={"slo_s": 20}, precision="float64")
+    out = slimjax.sweep(spec, quiet=True)
+    pts = out.slim_throughput.to_dataframe().reset_index()[["model", "gpu", "batch", "input_len", "output_len"]].assign(n_gpu=1)
+    p = predict(ds, pts)
+    for k in ("lo", "hi"):
+        got = out[f"slim_throughput_{k}"].to_dataframe().reset_index()[f"slim_throughput_{k}"].to_numpy()
+        np.testing.assert_allclose(got, p[f"pred_throughput_{k}"].to_numpy(), rtol=1e-9)
+    assert out.b_cap_lo.dtype == np.int32 and out.b_cap_hi.dtype == np.int32
+    assert (out.slim_throughput_lo < out.slim_throughput).all() and (out.slim_throughput < out.slim_throughput_hi).all()
