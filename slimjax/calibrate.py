@@ -148,6 +148,21 @@ def _uncertainty(z, cost, J, n):
     return cov, identified
 
 
+def _padded_groups(traces: pd.DataFrame, group_by: list[str]) -> tuple[list, np.ndarray, np.ndarray]:
+    """Groups as rows of one padded index array: (keys, index (groups × largest), valid mask).
+    Padding repeats a group's last real row and is masked out of every fit."""
+    for col in group_by:
+        if col not in traces.columns:
+            raise SlimjaxError("group_by", f"{col!r} is not a trace column ({', '.join(traces.columns)})")
+    if traces.empty:
+        raise SlimjaxError("traces", "no rows to fit")
+    groups = traces.groupby(group_by, sort=True).indices
+    size = max(len(v) for v in groups.values())
+    index = np.array([np.pad(v, (0, size - len(v)), mode="edge") for v in groups.values()])
+    valid = np.array([np.arange(size) < len(v) for v in groups.values()])
+    return list(groups), index, valid
+
+
 def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
               solver: str = "lm", iterations: int = 30) -> xr.Dataset:
     """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
@@ -160,24 +175,10 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     if solver not in ("lm", "adam"):
         raise SlimjaxError("solver", f"must be 'lm' or 'adam', got {solver!r}")
     group_by = list(group_by)
-    for col in group_by:
-        if col not in traces.columns:
-            raise SlimjaxError("group_by", f"{col!r} is not a trace column ({', '.join(traces.columns)})")
-    if traces.empty:
-        raise SlimjaxError("traces", "no rows to fit")
     traces = traces.reset_index(drop=True)
-    groups = traces.groupby(group_by, sort=True).indices
-    keys = list(groups)
-    size = max(len(v) for v in groups.values())
+    keys, index, mask = _padded_groups(traces, group_by)
     feats_rows = _row_features(traces)
     t_all = _measured_throughput(traces)
-    index = np.zeros((len(keys), size), np.int64)
-    mask = np.zeros((len(keys), size), bool)
-    for k, key in enumerate(keys):
-        rows = groups[key]
-        index[k, : len(rows)] = rows
-        index[k, len(rows):] = rows[0]  # padding repeats a real row, masked out
-        mask[k, : len(rows)] = True
     feats = jax.tree_util.tree_map(lambda x: np.asarray(x)[index], feats_rows)
     t_meas = t_all[index]
     z0 = np.log(STARTS)
@@ -251,8 +252,8 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
         scatter = (coeffs["loss"] / np.maximum(coeffs["n_points"] - len(SLIM_PARAMS), 1)).sel(sel).values
     except KeyError as e:
         raise SlimjaxError("points", f"no coefficients for {e}") from None
-    feats = _row_features(points.assign(**{c: points.get(c, 1) for c in ("n_gpu",)}))
-    t, e = map(np.asarray, jax.vmap(lambda zz, f: _predict(zz, f))(jnp.asarray(z), jax.tree_util.tree_map(lambda x: x, feats)))
+    feats = _row_features(points.assign(n_gpu=points.get("n_gpu", 1)))
+    t, e = map(np.asarray, jax.vmap(_predict)(jnp.asarray(z), feats))
     # gradient of log T and log E2E with respect to z, per point
     glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(_predict(zz, f)[0])))(jnp.asarray(z), feats))
     gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(_predict(zz, f)[1])))(jnp.asarray(z), feats))
@@ -322,11 +323,7 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
     traces = traces[traces["itl_s"].notna() | traces["ttft_s"].notna()].reset_index(drop=True)
     if traces.empty:
         raise SlimjaxError("traces", "no rows with ttft_s or itl_s to fit the roofline to")
-    groups = traces.groupby(group_by, sort=True).indices
-    keys = list(groups)
-    size = max(len(v) for v in groups.values())
-    index = np.array([np.pad(v, (0, size - len(v)), mode="edge") for v in groups.values()])
-    valid = np.array([np.arange(size) < len(v) for v in groups.values()])
+    keys, index, valid = _padded_groups(traces, group_by)
     feats = jax.tree_util.tree_map(lambda x: np.asarray(x)[index], _row_features(traces))
     itl, ttft = traces["itl_s"].to_numpy(float)[index], traces["ttft_s"].to_numpy(float)[index]
     m_itl, m_ttft = valid & np.isfinite(itl), valid & np.isfinite(ttft)

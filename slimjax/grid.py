@@ -67,10 +67,6 @@ def _gather(spec, index, axis: int):
 F64 = jnp.float64  # capacity and queue arithmetic: exact max_seqs, accurate Erlang B
 
 
-def _f64(tree):
-    return jax.tree_util.tree_map(lambda x: jnp.asarray(x, F64), tree)
-
-
 @functools.partial(jax.jit, static_argnames=("block",))
 def _cell_block(inputs, starts, *, block: tuple[int, int, int, int]):
     """Batch-independent terms per (model, GPU, I, O) cell of one block, materialised by their own
@@ -93,7 +89,7 @@ def _cell_block(inputs, starts, *, block: tuple[int, int, int, int]):
                                       kv_dtype_bytes=serving.kv_dtype_bytes.astype(I.dtype))
         model64 = _expand(_gather(inputs["model64"], im, 0), (0,))
         gpu64 = _expand(_gather(inputs["gpu64"], ig, 0), (1,))
-        out["capacity"] = capacity_cell_terms(model64, gpu64, _f64(serving), I.astype(F64), O.astype(F64))
+        out["capacity"] = capacity_cell_terms(model64, gpu64, serving, I.astype(F64), O.astype(F64))
         if "measured" in inputs:
             out["measured"] = pair(inputs["measured"])
     else:
@@ -125,16 +121,16 @@ def _batch_block(cell, batch, arrival_rate, epsilon, *, block, with_advisor: boo
             result[k] = _to_dims(v, dims, shape5).astype(jnp.int64 if k == "max_seqs" else dt)
     cap_dims = tuple(shape5[DIMS.index(d)] for d in VARIABLES["b_cap"][0])
     spread = spread1 = None
+    terms1 = slim_batch_terms(cell["slim"], c, jnp.ones((), B.dtype), I, O)  # at B = 1 (XLA drops it if unused)
     if "log_cov" in cell:  # 90 % prediction interval on log T (delta method + the fit's scatter)
         z = 1.6448536269514722
-        terms1 = slim_batch_terms(cell["slim"], c, jnp.ones((), B.dtype), I, O)
         sd = lambda g: jnp.sqrt(jnp.einsum("...i,...ij,...j->...", g, cell["log_cov"].astype(dt), g) + cell["scatter"].astype(dt))
         spread = z * sd(log_throughput_sensitivity(cell["slim"], c, B, out))
         spread1 = z * sd(log_throughput_sensitivity(cell["slim"], c, jnp.ones((), B.dtype), terms1))
         result["slim_throughput_lo"] = (result["slim_throughput"] * jnp.exp(-spread)).astype(dt)
         result["slim_throughput_hi"] = (result["slim_throughput"] * jnp.exp(spread)).astype(dt)
     if with_advisor:
-        t1 = slim_batch_terms(cell["slim"], c, jnp.ones((), B.dtype), I, O)["slim_throughput"]
+        t1 = terms1["slim_throughput"]
         allowed = None if cap is None else B.astype(F64) <= cap["max_seqs"]
         b_cap = advisor_mod.batch_capacity(
             result["slim_throughput"], result["slim_e2e_s"], B, t1, cell["slo_s"], epsilon, axis=2, allowed=allowed
