@@ -10,7 +10,8 @@ identify (near-null eigenvectors of the normalised JᵀJ) are reported, not sile
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,8 @@ import xarray as xr
 
 from .catalog import resolve_gpu, resolve_model
 from .errors import SlimjaxError
-from .slim import slim_variables
+from . import memory
+from .slim import slim_kv_variables, slim_variables
 from .specs import SLIM_PARAMS, GPUSpec, ModelSpec, SlimCoeffs, stack
 
 # Deterministic starting points (η_c, η_m, B0, α, γ, t_fixed); the best end point wins.
@@ -41,8 +43,18 @@ def _row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     gpus = {g: resolve_gpu(g, "traces.gpu")[1] for g in traces["gpu"].unique()}
     m = stack(ModelSpec, [models[x] for x in traces["model"]])
     g = stack(GPUSpec, [gpus[x] for x in traces["gpu"]])
-    return dict(model=m, gpu=g, n_gpu=traces["n_gpu"].to_numpy(float), batch=traces["batch"].to_numpy(float),
-                input_len=traces["input_len"].to_numpy(float), output_len=traces["output_len"].to_numpy(float))
+    n_gpu, il, ol = (traces[c].to_numpy(float) for c in ("n_gpu", "input_len", "output_len"))
+    return dict(model=m, gpu=g, n_gpu=n_gpu, batch=traces["batch"].to_numpy(float), input_len=il, output_len=ol,
+                max_seqs=_default_max_seqs(m, g, n_gpu, il + ol))
+
+
+def _default_max_seqs(m, g, n_gpu, tokens):
+    """max_seqs (MODEL.md §3) at the serving defaults (u = 0.9, M_R = 0, β = 16, r = o = 1): the
+    concurrency the KV cache holds, used by the slim-kv variant."""
+    e_kv = np.asarray(memory.model_kv_bytes_per_layer_token(m))
+    pool = memory.kv_pool_bytes(0.9, n_gpu * g.memory_bytes, memory.weights_bytes(m.n_params, m.weight_bytes), 0.0)
+    foot = memory.seq_footprint_bytes(e_kv, m.n_layers, m.n_sliding_layers, m.window, tokens, 16.0, 1.0, 1.0)
+    return np.asarray(memory.max_concurrent_seqs(pool, foot))
 
 
 def _measured_throughput(traces: pd.DataFrame) -> np.ndarray:
@@ -51,14 +63,62 @@ def _measured_throughput(traces: pd.DataFrame) -> np.ndarray:
     return np.where(np.isfinite(t), t, from_e2e)
 
 
-def _predict(z, feats):
-    theta = SlimCoeffs(*[jnp.exp(z[i]) for i in range(len(SLIM_PARAMS))])
-    out = slim_variables(feats["model"], feats["gpu"], theta, feats["batch"], feats["input_len"], feats["output_len"], feats["n_gpu"])
-    return out["slim_throughput"], out["slim_e2e_s"]
+def _slim(theta, f):
+    out = slim_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"], f["n_gpu"])
+    return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
 
 
-def _residuals(z, feats, t_meas, mask):
-    return jnp.where(mask, _predict(z, feats)[0] / t_meas - 1.0, 0.0)
+def _slim_kv(theta, f):
+    out = slim_kv_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"],
+                            f["max_seqs"], f["n_gpu"])
+    return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
+
+
+class Variant(NamedTuple):
+    """A calibratable throughput model: its coefficient names, restart points and (T, E2E, T_pre) predictor."""
+
+    params: tuple[str, ...]
+    starts: np.ndarray
+    predict: Callable
+
+
+VARIANTS = {
+    "slim": Variant(SLIM_PARAMS, STARTS, _slim),
+    # per-sequence KV reads and the KV-capacity limit (slim.slim_kv_variables); optional, not the contract
+    "slim-kv": Variant(SLIM_PARAMS, np.vstack([STARTS, [[0.5, 0.5, 64.0, 3e-4, 1e-6, 0.01], [0.2, 0.9, 200.0, 1e-4, 1e-5, 0.1],
+                                                    [0.7, 0.3, 10.0, 1e-3, 1e-6, 1e-4]]]), _slim_kv),
+}
+
+
+def _variant(name: str) -> Variant:
+    if name not in VARIANTS:
+        raise SlimjaxError("variant", f"{name!r} is not one of {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def _predict(z, feats, variant="slim"):
+    theta = [jnp.exp(z[i]) for i in range(len(VARIANTS[variant].params))]
+    return VARIANTS[variant].predict(theta, feats)
+
+
+LOSSES = ("squared", "cauchy")
+CAUCHY_SCALE = 0.1  # relative error at which the Cauchy loss starts to discount a residual
+
+
+def cauchy_residual(r, scale=CAUCHY_SCALE):
+    """r̃ with r̃² = c²·log(1 + (r/c)²), the Cauchy (Lorentzian) loss as a residual, so a least-squares
+    solver minimises Σ ρ(r): outliers (a run unlike its neighbours) weigh ~log|r| instead of r²."""
+    u = (r / scale) ** 2
+    safe = jnp.where(u > 1e-12, u, 1.0)
+    return r * jnp.where(u > 1e-12, jnp.sqrt(jnp.log1p(safe) / safe), 1.0 - u / 4.0)
+
+
+def _residuals(z, feats, t_meas, ttft, mask_t, mask_ttft, variant="slim", loss="squared"):
+    """Relative throughput errors, and relative TTFT errors of T_pre (the batch's prefill, which
+    is what the first token waits for when the batch is prefilled together) where rows have a TTFT."""
+    t, _, t_pre = _predict(z, feats, variant)
+    r = jnp.concatenate([jnp.where(mask_t, t / t_meas - 1.0, 0.0), jnp.where(mask_ttft, t_pre / ttft - 1.0, 0.0)])
+    return cauchy_residual(r) if loss == "cauchy" else r
 
 
 def _lm(res, z0, iterations):
@@ -119,10 +179,12 @@ def _fit_batched(residuals, z0, data, iterations, solver):
     return jax.vmap(one_group)(data)
 
 
-@functools.partial(jax.jit, static_argnames=("iterations", "solver"))
-def fit_groups(z0, feats, t_meas, mask, *, iterations: int = 30, solver: str = "lm"):
+@functools.partial(jax.jit, static_argnames=("iterations", "solver", "variant", "loss"))
+def fit_groups(z0, feats, t_meas, ttft, mask_t, mask_ttft, *, iterations: int = 30, solver: str = "lm",
+               variant: str = "slim", loss: str = "squared"):
     """SLIM fits of every group at once (see :func:`_fit_batched`)."""
-    return _fit_batched(_residuals, z0, (feats, t_meas, mask), iterations, solver)
+    residuals = functools.partial(_residuals, variant=variant, loss=loss)
+    return _fit_batched(residuals, z0, (feats, t_meas, ttft, mask_t, mask_ttft), iterations, solver)
 
 
 def _uncertainty(z, cost, J, n):
@@ -164,37 +226,52 @@ def _padded_groups(traces: pd.DataFrame, group_by: list[str]) -> tuple[list, np.
 
 
 def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
-              solver: str = "lm", iterations: int = 30) -> xr.Dataset:
+              solver: str = "lm", iterations: int = 30, variant: str = "slim", loss: str = "squared") -> xr.Dataset:
     """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
+
+    Residuals: T_pred/T_meas − 1 for rows with a throughput (or an E2E), and T_pre/TTFT − 1 for
+    rows with a ``ttft_s`` (a batch's prefill time: it identifies η_c, which IL = OL throughput
+    curves barely do).
 
     Returns a Dataset with dims (*group_by, param): ``coefficients``, ``standard_error``,
     ``covariance`` (param × param_), ``identified``, and per group ``converged``, ``iterations``,
     ``loss`` (Σ r²), ``mape_throughput``, ``mape_e2e``, ``n_points``. Groups absent from the data
-    are NaN with n_points 0.
+    are NaN with n_points 0. ``variant`` "slim-kv" fits the optional variant of
+    :func:`slimjax.slim.slim_kv_variables` (same six coefficients) instead of MODEL.md §1. ``loss``
+    "cauchy" is the robust alternative to squared relative errors (:func:`cauchy_residual`): use it
+    when a few runs are unlike the rest (``loss`` then holds Σ ρ(r), and the covariance is the
+    Gauss–Newton one of the robust residuals).
     """
     if solver not in ("lm", "adam"):
         raise SlimjaxError("solver", f"must be 'lm' or 'adam', got {solver!r}")
+    if loss not in LOSSES:
+        raise SlimjaxError("loss", f"must be one of {', '.join(LOSSES)}, got {loss!r}")
+    spec = _variant(variant)
     group_by = list(group_by)
     traces = traces.reset_index(drop=True)
-    keys, index, mask = _padded_groups(traces, group_by)
+    keys, index, valid = _padded_groups(traces, group_by)
     feats_rows = _row_features(traces)
     t_all = _measured_throughput(traces)
     feats = jax.tree_util.tree_map(lambda x: np.asarray(x)[index], feats_rows)
-    t_meas = t_all[index]
-    z0 = np.log(STARTS)
-    z, cost, its, conv, J = map(np.asarray, fit_groups(jnp.asarray(z0), feats, jnp.asarray(t_meas), jnp.asarray(mask),
-                                                      iterations=iterations, solver=solver))
-    n = mask.sum(axis=1)
+    t_meas, ttft = t_all[index], traces["ttft_s"].to_numpy(float)[index]
+    mask, mask_ttft = valid & np.isfinite(t_meas), valid & np.isfinite(ttft)
+    t_meas, ttft = np.where(mask, t_meas, 1.0), np.where(mask_ttft, ttft, 1.0)
+    z0 = np.log(spec.starts)
+    z, cost, its, conv, J = map(np.asarray, fit_groups(jnp.asarray(z0), feats, t_meas, ttft, mask, mask_ttft,
+                                                      iterations=iterations, solver=solver, variant=variant, loss=loss))
+    n = mask.sum(axis=1) + mask_ttft.sum(axis=1)
     cov, identified = _uncertainty(z, cost, J, n)
-    t_pred, e_pred = map(np.asarray, jax.vmap(_predict)(jnp.asarray(z), feats))
+    t_pred, e_pred, pre_pred = map(np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats))
     e_meas = np.where(np.isfinite(traces["e2e_s"].to_numpy(float)), traces["e2e_s"].to_numpy(float),
                       (traces["batch"] * (traces["input_len"] + traces["output_len"])).to_numpy(float) / t_all)[index]
     mape_t = np.nanmean(np.where(mask, np.abs(t_pred / t_meas - 1), np.nan), axis=1) * 100
     mape_e = np.nanmean(np.where(mask, np.abs(e_pred / e_meas - 1), np.nan), axis=1) * 100
+    with np.errstate(all="ignore"):
+        mape_ttft = np.sum(np.where(mask_ttft, np.abs(pre_pred / ttft - 1), 0.0), axis=1) / mask_ttft.sum(axis=1) * 100
 
     levels = {c: sorted(traces[c].unique().tolist()) for c in group_by}
     shape = tuple(len(levels[c]) for c in group_by)
-    p = len(SLIM_PARAMS)
+    p = len(spec.params)
 
     position = {c: {v: i for i, v in enumerate(levels[c])} for c in group_by}
     where = tuple(np.array([position[c][(key if isinstance(key, tuple) else (key,))[j]] for key in keys])
@@ -220,11 +297,12 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
             "loss": (gdims, dense(cost), {"long_name": "sum of squared relative throughput residuals"}),
             "mape_throughput": (gdims, dense(mape_t), {"units": "%"}),
             "mape_e2e": (gdims, dense(mape_e), {"units": "%"}),
-            "n_points": (gdims, dense(n, fill=0, dtype=np.int64)),
+            "mape_ttft": (gdims, dense(mape_ttft), {"units": "%", "long_name": "MAPE of T_pre against measured TTFT (NaN: none)"}),
+            "n_points": (gdims, dense(n, fill=0, dtype=np.int64), {"long_name": "residuals fitted (throughput and TTFT)"}),
             "log_coefficients": (gdims + ("param",), dense(z, (p,)), {"long_name": "z = log θ at the optimum"}),
         },
-        coords={**{c: levels[c] for c in group_by}, "param": list(SLIM_PARAMS), "param_": list(SLIM_PARAMS)},
-        attrs={"solver": solver, "iterations_max": iterations, "residual": "T_pred / T_meas - 1",
+        coords={**{c: levels[c] for c in group_by}, "param": list(spec.params), "param_": list(spec.params)},
+        attrs={"variant": variant, "solver": solver, "loss": loss, "iterations_max": iterations, "residual": "T_pred / T_meas - 1",
                "group_by": list(group_by), "source": traces.attrs.get("source", "")},
     )
     return ds
@@ -249,14 +327,17 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     try:
         z = coeffs["log_coefficients"].sel(sel).transpose("point", "param").values
         cov = coeffs["covariance"].sel(sel).transpose("point", "param", "param_").values
-        scatter = (coeffs["loss"] / np.maximum(coeffs["n_points"] - len(SLIM_PARAMS), 1)).sel(sel).values
+        scatter = (coeffs["loss"] / np.maximum(coeffs["n_points"] - coeffs.sizes["param"], 1)).sel(sel).values
     except KeyError as e:
         raise SlimjaxError("points", f"no coefficients for {e}") from None
+    variant = coeffs.attrs.get("variant", "slim")
+    _variant(variant)
+    pred = functools.partial(_predict, variant=variant)
     feats = _row_features(points.assign(n_gpu=points.get("n_gpu", 1)))
-    t, e = map(np.asarray, jax.vmap(_predict)(jnp.asarray(z), feats))
+    t, e, _ = map(np.asarray, jax.vmap(pred)(jnp.asarray(z), feats))
     # gradient of log T and log E2E with respect to z, per point
-    glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(_predict(zz, f)[0])))(jnp.asarray(z), feats))
-    gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(_predict(zz, f)[1])))(jnp.asarray(z), feats))
+    glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[0])))(jnp.asarray(z), feats))
+    gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[1])))(jnp.asarray(z), feats))
     theta = np.exp(z)
     cov_z = cov / np.einsum("pi,pj->pij", theta, theta)
     cov_z = np.where(np.isfinite(cov_z), cov_z, 0.0)
@@ -276,7 +357,9 @@ ROOFLINE_PARAMS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhea
 ROOFLINE_STARTS = np.array([[0.5, 0.5, 1e-4], [0.9, 0.9, 1e-5], [0.3, 0.7, 1e-3]])
 
 
-def _roofline_predict(z, feats):
+def _roofline_service(z, feats):
+    """The capacity roofline's service terms (MODEL.md §4) at e_F, e_B, t_l = exp(z) and the other
+    serving settings at their defaults."""
     from .calculator import capacity_cell_terms, service_terms
     from .specs import ServingSpec
 
@@ -289,7 +372,11 @@ def _roofline_predict(z, feats):
         kv_dtype_bytes=feats["model"].kv_dtype_bytes, weight_bytes=feats["model"].weight_bytes,
     )
     cell = capacity_cell_terms(feats["model"], feats["gpu"], serving, feats["input_len"], feats["output_len"])
-    out = service_terms(cell, None, feats["batch"], feats["input_len"], feats["output_len"])
+    return service_terms(cell, None, feats["batch"], feats["input_len"], feats["output_len"])
+
+
+def _roofline_predict(z, feats):
+    out = _roofline_service(z, feats)
     return out["itl_s"], out["ttft_s"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -120,9 +121,13 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, **options) 
 @click.option("--format", "fmt", default=None, help="Trace format (default: detected).")
 @click.option("--group-by", default="model,gpu,n_gpu,framework", show_default=True, help="Comma-separated trace columns.")
 @click.option("--solver", type=click.Choice(["lm", "adam"]), default="lm", show_default=True)
+@click.option("--variant", type=click.Choice(["slim", "slim-kv"]), default="slim", show_default=True,
+              help="slim: MODEL.md §1 (what sweeps evaluate); slim-kv: the optional variant (predict/validate).")
+@click.option("--loss", type=click.Choice(["squared", "cauchy"]), default="squared", show_default=True,
+              help="squared relative errors, or the robust Cauchy loss for traces with outlying runs.")
 @click.option("--out", required=True, type=click.Path(), help="zarr store for the coefficients.")
 @click.option("--overwrite", is_flag=True)
-def calibrate(traces, fmt, group_by, solver, out, overwrite) -> None:
+def calibrate(traces, fmt, group_by, solver, variant, loss, out, overwrite) -> None:
     """Fit SLIM's coefficients per group of the measured TRACES, all groups in one batched solve."""
     import pandas as pd
 
@@ -134,7 +139,8 @@ def calibrate(traces, fmt, group_by, solver, out, overwrite) -> None:
         frames = [slimjax.load_traces(t, format=fmt) for t in traces]
         for t, f in zip(traces, frames):
             click.echo(f"{t}: {len(f)} rows" + "".join(f"; dropped {n} ({why})" for why, n in f.attrs["dropped"].items()))
-        ds = slimjax.calibrate(pd.concat(frames, ignore_index=True), group_by=[g.strip() for g in group_by.split(",")], solver=solver)
+        ds = slimjax.calibrate(pd.concat(frames, ignore_index=True), group_by=[g.strip() for g in group_by.split(",")],
+                               solver=solver, variant=variant, loss=loss)
         store.write_dataset(ds, target)
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {e}", err=True)
@@ -143,6 +149,45 @@ def calibrate(traces, fmt, group_by, solver, out, overwrite) -> None:
     table = table[table.n_points > 0]
     click.echo(f"wrote {out}: {len(table)} groups fitted")
     with_pd_options(lambda: click.echo(table.round(2).to_string()))
+
+
+@main.command()
+@click.argument("traces", nargs=-1, type=click.Path(exists=True))
+@click.option("--format", "fmt", default=None, help="Trace format (default: detected).")
+@click.option("--methods", default=",".join(("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")), show_default=True)
+@click.option("--scenarios", default=",".join(("same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined")),
+              show_default=True)
+@click.option("--exclude", multiple=True, help="Pandas query over trace columns; matching rows leave the study (repeatable).")
+@click.option("--out", type=click.Path(), default=None, help="CSV of every held-out prediction.")
+def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
+    """The SLIM paper's generalization study on measured TRACES (default: llm_inference_bench.csv and
+    its TTFT table under $SLIMJAX_DATA or ../shared/data): MAPE of throughput / E2E per scenario and method."""
+    import pandas as pd
+
+    import slimjax
+    from slimjax.validate import default_trace_paths, markdown_table, validate as run
+
+    paths = list(traces) or default_trace_paths()
+    try:
+        for p in paths:
+            if not os.path.exists(p):
+                raise slimjax.SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
+        frame = pd.concat([slimjax.load_traces(p, format=fmt) for p in paths], ignore_index=True)
+        result = run(frame, methods=_list(methods), scenarios=_list(scenarios), exclude=exclude)
+        if out:
+            result.predictions.to_csv(out, index=False)
+    except slimjax.SlimjaxError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    click.echo(f"MAPE % of throughput / E2E on held-out rows ({', '.join(map(str, paths))}"
+               + (f"; excluding {' | '.join(exclude)}" if exclude else "") + "):\n")
+    click.echo(markdown_table(result.table))
+    if out:
+        click.echo(f"\nwrote {out}: {len(result.predictions)} held-out predictions")
+
+
+def _list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def _print_tables(tables, i: int, o: int) -> None:

@@ -156,6 +156,10 @@ def _stored_coefficients(value: Any, models: list[str], gpus: list[str]) -> tupl
     if not isinstance(path, str) or not Path(path).exists():
         raise SlimjaxError("slim.coefficients" if isinstance(value, Mapping) else "slim", f"coefficient store {path!r} not found")
     stored = open_store(path)
+    variant = stored.attrs.get("variant", "slim")
+    if variant != "slim":
+        raise SlimjaxError("slim", f"{path} holds {variant!r} coefficients; sweeps evaluate MODEL.md §1 SLIM "
+                                   "(calibrate with --variant slim), the variant is for predict and validate")
     coeffs = stored["coefficients"]
     cov = stored["covariance"] if "covariance" in stored else None
     scatter = (stored["loss"] / np.maximum(stored["n_points"] - len(SLIM_PARAMS), 1)) if "loss" in stored else None

@@ -20,9 +20,11 @@ from .errors import SlimjaxError
 
 CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output_len", "e2e_s", "throughput", "ttft_s", "itl_s")
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
-FORMATS = ("canonical", "llm_inference_bench", "aiconfigurator", "splitwise", "vllm_bench_json")
+FORMATS = ("canonical", "llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "vllm_bench_json")
 _SIGNATURES = {
     "llm_inference_bench": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency", "Throughput"},
+    "llm_inference_bench_ttft": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Length", "Output Length", "Batch Size",
+                                 "TTFT Latency", "end_latency"},
     "aiconfigurator": {"model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"},
     "splitwise": {"model", "hardware", "prompt_size", "batch_size", "token_size", "prompt_time", "token_time", "e2e_time", "tensor_parallel"},
     "canonical": {"model", "gpu", "batch", "input_len", "output_len"},
@@ -65,6 +67,18 @@ def _llm_inference_bench(path: Path) -> pd.DataFrame:
         model=df["Model"], gpu=df["Hardware"], n_gpu=df["Num of Hardware"], framework=df["Framework"],
         batch=df["Batch Size"], input_len=df["Input Output Length"], output_len=df["Input Output Length"],
         e2e_s=df["Latency"], throughput=df["Throughput"], ttft_s=np.nan, itl_s=np.nan,
+    ))
+
+
+def _llm_inference_bench_ttft(path: Path) -> pd.DataFrame:
+    """The same benchmark's TTFT table. Its end_latency is the batch time of the IL = OL run (it equals
+    llm_inference_bench.csv's Latency there), not of the listed output length, so only TTFT is kept."""
+    cols = ["Num of Hardware", "Input Length", "Output Length", "Batch Size", "TTFT Latency"]
+    df = _numeric(_read_csv(path, "llm_inference_bench_ttft"), cols, path)
+    return pd.DataFrame(dict(
+        model=df["Model"], gpu=df["Hardware"], n_gpu=df["Num of Hardware"], framework=df["Framework"],
+        batch=df["Batch Size"], input_len=df["Input Length"], output_len=df["Output Length"],
+        e2e_s=np.nan, throughput=np.nan, ttft_s=df["TTFT Latency"], itl_s=np.nan,
     ))
 
 
@@ -129,7 +143,7 @@ def detect_format(path: Path) -> str:
         columns = set(pd.read_csv(path, nrows=0).columns)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, OSError) as e:
         raise SlimjaxError(str(path), f"cannot read ({e})") from None
-    for fmt in ("llm_inference_bench", "aiconfigurator", "splitwise", "canonical"):
+    for fmt in ("llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "canonical"):
         if _SIGNATURES[fmt] <= columns:
             return fmt
     raise SlimjaxError(str(path), f"unrecognised trace format; give format= one of {', '.join(FORMATS)}")
@@ -167,7 +181,9 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
                 df[col] = defaults.get(col, np.nan if col in MEASURES else {"n_gpu": 1, "framework": "unknown"}.get(col))
         df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES], path)[list(CANONICAL)]
     else:
-        df = {"llm_inference_bench": _llm_inference_bench, "aiconfigurator": _aiconfigurator, "splitwise": _splitwise}[fmt](path)
+        readers = {"llm_inference_bench": _llm_inference_bench, "llm_inference_bench_ttft": _llm_inference_bench_ttft,
+                   "aiconfigurator": _aiconfigurator, "splitwise": _splitwise}
+        df = readers[fmt](path)
     df = df[list(CANONICAL)].reset_index(drop=True)
     dropped: dict[str, int] = {}
 
@@ -191,7 +207,7 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
             names[m] = None
     df["model"] = df["model"].map(names)
     drop(df["model"].isna(), "model not in the catalog")
-    drop(df[["batch", "input_len", "output_len", "n_gpu"]].isna().any(axis=1) | df[["e2e_s", "throughput"]].isna().all(axis=1),
+    drop(df[["batch", "input_len", "output_len", "n_gpu"]].isna().any(axis=1) | df[list(MEASURES)].isna().all(axis=1),
          "missing values")
     sizes = df[["batch", "input_len", "output_len", "n_gpu"]]
     times = df[list(MEASURES)]

@@ -117,7 +117,7 @@ def test_readers_on_real_files(shared_data):
     bench = load_traces(shared_data / "measured" / "llm_inference_bench.csv")
     assert bench.attrs["format"] == "llm_inference_bench"
     assert bench.attrs["dropped"]["input + output beyond the served context (garbage rows, ~0.05 s latency)"] >= 3
-    assert set(bench.gpu) == {"A100-SXM-80GB", "H100-SXM"}
+    assert set(bench.gpu) == {"A100-SXM-40GB", "H100-SXM"}
     assert (bench.e2e_s > 0.2).all()
     serving = load_traces(shared_data / "measured" / "serving_h100_trtllm_llama31_8b.csv")
     assert len(serving) == 177 and set(serving.model) == {"Llama-3.1-8B"} and serving.itl_s.notna().all()
