@@ -210,6 +210,8 @@ def _coefficients(value: Any, gpus: list[str]) -> tuple[dict[str, dict[str, floa
     }
     if value is None:
         return {g: per_gpu.get(g, base) for g in gpus}, "configs/slim/default.yaml"
+    if value == "shared":  # one set for every GPU, so GPUs differ only through their specs
+        return {g: base for g in gpus}, "configs/slim/default.yaml (shared default)"
     if not isinstance(value, Mapping):
         raise SlimjaxError("slim", f"must be a mapping of coefficients (optionally keyed by GPU), got {value!r}")
     if all(k in SLIM_PARAMS for k in value):
@@ -434,7 +436,7 @@ def parse(spec: str | Path | Mapping) -> Sweep:
     model_names = [m for m, _ in models]
     slim_value = data.get("slim")
     log_cov = scatter = None  # coefficient uncertainty, from a calibrated store only
-    if isinstance(slim_value, str) or (isinstance(slim_value, Mapping) and "coefficients" in slim_value):
+    if (isinstance(slim_value, str) and slim_value != "shared") or (isinstance(slim_value, Mapping) and "coefficients" in slim_value):
         (pairs, uncertainty), coeffs_source = _stored_coefficients(slim_value, model_names, gpu_names)
         table = {g: {m: pairs[(m, g)] for m in model_names} for g in gpu_names}
         if uncertainty:

@@ -1,0 +1,250 @@
+"""The generalization study (`slimjax validate`), its baselines, the slim-kv variant, the robust loss
+and TTFT residuals (issue 4, second part)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import slimjax
+from slimjax import SlimjaxError
+from slimjax.baselines import fit_imai_ood_lr, fit_llmvisor_agg, predict_imai_ood_lr, predict_llmvisor_agg
+from slimjax.calibrate import _default_max_seqs, _row_features, calibrate, cauchy_residual, predict
+from slimjax.catalog import configs_dir, resolve_gpu, resolve_model
+from slimjax.cli import main
+from slimjax.slim import slim_kv_variables
+from slimjax.specs import SlimCoeffs
+from slimjax.validate import folds, study_rows, validate
+
+from test_calibrate import TRUE, synthetic
+
+EXCLUDE_MISTRAL_H100 = "model == 'Mistral-7B-v0.1' and gpu == 'H100-SXM' and batch >= 32 and input_len >= 512"
+
+
+def slim_kv_loop(model, gpu, theta, B, I, O, max_seqs):
+    """Independent float64 reference of the slim-kv variant, written from its docstring."""
+    m, g = resolve_model(model)[1], resolve_gpu(gpu)[1]
+    L, D, Hkv, dh, Dff, nffn = (float(m[k]) for k in ("n_layers", "hidden", "n_kv_heads", "head_dim", "ffn_dim", "n_ffn"))
+    waves = B / min(B, max(max_seqs, 1.0))
+    b = B / waves
+    f1 = L * (I * (4 * D * D + 4 * D * Hkv * dh + 2 * nffn * Dff * D) + 4 * I * I * D)
+    t_pre = b * f1 / (theta["eta_c"] * float(g["flops"]))
+    kv = sum(2 * L * Hkv * dh * float(m["kv_dtype_bytes"]) * (I + j) for j in range(1, O + 1))
+    t_d = (theta["alpha"] + theta["gamma"] * L * (D / 1024) ** 2) * O * 1e12 / float(g["bandwidth"])
+    t_dec = (b + theta["B0"]) * t_d + b * kv / (theta["eta_m"] * float(g["bandwidth"]))
+    e2e = waves * (t_pre + t_dec + theta["t_fixed"])
+    return e2e, B * (I + O) / e2e
+
+
+@pytest.mark.parametrize("B,max_seqs", [(1, 500.0), (48, 500.0), (64, 40.0), (200, 10.0), (8, 0.0)])
+def test_slim_kv_matches_loop_reference(B, max_seqs):
+    pts = pd.DataFrame(dict(model=["Llama-2-7b"], gpu=["A100-SXM-40GB"], n_gpu=[1], batch=[B], input_len=[300], output_len=[77]))
+    f = _row_features(pts)
+    out = slim_kv_variables(f["model"], f["gpu"], SlimCoeffs(**TRUE), f["batch"], f["input_len"], f["output_len"],
+                            np.array([max_seqs]), f["n_gpu"])
+    e2e, t = slim_kv_loop("Llama-2-7b", "A100-SXM-40GB", TRUE, B, 300, 77, max_seqs)
+    assert float(out["slim_e2e_s"][0]) == pytest.approx(e2e, rel=1e-12)
+    assert float(out["slim_throughput"][0]) == pytest.approx(t, rel=1e-12)
+
+
+def test_default_max_seqs_is_the_memory_model():
+    # Llama-2-7b on the 40 GB A100 at I + O = 1024: 0.9·40 GiB − 6.74e9·2 B over 512 KiB/token·1024 tokens
+    pts = pd.DataFrame(dict(model=["Llama-2-7b"], gpu=["A100-SXM-40GB"], n_gpu=[1], batch=[1], input_len=[512], output_len=[512]))
+    m = resolve_model("Llama-2-7b")[1]
+    pool = 0.9 * 40 * 2**30 - float(m["n_params"]) * 2
+    want = np.floor(pool / (32 * 2 * 4096 * 2 * 1024))
+    assert float(_row_features(pts)["max_seqs"][0]) == want
+    assert 40 < want < 50  # the knee the A100 curves show between B = 32 and B = 64
+
+
+def test_cauchy_residual_is_the_cauchy_loss():
+    r = np.array([0.0, 1e-9, 0.01, -0.05, 0.3, -2.0, 40.0])
+    got = np.asarray(cauchy_residual(r))
+    c = 0.1
+    assert np.allclose(got**2, c**2 * np.log1p((r / c) ** 2), rtol=1e-12, atol=1e-30)
+    assert np.all(np.sign(got) == np.sign(r))
+    assert got[1] == pytest.approx(1e-9, rel=1e-9)
+
+
+def test_robust_loss_resists_an_outlying_run():
+    clean = synthetic(["Llama-3.1-8B", "OPT-13b"], ["H100-SXM"], TRUE, seed=11, rows=30)
+    bad = clean.copy()
+    hit = bad.index[:3]
+    bad.loc[hit, "e2e_s"] *= 2.0  # three runs twice as slow as the rest
+    bad.loc[hit, "throughput"] /= 2.0
+    sq = calibrate(bad, group_by=("gpu",), iterations=120)
+    robust = calibrate(bad, group_by=("gpu",), iterations=120, loss="cauchy")
+    truth = synthetic(["Llama-3.1-8B", "OPT-13b"], ["H100-SXM"], TRUE, seed=12, rows=20)
+
+    def err(ds):
+        p = predict(ds, truth)
+        return float(np.mean(np.abs(p.pred_throughput / truth.throughput - 1)))
+
+    assert err(robust) < 0.01 < err(sq)
+    assert robust.attrs["loss"] == "cauchy"
+    with pytest.raises(SlimjaxError, match="loss"):
+        calibrate(clean, group_by=("gpu",), loss="huber")
+
+
+def test_ttft_rows_identify_eta_c():
+    # IL = OL curves barely see prefill; the batch's TTFT pins η_c down
+    rng = np.random.default_rng(5)
+    rows = []
+    for m in ("Llama-3.1-8B", "OPT-13b"):
+        for B in (1, 8, 32, 64):
+            for n in (128, 512, 2048):
+                rows.append(dict(model=m, gpu="H100-SXM", n_gpu=1, framework="s", batch=B, input_len=n, output_len=n))
+    pts = pd.DataFrame(rows)
+    out = [slimjax.point(r.model, r.gpu, r.batch, r.input_len, r.output_len, slim=TRUE) for r in pts.itertuples()]
+    pts["e2e_s"] = [o["slim_e2e_s"] for o in out] * (1 + 0.01 * rng.standard_normal(len(pts)))
+    pts["throughput"] = pts.batch * (pts.input_len + pts.output_len) / pts.e2e_s
+    pts["ttft_s"] = pts["itl_s"] = np.nan
+    ttft = pts[(pts.batch == 32) & (pts.input_len == 512)].copy()
+    ttft["ttft_s"] = [slimjax.point(r.model, r.gpu, r.batch, r.input_len, 1, slim=TRUE)["slim_prefill_s"] for r in ttft.itertuples()]
+    ttft["e2e_s"] = ttft["throughput"] = np.nan
+    without = calibrate(pts, group_by=("gpu",), iterations=120)
+    with_ttft = calibrate(pd.concat([pts, ttft], ignore_index=True), group_by=("gpu",), iterations=120)
+    se = lambda ds: float(ds.standard_error.sel(gpu="H100-SXM", param="eta_c"))  # noqa: E731
+    assert float(with_ttft.coefficients.sel(gpu="H100-SXM", param="eta_c")) == pytest.approx(TRUE["eta_c"], rel=0.02)
+    assert bool(with_ttft.identified.sel(gpu="H100-SXM", param="eta_c"))
+    assert not (se(without) <= 3 * se(with_ttft))  # NaN (unidentified) or much wider without TTFT
+    assert float(with_ttft.mape_ttft.sel(gpu="H100-SXM")) < 1.0
+    assert int(with_ttft.n_points.sel(gpu="H100-SXM")) == len(pts) + len(ttft)
+
+
+def test_llmvisor_agg_recovers_its_own_form():
+    rng = np.random.default_rng(2)
+    n = 80
+    rows = pd.DataFrame(dict(model="Llama-2-7b", batch=rng.choice([1, 4, 16, 64], n), input_len=rng.choice([128, 512, 2048], n),
+                             output_len=rng.choice([64, 256, 1024], n)))
+    rows["ttft_s"] = np.nan
+    b, i, o = (rows[c].to_numpy(float) for c in ("batch", "input_len", "output_len"))
+    ctx = i + (o + 1) / 2
+    rows["e2e_s"] = 0.05 + 2e-5 * b * i + 1e-9 * b * i * i + o * (0.007 + 1e-4 * b + 2e-8 * b * ctx)
+    params = fit_llmvisor_agg(rows)
+    assert np.allclose(predict_llmvisor_agg(params, rows), rows["e2e_s"], rtol=1e-6)
+    assert np.all(params["weights"] >= 0)
+
+
+def test_imai_ood_lr_recovers_a_linear_truth():
+    rng = np.random.default_rng(3)
+    n = 60
+    rows = pd.DataFrame(dict(model=rng.choice(["Llama-2-7b", "OPT-13b", "Qwen2-7B"], n), batch=rng.choice([1, 8, 32], n),
+                             input_len=rng.choice([128, 1024], n), output_len=rng.choice([64, 512], n)))
+    b, i, o = (rows[c].to_numpy(float) for c in ("batch", "input_len", "output_len"))
+    rows["e2e_s"] = 0.3 + 0.01 * b + 1e-3 * o + 2e-6 * b * i * o
+    rows["ttft_s"] = np.nan
+    assert np.allclose(predict_imai_ood_lr(fit_imai_ood_lr(rows), rows), rows["e2e_s"], rtol=1e-6)
+
+
+def test_ttft_reader_on_the_shared_file(shared_data):
+    t = slimjax.load_traces(shared_data / "measured" / "llm_inference_bench_ttft_e2e.csv")
+    assert t.attrs["format"] == "llm_inference_bench_ttft"
+    assert t.e2e_s.isna().all() and t.throughput.isna().all() and (t.ttft_s > 0).all()
+    h100 = t[(t.gpu == "H100-SXM") & (t.framework == "vLLM")]
+    assert len(h100) == 3 and h100.ttft_s.between(0.4, 0.45).all() and (h100.input_len == 1024).all()
+
+
+@pytest.fixture(scope="module")
+def study(shared_data):
+    frames = [slimjax.load_traces(shared_data / "measured" / f) for f in ("llm_inference_bench.csv", "llm_inference_bench_ttft_e2e.csv")]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_folds_hold_out_what_each_scenario_says(study):
+    rows = study_rows(study)
+    scored = rows.e2e_s.notna().to_numpy()
+    seen = set()
+    for f in folds(rows):
+        seen.add(f.scenario)
+        train, test = rows.iloc[f.train], rows.iloc[f.test]
+        assert not set(f.train) & set(f.test) and scored[f.test].all()
+        if f.scenario == "same-curve":
+            assert set(test.batch) == {64} and set(train[train.e2e_s.notna()].batch) == {1, 16, 32}
+        elif f.scenario == "length-transfer":
+            assert set(test.input_len) == {2048} and train.input_len.max() <= 1024
+        elif f.scenario == "model-transfer":
+            assert test.model.nunique() == 1 and test.model.iloc[0] not in set(train.model)
+        elif f.scenario == "combined":
+            assert test.model.iloc[0] not in set(train.model) and set(test.input_len) == {2048} and train.input_len.max() <= 1024
+        else:
+            assert set(train.gpu) == {"H100-SXM"} and set(test.gpu) == {"A100-SXM-40GB"}
+        if f.scenario != "gpu-transfer":
+            assert train.gpu.nunique() == 1 and set(train.gpu) == set(test.gpu)
+    assert seen == {"same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined"}
+
+
+def test_validate_on_the_shared_data(study):
+    v = validate(study)
+    t = v.table
+    assert list(t.index) == ["same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined"]
+    assert np.isfinite(t[["mape_throughput", "mape_e2e"]].to_numpy(float)).all()
+    mt, me = t["mape_throughput"], t["mape_e2e"]
+    # the variant improves on the paper's form everywhere; the plain roofline is the worst on the same curve
+    assert (mt["slim-kv"] < mt["slim"]).all() and (me["slim-kv"] < me["slim"]).all()
+    assert mt.loc["same-curve"].idxmax() == "roofline"
+    # SLIM transfers across GPUs through the specs, the baselines cannot
+    assert mt.loc["gpu-transfer", "slim-kv"] < min(mt.loc["gpu-transfer", "llmvisor-agg"], mt.loc["gpu-transfer", "imai-ood-lr"])
+    # scores recomputed from the per-row predictions
+    p = v.predictions[(v.predictions.scenario == "length-transfer") & (v.predictions.method == "slim-kv")]
+    assert mt.loc["length-transfer", "slim-kv"] == pytest.approx(100 * np.mean(np.abs(p.pred_throughput / p.throughput - 1)))
+    assert int(t.loc["length-transfer", ("n_test", "")]) == len(p)
+
+
+def test_validate_inputs_are_checked(study):
+    with pytest.raises(SlimjaxError, match="methods: unknown method 'slim-kvv'"):
+        validate(study, methods=["slim-kvv"])
+    with pytest.raises(SlimjaxError, match="exclude"):
+        validate(study, methods=["roofline"], exclude=["batch >>> 3"])
+    with pytest.raises(SlimjaxError, match="exclude"):
+        validate(study, methods=["roofline"], exclude=["batch + 1"])
+    fewer = validate(study, methods=["roofline"], scenarios=["same-curve"], exclude=[EXCLUDE_MISTRAL_H100])
+    full = validate(study, methods=["roofline"], scenarios=["same-curve"])
+    assert int(fewer.table.loc["same-curve", ("n_test", "")]) == int(full.table.loc["same-curve", ("n_test", "")]) - 3
+
+
+def test_validate_cli(shared_data, tmp_path):
+    out = tmp_path / "pred.csv"
+    r = CliRunner().invoke(main, ["validate", str(shared_data / "measured" / "llm_inference_bench.csv"),
+                                  "--methods", "slim-kv,imai-ood-lr", "--scenarios", "length-transfer", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "| length-transfer | 2 | 28 |" in r.output and "slim-kv T / E2E" in r.output
+    assert len(pd.read_csv(out)) == 56
+    r = CliRunner().invoke(main, ["validate", str(shared_data / "measured" / "llm_inference_bench.csv"), "--methods", "nope"])
+    assert r.exit_code == 2 and "unknown method 'nope'" in r.output
+
+
+def test_sweeps_use_the_shipped_per_gpu_coefficients():
+    shipped = yaml.safe_load((configs_dir() / "slim" / "default.yaml").read_text())
+    assert {"H100-SXM", "A100-SXM-40GB"} <= set(shipped["gpus"]) and "rows" in shipped["provenance"]
+    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM", "H200"], batch=[1, 8], input_len=[512], output_len=[128])
+    ds = slimjax.sweep(spec)
+    for gpu, want in (("H100-SXM", shipped["gpus"]["H100-SXM"]), ("H200", shipped["default"])):
+        got = slimjax.point("Llama-3.1-8B", gpu, 8, 512, 128, slim=want)["slim_e2e_s"]
+        assert float(ds.slim_e2e_s.sel(gpu=gpu, batch=8, input_len=512, output_len=128, model="Llama-3.1-8B")) == pytest.approx(got, rel=1e-5)
+    shared = slimjax.sweep({**spec, "slim": "shared"})
+    want = slimjax.point("Llama-3.1-8B", "H100-SXM", 8, 512, 128, slim=shipped["default"])["slim_e2e_s"]
+    assert float(shared.slim_e2e_s.sel(gpu="H100-SXM", batch=8, input_len=512, output_len=128, model="Llama-3.1-8B")) == pytest.approx(want, rel=1e-5)
+
+
+def test_a_sweep_refuses_variant_coefficients(tmp_path):
+    from slimjax import store
+
+    pts = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, rows=20)
+    ds = calibrate(pts, group_by=("model", "gpu"), variant="slim-kv")
+    path = tmp_path / "kv.zarr"
+    store.write_dataset(ds, store.check_target(str(path), False))
+    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1], input_len=[128], output_len=[128], slim=str(path))
+    with pytest.raises(SlimjaxError, match="slim-kv"):
+        slimjax.sweep(spec)
+    assert predict(slimjax.store.open_store(str(path)), pts).pred_throughput.notna().all()
+
+
+def test_default_max_seqs_feature_is_vectorised():
+    pts = pd.DataFrame(dict(model=["Llama-2-7b", "Llama-3.1-8B"], gpu=["H100-SXM", "A100-SXM-40GB"], n_gpu=[1, 2],
+                            batch=[1, 1], input_len=[100, 3000], output_len=[28, 1096]))
+    f = _row_features(pts)
+    each = [float(_row_features(pts.iloc[[k]])["max_seqs"][0]) for k in range(2)]
+    assert np.array_equal(f["max_seqs"], each)
+    assert np.array_equal(_default_max_seqs(f["model"], f["gpu"], f["n_gpu"], np.array([128.0, 4096.0])), f["max_seqs"])
