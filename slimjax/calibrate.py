@@ -33,7 +33,11 @@ STARTS = np.array([
     [0.9, 1.0, 1.0, 1e-3, 1e-7, 0.01],
 ])
 _FLOOR = 1e-12  # θ = exp(z) never reaches 0; coefficients below this read as 0
-_IDENT_TOL = 1e-8  # eigenvalue / largest of the normalised JᵀJ below which a direction is unidentified
+# eigenvalue / largest of the normalised JᵀJ below which a direction is unidentified (and left out of
+# the covariance). Sloppy directions below 1e-3 would put 10³–10⁸ σ² on any prediction with a sliver
+# of gradient along them: at 1e-8 the held-out 90 % intervals were 147 % wide at 100 % coverage, at
+# 1e-3 they are 38 % wide at 99 % (bench/predict_coverage.py).
+_IDENT_TOL = 1e-3
 _SENSITIVITY_TOL = 1e-3  # ‖∂r/∂log θ_i‖ / the largest one below which θ_i is unidentified
 
 
@@ -166,17 +170,18 @@ def _adam(res, z0, iterations, learning_rate=0.05):
 
 def _fit_batched(residuals, z0, data, iterations, solver):
     """Fit every group (leading axis of each ``data`` leaf) from every start in ``z0`` (restarts ×
-    params), keeping each group's best end point: z, cost, iterations, converged, Jacobian at z."""
+    params, or groups × restarts × params for per-group starts), keeping each group's best end
+    point: z, cost, iterations, converged, Jacobian at z."""
     fit = _lm if solver == "lm" else _adam
 
-    def one_group(d):
+    def one_group(starts, d):
         res = lambda z: residuals(z, *d)
-        zs, costs, its, conv = jax.vmap(lambda z: fit(res, z, iterations))(z0)
+        zs, costs, its, conv = jax.vmap(lambda z: fit(res, z, iterations))(starts)
         best = jnp.argmin(jnp.where(jnp.isfinite(costs), costs, jnp.inf))
         z = zs[best]
         return z, costs[best], its[best], conv[best], jax.jacfwd(res)(z)
 
-    return jax.vmap(one_group)(data)
+    return jax.vmap(one_group, in_axes=(0 if z0.ndim == 3 else None, 0))(z0, data)
 
 
 @functools.partial(jax.jit, static_argnames=("iterations", "solver", "variant", "loss"))
@@ -185,6 +190,25 @@ def fit_groups(z0, feats, t_meas, ttft, mask_t, mask_ttft, *, iterations: int = 
     """SLIM fits of every group at once (see :func:`_fit_batched`)."""
     residuals = functools.partial(_residuals, variant=variant, loss=loss)
     return _fit_batched(residuals, z0, (feats, t_meas, ttft, mask_t, mask_ttft), iterations, solver)
+
+
+def _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, replicates, seed, fit_options):
+    """log-coefficients of ``replicates`` wild-bootstrap refits of every group: (replicates, groups, p)."""
+    rng = np.random.default_rng(seed)
+    G, p = z.shape
+    inflate = np.sqrt(n / np.maximum(n - p, 1))[:, None]
+    r_t = np.where(mask, t_pred / t_meas - 1.0, 0.0) * inflate
+    r_f = np.where(mask_ttft, pre_pred / ttft - 1.0, 0.0) * inflate
+    reps = []
+    for _ in range(replicates):  # data only: the refits below are one batched solve
+        s_t, s_f = rng.choice([-1.0, 1.0], size=r_t.shape), rng.choice([-1.0, 1.0], size=r_f.shape)
+        reps.append((t_pred / np.maximum(1.0 + s_t * r_t, 0.05), pre_pred / np.maximum(1.0 + s_f * r_f, 0.05)))
+    t_star = np.concatenate([r[0] for r in reps])
+    f_star = np.concatenate([r[1] for r in reps])
+    tile = lambda x: np.concatenate([np.asarray(x)] * replicates)  # noqa: E731
+    z_boot = fit_groups(jnp.asarray(tile(z))[:, None, :], jax.tree_util.tree_map(tile, feats), t_star,
+                        np.where(tile(mask_ttft), f_star, 1.0), tile(mask), tile(mask_ttft), **fit_options)[0]
+    return np.asarray(z_boot).reshape(replicates, G, p)
 
 
 def _uncertainty(z, cost, J, n):
@@ -199,7 +223,8 @@ def _uncertainty(z, cost, J, n):
     loads_null = np.any((np.abs(V) > 0.3) & null[:, None, :], axis=2)
     sensitive = scale > _SENSITIVITY_TOL * scale.max(axis=1, keepdims=True)
     identified = ~loads_null & sensitive
-    dof = n - p
+    # directions the data cannot see spend no degrees of freedom
+    dof = n - identified.sum(axis=1)
     sigma2 = np.where(dof > 0, cost / np.maximum(dof, 1), np.nan)
     inv = np.where(null, 0.0, 1.0 / np.where(null, 1.0, w))
     cov_z = sigma2[:, None, None] * np.einsum("gik,gk,gjk->gij", V, inv, V) / (scale[:, :, None] * scale[:, None, :])
@@ -207,7 +232,7 @@ def _uncertainty(z, cost, J, n):
     cov = cov_z * theta[:, :, None] * theta[:, None, :]
     bad = ~identified
     cov = np.where(bad[:, :, None] | bad[:, None, :], np.nan, cov)
-    return cov, identified
+    return cov, identified, sigma2
 
 
 def _padded_groups(traces: pd.DataFrame, group_by: list[str]) -> tuple[list, np.ndarray, np.ndarray]:
@@ -226,7 +251,8 @@ def _padded_groups(traces: pd.DataFrame, group_by: list[str]) -> tuple[list, np.
 
 
 def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
-              solver: str = "lm", iterations: int = 30, variant: str = "slim", loss: str = "squared") -> xr.Dataset:
+              solver: str = "lm", iterations: int = 30, variant: str = "slim", loss: str = "squared",
+              bootstrap: int = 0, seed: int = 0) -> xr.Dataset:
     """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
 
     Residuals: T_pred/T_meas − 1 for rows with a throughput (or an E2E), and T_pre/TTFT − 1 for
@@ -240,8 +266,14 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     :func:`slimjax.slim.slim_kv_variables` (same six coefficients) instead of MODEL.md §1. ``loss``
     "cauchy" is the robust alternative to squared relative errors (:func:`cauchy_residual`): use it
     when a few runs are unlike the rest (``loss`` then holds Σ ρ(r), and the covariance is the
-    Gauss–Newton one of the robust residuals).
+    Gauss–Newton one of the robust residuals). ``bootstrap`` = R > 1 replaces the Gauss–Newton
+    covariance by that of R wild-bootstrap refits of every group (residuals at the optimum, inflated
+    by √(n/(n−p)), with random signs; all R × groups refits in one batched solve, warm-started at
+    the optimum, ``seed`` fixed): it follows the model's curvature where the linearisation of few,
+    correlated coefficients is poor. Coefficients the design cannot identify stay NaN.
     """
+    if bootstrap < 0 or bootstrap == 1:
+        raise SlimjaxError("bootstrap", f"must be 0 (Gauss–Newton) or at least 2 replicates, got {bootstrap!r}")
     if solver not in ("lm", "adam"):
         raise SlimjaxError("solver", f"must be 'lm' or 'adam', got {solver!r}")
     if loss not in LOSSES:
@@ -260,8 +292,14 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     z, cost, its, conv, J = map(np.asarray, fit_groups(jnp.asarray(z0), feats, t_meas, ttft, mask, mask_ttft,
                                                       iterations=iterations, solver=solver, variant=variant, loss=loss))
     n = mask.sum(axis=1) + mask_ttft.sum(axis=1)
-    cov, identified = _uncertainty(z, cost, J, n)
+    cov, identified, sigma2 = _uncertainty(z, cost, J, n)
     t_pred, e_pred, pre_pred = map(np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats))
+    if bootstrap:
+        z_boot = _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, bootstrap, seed,
+                            dict(iterations=iterations, solver=solver, variant=variant, loss=loss))
+        theta_hat = np.exp(z)
+        cov_z = np.einsum("rgi,rgj->gij", z_boot - z_boot.mean(0), z_boot - z_boot.mean(0)) / (bootstrap - 1)
+        cov = np.where(np.isnan(cov), np.nan, cov_z * theta_hat[:, :, None] * theta_hat[:, None, :])
     e_meas = np.where(np.isfinite(traces["e2e_s"].to_numpy(float)), traces["e2e_s"].to_numpy(float),
                       (traces["batch"] * (traces["input_len"] + traces["output_len"])).to_numpy(float) / t_all)[index]
     mape_t = np.nanmean(np.where(mask, np.abs(t_pred / t_meas - 1), np.nan), axis=1) * 100
@@ -299,10 +337,13 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
             "mape_e2e": (gdims, dense(mape_e), {"units": "%"}),
             "mape_ttft": (gdims, dense(mape_ttft), {"units": "%", "long_name": "MAPE of T_pre against measured TTFT (NaN: none)"}),
             "n_points": (gdims, dense(n, fill=0, dtype=np.int64), {"long_name": "residuals fitted (throughput and TTFT)"}),
+            "residual_variance": (gdims, dense(sigma2), {"long_name": "σ² = loss / (n_points − identified coefficients)"}),
             "log_coefficients": (gdims + ("param",), dense(z, (p,)), {"long_name": "z = log θ at the optimum"}),
+            **({"bootstrap_log_coefficients": (gdims + ("replicate", "param"), dense(np.moveaxis(z_boot, 0, 1), (bootstrap, p)),
+                                               {"long_name": "z of the wild-bootstrap refits"})} if bootstrap else {}),
         },
         coords={**{c: levels[c] for c in group_by}, "param": list(spec.params), "param_": list(spec.params)},
-        attrs={"variant": variant, "solver": solver, "loss": loss, "iterations_max": iterations, "residual": "T_pred / T_meas - 1",
+        attrs={"variant": variant, "solver": solver, "loss": loss, "bootstrap": int(bootstrap), "iterations_max": iterations, "residual": "T_pred / T_meas - 1",
                "group_by": list(group_by), "source": traces.attrs.get("source", "")},
     )
     return ds
@@ -327,7 +368,7 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     try:
         z = coeffs["log_coefficients"].sel(sel).transpose("point", "param").values
         cov = coeffs["covariance"].sel(sel).transpose("point", "param", "param_").values
-        scatter = (coeffs["loss"] / np.maximum(coeffs["n_points"] - coeffs.sizes["param"], 1)).sel(sel).values
+        scatter = coeffs["residual_variance"].sel(sel).values
     except KeyError as e:
         raise SlimjaxError("points", f"no coefficients for {e}") from None
     variant = coeffs.attrs.get("variant", "slim")
@@ -339,10 +380,16 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[0])))(jnp.asarray(z), feats))
     gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[1])))(jnp.asarray(z), feats))
     theta = np.exp(z)
-    cov_z = cov / np.einsum("pi,pj->pij", theta, theta)
-    cov_z = np.where(np.isfinite(cov_z), cov_z, 0.0)
-    var_t = np.einsum("pi,pij,pj->p", glt, cov_z, glt) + scatter
-    var_e = np.einsum("pi,pij,pj->p", gle, cov_z, gle) + scatter
+    if "bootstrap_log_coefficients" in coeffs:  # the spread of the refits' own predictions
+        zb = coeffs["bootstrap_log_coefficients"].sel(sel).transpose("replicate", "point", "param").values
+        tb, eb, _ = map(np.asarray, jax.vmap(lambda zr: jax.vmap(pred)(zr, feats))(jnp.asarray(zb)))
+        var_t = np.var(np.log(tb), axis=0, ddof=1) + scatter
+        var_e = np.var(np.log(eb), axis=0, ddof=1) + scatter
+    else:
+        cov_z = cov / np.einsum("pi,pj->pij", theta, theta)
+        cov_z = np.where(np.isfinite(cov_z), cov_z, 0.0)
+        var_t = np.einsum("pi,pij,pj->p", glt, cov_z, glt) + scatter
+        var_e = np.einsum("pi,pij,pj->p", gle, cov_z, gle) + scatter
     q = norm.ppf(0.5 + level / 2)
     out = points.copy()
     out["pred_throughput"], out["pred_e2e_s"] = t, e
@@ -418,7 +465,7 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
     z, cost, its, conv, J = map(np.asarray, _fit_roofline_groups(
         jnp.log(ROOFLINE_STARTS), feats, itl, ttft, m_itl, m_ttft, iterations=iterations, solver=solver))
     n = m_itl.sum(axis=1) + m_ttft.sum(axis=1)
-    cov, identified = _uncertainty(z, cost, J, n)
+    cov, identified, _ = _uncertainty(z, cost, J, n)
     p_itl, p_ttft = map(np.asarray, jax.vmap(_roofline_predict)(jnp.asarray(z), feats))
     mape = lambda pred, meas, m: np.nanmean(np.where(m, np.abs(pred / meas - 1), np.nan), axis=1) * 100
     gdims = tuple(group_by)

@@ -125,9 +125,11 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, **options) 
               help="slim: MODEL.md §1 (what sweeps evaluate); slim-kv: the optional variant (predict/validate).")
 @click.option("--loss", type=click.Choice(["squared", "cauchy"]), default="squared", show_default=True,
               help="squared relative errors, or the robust Cauchy loss for traces with outlying runs.")
+@click.option("--bootstrap", type=int, default=0, show_default=True,
+              help="Wild-bootstrap refits per group for the covariance and intervals (0: Gauss–Newton).")
 @click.option("--out", required=True, type=click.Path(), help="zarr store for the coefficients.")
 @click.option("--overwrite", is_flag=True)
-def calibrate(traces, fmt, group_by, solver, variant, loss, out, overwrite) -> None:
+def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, out, overwrite) -> None:
     """Fit SLIM's coefficients per group of the measured TRACES, all groups in one batched solve."""
     import pandas as pd
 
@@ -140,7 +142,7 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, out, overwrite) -> N
         for t, f in zip(traces, frames):
             click.echo(f"{t}: {len(f)} rows" + "".join(f"; dropped {n} ({why})" for why, n in f.attrs["dropped"].items()))
         ds = slimjax.calibrate(pd.concat(frames, ignore_index=True), group_by=[g.strip() for g in group_by.split(",")],
-                               solver=solver, variant=variant, loss=loss)
+                               solver=solver, variant=variant, loss=loss, bootstrap=bootstrap)
         store.write_dataset(ds, target)
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {e}", err=True)

@@ -162,7 +162,7 @@ def _stored_coefficients(value: Any, models: list[str], gpus: list[str]) -> tupl
                                    "(calibrate with --variant slim), the variant is for predict and validate")
     coeffs = stored["coefficients"]
     cov = stored["covariance"] if "covariance" in stored else None
-    scatter = (stored["loss"] / np.maximum(stored["n_points"] - len(SLIM_PARAMS), 1)) if "loss" in stored else None
+    scatter = stored["residual_variance"] if "residual_variance" in stored else None
     for dim, v in select.items():
         if dim not in coeffs.dims or v not in coeffs[dim].values:
             raise SlimjaxError(f"slim.select.{dim}", f"{v!r} not in the store ({dim}: {list(coeffs[dim].values) if dim in coeffs.dims else 'no such dim'})")

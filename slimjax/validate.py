@@ -143,37 +143,49 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     tag = lambda f: f"{f.scenario}|{f.name}"  # noqa: E731
     test = pd.concat([rows.iloc[f.test].assign(fold=tag(f), scenario=f.scenario) for f in chosen], ignore_index=True)
     pred: dict[str, np.ndarray] = {}
+    bounds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for method in methods:
         if method in SLIM_FITS:
             train = pd.concat([rows.iloc[f.train].assign(fold=tag(f)) for f in chosen], ignore_index=True)
             coeffs = calibrate(train, group_by=["fold"], variant=method, iterations=iterations, loss=SLIM_FITS[method])
-            pred[method] = predict(coeffs, test)["pred_e2e_s"].to_numpy()
+            p = predict(coeffs, test)
+            pred[method] = p["pred_e2e_s"].to_numpy()
+            bounds[method] = (p["pred_throughput_lo"].to_numpy(), p["pred_throughput_hi"].to_numpy())
         elif method == "roofline":
             pred[method] = _roofline_e2e(test)
         else:
             fit, apply = BASELINES[method]
             pred[method] = np.concatenate([apply(fit(rows.iloc[f.train]), rows.iloc[f.test]) for f in chosen])
     tokens = (test["batch"] * (test["input_len"] + test["output_len"])).to_numpy(float)
-    long = pd.concat([test.assign(method=m, pred_e2e_s=p, pred_throughput=tokens / p) for m, p in pred.items()], ignore_index=True)
+    nan = np.full(len(test), np.nan)
+    long = pd.concat([test.assign(method=m, pred_e2e_s=p, pred_throughput=tokens / p, pred_throughput_lo=bounds.get(m, (nan, nan))[0],
+                                  pred_throughput_hi=bounds.get(m, (nan, nan))[1]) for m, p in pred.items()], ignore_index=True)
     records = []
     for (scenario, method), g in long.groupby(["scenario", "method"], sort=False):
         records.append({"scenario": scenario, "method": method, "n_folds": g["fold"].nunique(), "n_test": len(g),
                         "mape_throughput": _mape(g["pred_throughput"].to_numpy(), g["throughput"].to_numpy()),
-                        "mape_e2e": _mape(g["pred_e2e_s"].to_numpy(), g["e2e_s"].to_numpy())})
-    table = pd.DataFrame(records).pivot(index="scenario", columns="method", values=["mape_throughput", "mape_e2e"])
+                        "mape_e2e": _mape(g["pred_e2e_s"].to_numpy(), g["e2e_s"].to_numpy()),
+                        "coverage_90": 100.0 * float(np.mean((g["throughput"] >= g["pred_throughput_lo"]) & (g["throughput"] <= g["pred_throughput_hi"])))
+                        if g["pred_throughput_lo"].notna().all() else np.nan})
+    metrics = ["mape_throughput", "mape_e2e", "coverage_90"]
+    table = pd.DataFrame(records).pivot(index="scenario", columns="method", values=metrics)
     table = table.reindex(index=[s for s in SCENARIOS if s in scenarios and s in table.index],
-                          columns=pd.MultiIndex.from_product([["mape_throughput", "mape_e2e"], list(methods)]))
+                          columns=pd.MultiIndex.from_product([metrics, list(methods)]))
     sizes = pd.DataFrame(records).groupby("scenario")[["n_folds", "n_test"]].first()
     table[("n_folds", "")], table[("n_test", "")] = sizes["n_folds"], sizes["n_test"]
     return Validation(table, long, chosen)
 
 
 def markdown_table(table: pd.DataFrame) -> str:
-    """The validation table as Markdown: one row per scenario, MAPE throughput / E2E per method."""
+    """The validation table as Markdown: one row per scenario, MAPE throughput / E2E per method, and
+    the held-out coverage of SLIM's 90 % throughput intervals."""
     methods = [m for m in table["mape_throughput"].columns]
-    head = "| scenario | folds | held-out rows | " + " | ".join(f"{m} T / E2E" for m in methods) + " |"
-    lines = [head, "|" + "---|" * (3 + len(methods))]
+    covered = [m for m in methods if table[("coverage_90", m)].notna().any()]
+    head = ("| scenario | folds | held-out rows | " + " | ".join(f"{m} T / E2E" for m in methods)
+            + "".join(f" | {m} 90 % cover" for m in covered) + " |")
+    lines = [head, "|" + "---|" * (3 + len(methods) + len(covered))]
     for scenario, r in table.iterrows():
         cells = [f"{r[('mape_throughput', m)]:.1f} / {r[('mape_e2e', m)]:.1f}" for m in methods]
+        cells += [f"{r[('coverage_90', m)]:.0f} %" for m in covered]
         lines.append(f"| {scenario} | {int(r[('n_folds', '')])} | {int(r[('n_test', '')])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

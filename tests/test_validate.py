@@ -31,7 +31,7 @@ def slim_kv_loop(model, gpu, theta, B, I, O, max_seqs):
     f1 = L * (I * (4 * D * D + 4 * D * Hkv * dh + 2 * nffn * Dff * D) + 4 * I * I * D)
     t_pre = b * f1 / (theta["eta_c"] * float(g["flops"]))
     kv = sum(2 * L * Hkv * dh * float(m["kv_dtype_bytes"]) * (I + j) for j in range(1, O + 1))
-    t_d = (theta["alpha"] + theta["gamma"] * L * (D / 1024) ** 2) * O * 1e12 / float(g["bandwidth"])
+    t_d = (theta["alpha"] + theta["gamma"] * float(m["n_params"]) * float(m["weight_bytes"]) / 1e9) * O * 1e12 / float(g["bandwidth"])
     t_dec = (b + theta["B0"]) * t_d + b * kv / (theta["eta_m"] * float(g["bandwidth"]))
     e2e = waves * (t_pre + t_dec + theta["t_fixed"])
     return e2e, B * (I + O) / e2e
@@ -180,6 +180,9 @@ def test_validate_on_the_shared_data(study):
     t = v.table
     assert list(t.index) == ["same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined"]
     assert np.isfinite(t[["mape_throughput", "mape_e2e"]].to_numpy(float)).all()
+    cover = t["coverage_90"]
+    assert cover[["slim", "slim-kv"]].notna().all().all() and cover[["llmvisor-agg", "imai-ood-lr", "roofline"]].isna().all().all()
+    assert ((cover[["slim", "slim-kv"]] >= 0) & (cover[["slim", "slim-kv"]] <= 100)).all().all()
     mt, me = t["mape_throughput"], t["mape_e2e"]
     # the variant improves on the paper's form everywhere; the plain roofline is the worst on the same curve
     assert (mt["slim-kv"] < mt["slim"]).all() and (me["slim-kv"] < me["slim"]).all()
@@ -248,3 +251,31 @@ def test_default_max_seqs_feature_is_vectorised():
     each = [float(_row_features(pts.iloc[[k]])["max_seqs"][0]) for k in range(2)]
     assert np.array_equal(f["max_seqs"], each)
     assert np.array_equal(_default_max_seqs(f["model"], f["gpu"], f["n_gpu"], np.array([128.0, 4096.0])), f["max_seqs"])
+
+
+def test_intervals_cover_held_out_points_near_nominal():
+    # in-model data, 3 % noise, random held-out points (many outside the training design)
+    test = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, noise=0.03, seed=22, rows=200)
+
+    def cover(ds):
+        p = predict(ds, test)
+        inside = (p.throughput >= p.pred_throughput_lo) & (p.throughput <= p.pred_throughput_hi)
+        return inside.mean(), np.median((p.pred_throughput_hi - p.pred_throughput_lo) / p.pred_throughput)
+
+    gn = []
+    for seed in (21, 23, 24):
+        train = synthetic(["Llama-3.1-8B", "OPT-13b"], ["H100-SXM"], TRUE, noise=0.03, seed=seed, rows=40)
+        gn.append(cover(calibrate(train, group_by=("model", "gpu"), iterations=60)))
+    boot_ds = calibrate(train, group_by=("model", "gpu"), iterations=60, bootstrap=100, seed=1)
+    boot = cover(boot_ds)
+    assert 0.75 <= np.mean([c for c, _ in gn]) and max(w for _, w in gn) < 0.3, gn
+    assert 0.75 <= boot[0] and boot[1] < 0.3, boot
+    assert boot_ds.bootstrap_log_coefficients.sizes["replicate"] == 100 and boot_ds.attrs["bootstrap"] == 100
+    # the point fit is the same; σ² spends degrees of freedom on identified coefficients only
+    plain = calibrate(train, group_by=("model", "gpu"), iterations=60)
+    assert np.array_equal(boot_ds.coefficients.values, plain.coefficients.values, equal_nan=True)
+    at = dict(model="Llama-3.1-8B", gpu="H100-SXM")
+    k = int(plain.identified.sel(at).sum())
+    assert float(plain.residual_variance.sel(at)) == pytest.approx(float(plain.loss.sel(at)) / (40 - k))
+    with pytest.raises(SlimjaxError, match="bootstrap"):
+        calibrate(train, group_by=("gpu",), bootstrap=1)
