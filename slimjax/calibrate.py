@@ -43,10 +43,11 @@ _SENSITIVITY_TOL = 1e-3  # ‖∂r/∂log θ_i‖ / the largest one below which 
 
 def _row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per-row model and GPU specs (catalog lookup once per distinct name) and workload."""
-    models = {m: resolve_model(m, "traces.model")[1] for m in traces["model"].unique()}
-    gpus = {g: resolve_gpu(g, "traces.gpu")[1] for g in traces["gpu"].unique()}
-    m = stack(ModelSpec, [models[x] for x in traces["model"]])
-    g = stack(GPUSpec, [gpus[x] for x in traces["gpu"]])
+    # one catalog lookup and one spec row per distinct name, gathered by integer codes
+    m_codes, m_names = pd.factorize(traces["model"])
+    g_codes, g_names = pd.factorize(traces["gpu"])
+    m = jax.tree_util.tree_map(lambda x: x[m_codes], stack(ModelSpec, [resolve_model(x, "traces.model")[1] for x in m_names]))
+    g = jax.tree_util.tree_map(lambda x: x[g_codes], stack(GPUSpec, [resolve_gpu(x, "traces.gpu")[1] for x in g_names]))
     n_gpu, il, ol = (traces[c].to_numpy(float) for c in ("n_gpu", "input_len", "output_len"))
     return dict(model=m, gpu=g, n_gpu=n_gpu, batch=traces["batch"].to_numpy(float), input_len=il, output_len=ol,
                 max_seqs=_default_max_seqs(m, g, n_gpu, il + ol))
@@ -117,26 +118,50 @@ def cauchy_residual(r, scale=CAUCHY_SCALE):
     return r * jnp.where(u > 1e-12, jnp.sqrt(jnp.log1p(safe) / safe), 1.0 - u / 4.0)
 
 
-def _residuals(z, feats, t_meas, ttft, mask_t, mask_ttft, variant="slim", loss="squared"):
+def _residuals(z, feats, t_meas, ttft, mask_t, mask_ttft, variant="slim", loss="squared", with_ttft=True):
     """Relative throughput errors, and relative TTFT errors of T_pre (the batch's prefill, which
-    is what the first token waits for when the batch is prefilled together) where rows have a TTFT."""
+    is what the first token waits for when the batch is prefilled together) where rows have a TTFT
+    (``with_ttft`` False: no row has one, so that half is left out)."""
     t, _, t_pre = _predict(z, feats, variant)
-    r = jnp.concatenate([jnp.where(mask_t, t / t_meas - 1.0, 0.0), jnp.where(mask_ttft, t_pre / ttft - 1.0, 0.0)])
+    r = jnp.where(mask_t, t / t_meas - 1.0, 0.0)
+    if with_ttft:
+        r = jnp.concatenate([r, jnp.where(mask_ttft, t_pre / ttft - 1.0, 0.0)])
     return cauchy_residual(r) if loss == "cauchy" else r
+
+
+def spd_solve(A, b):
+    """x = A⁻¹b for a small symmetric positive-definite A (p × p, p static) by an unrolled Cholesky
+    factorisation: plain arithmetic XLA fuses across the vmapped groups, where a LAPACK call per
+    group is a loop of tiny library calls (and those calls hung when two CPU devices ran at once)."""
+    p = A.shape[0]
+    L = [[None] * p for _ in range(p)]
+    for j in range(p):
+        d = A[j, j] - sum((L[j][k] ** 2 for k in range(j)), jnp.zeros_like(A[j, j]))
+        L[j][j] = jnp.sqrt(jnp.maximum(d, 1e-300))
+        for i in range(j + 1, p):
+            L[i][j] = (A[i, j] - sum((L[i][k] * L[j][k] for k in range(j)), jnp.zeros_like(A[i, j]))) / L[j][j]
+    y = []
+    for i in range(p):  # L y = b
+        y.append((b[i] - sum((L[i][k] * y[k] for k in range(i)), jnp.zeros_like(b[i]))) / L[i][i])
+    x = [None] * p
+    for i in reversed(range(p)):  # Lᵀ x = y
+        x[i] = (y[i] - sum((L[k][i] * x[k] for k in range(i + 1, p)), jnp.zeros_like(b[i]))) / L[i][i]
+    return jnp.stack(x)
 
 
 def _lm(res, z0, iterations):
     """Levenberg–Marquardt with Marquardt scaling on residuals ``res(z)``, a fixed number of
     iterations (vmappable)."""
-    jac = jax.jacfwd(res)
+    # one forward-mode pass gives the residuals (as aux) and their Jacobian
+    jac = jax.jacfwd(lambda z: (res(z), res(z)), has_aux=True)
     p = z0.shape[0]
 
     def step(carry, _):
         z, lam, cost, accepted = carry
-        r, J = res(z), jac(z)
+        J, r = jac(z)
         H, g = J.T @ J, J.T @ r
         D = jnp.diag(jnp.maximum(jnp.diag(H), 1e-12))
-        dz = jnp.linalg.solve(H + lam * D + 1e-14 * jnp.eye(p), -g)
+        dz = spd_solve(H + lam * D + 1e-14 * jnp.eye(p), -g)
         z_new = z + jnp.clip(dz, -5.0, 5.0)
         cost_new = jnp.sum(res(z_new) ** 2)
         better = jnp.isfinite(cost_new) & (cost_new < cost)
@@ -184,11 +209,11 @@ def _fit_batched(residuals, z0, data, iterations, solver):
     return jax.vmap(one_group, in_axes=(0 if z0.ndim == 3 else None, 0))(z0, data)
 
 
-@functools.partial(jax.jit, static_argnames=("iterations", "solver", "variant", "loss"))
+@functools.partial(jax.jit, static_argnames=("iterations", "solver", "variant", "loss", "with_ttft"))
 def fit_groups(z0, feats, t_meas, ttft, mask_t, mask_ttft, *, iterations: int = 30, solver: str = "lm",
-               variant: str = "slim", loss: str = "squared"):
+               variant: str = "slim", loss: str = "squared", with_ttft: bool = True):
     """SLIM fits of every group at once (see :func:`_fit_batched`)."""
-    residuals = functools.partial(_residuals, variant=variant, loss=loss)
+    residuals = functools.partial(_residuals, variant=variant, loss=loss, with_ttft=with_ttft)
     return _fit_batched(residuals, z0, (feats, t_meas, ttft, mask_t, mask_ttft), iterations, solver)
 
 
@@ -206,9 +231,35 @@ def _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, rep
     t_star = np.concatenate([r[0] for r in reps])
     f_star = np.concatenate([r[1] for r in reps])
     tile = lambda x: np.concatenate([np.asarray(x)] * replicates)  # noqa: E731
-    z_boot = fit_groups(jnp.asarray(tile(z))[:, None, :], jax.tree_util.tree_map(tile, feats), t_star,
-                        np.where(tile(mask_ttft), f_star, 1.0), tile(mask), tile(mask_ttft), **fit_options)[0]
+    z_boot = _sharded(fit_groups, tile(z)[:, None, :], jax.tree_util.tree_map(tile, feats), t_star,
+                      np.where(tile(mask_ttft), f_star, 1.0), tile(mask), tile(mask_ttft), **fit_options)[0]
     return np.asarray(z_boot).reshape(replicates, G, p)
+
+
+def _sharded(fit, z0, *data, **options):
+    """``fit(z0, *data, **options)`` with the groups (axis 0 of every ``data`` leaf, and of ``z0``
+    when it has three dims) split into one equal chunk per local device (one per CPU core), each
+    dispatched to its device asynchronously — the groups are independent. Chunks are padded by
+    repeating the last group (one compiled shape); results are cut back to the real groups.
+    (Explicit per-device dispatch, as the grid does: XLA:CPU SPMD sharding of this solve hung
+    intermittently on two devices.)"""
+    devices = jax.local_devices()
+    groups = jax.tree_util.tree_leaves(data)[0].shape[0]
+    if len(devices) == 1 or groups < 2 * len(devices):
+        return fit(z0, *data, **options)
+    size = -(-groups // len(devices))
+    per_group_start = np.ndim(z0) == 3
+
+    def chunk(x, k):
+        x = np.asarray(x)[k * size:(k + 1) * size]
+        return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)]) if len(x) < size else x
+
+    outs = []
+    for k, device in enumerate(devices):
+        part = jax.device_put(jax.tree_util.tree_map(lambda x: chunk(x, k), data), device)
+        start = jax.device_put(chunk(z0, k) if per_group_start else np.asarray(z0), device)
+        outs.append(fit(start, *part, **options))
+    return tuple(np.concatenate([np.asarray(o[i]) for o in outs])[:groups] for i in range(len(outs[0])))
 
 
 def _uncertainty(z, cost, J, n):
@@ -244,10 +295,11 @@ def _padded_groups(traces: pd.DataFrame, group_by: list[str]) -> tuple[list, np.
     if traces.empty:
         raise SlimjaxError("traces", "no rows to fit")
     groups = traces.groupby(group_by, sort=True).indices
-    size = max(len(v) for v in groups.values())
-    index = np.array([np.pad(v, (0, size - len(v)), mode="edge") for v in groups.values()])
-    valid = np.array([np.arange(size) < len(v) for v in groups.values()])
-    return list(groups), index, valid
+    sizes = np.fromiter((len(v) for v in groups.values()), np.int64, len(groups))
+    flat = np.concatenate(list(groups.values()))
+    column = np.arange(sizes.max())[None, :]
+    index = flat[(np.cumsum(sizes) - sizes)[:, None] + np.minimum(column, sizes[:, None] - 1)]
+    return list(groups), index, column < sizes[:, None]
 
 
 def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
@@ -289,14 +341,15 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     mask, mask_ttft = valid & np.isfinite(t_meas), valid & np.isfinite(ttft)
     t_meas, ttft = np.where(mask, t_meas, 1.0), np.where(mask_ttft, ttft, 1.0)
     z0 = np.log(spec.starts)
-    z, cost, its, conv, J = map(np.asarray, fit_groups(jnp.asarray(z0), feats, t_meas, ttft, mask, mask_ttft,
-                                                      iterations=iterations, solver=solver, variant=variant, loss=loss))
+    z, cost, its, conv, J = map(np.asarray, _sharded(fit_groups, z0, feats, t_meas, ttft, mask, mask_ttft,
+                                                     iterations=iterations, solver=solver, variant=variant, loss=loss,
+                                                     with_ttft=bool(mask_ttft.any())))
     n = mask.sum(axis=1) + mask_ttft.sum(axis=1)
     cov, identified, sigma2 = _uncertainty(z, cost, J, n)
     t_pred, e_pred, pre_pred = map(np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats))
     if bootstrap:
         z_boot = _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, bootstrap, seed,
-                            dict(iterations=iterations, solver=solver, variant=variant, loss=loss))
+                            dict(iterations=iterations, solver=solver, variant=variant, loss=loss, with_ttft=bool(mask_ttft.any())))
         theta_hat = np.exp(z)
         cov_z = np.einsum("rgi,rgj->gij", z_boot - z_boot.mean(0), z_boot - z_boot.mean(0)) / (bootstrap - 1)
         cov = np.where(np.isnan(cov), np.nan, cov_z * theta_hat[:, :, None] * theta_hat[:, None, :])
@@ -462,8 +515,8 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
     itl, ttft = traces["itl_s"].to_numpy(float)[index], traces["ttft_s"].to_numpy(float)[index]
     m_itl, m_ttft = valid & np.isfinite(itl), valid & np.isfinite(ttft)
     itl, ttft = np.where(m_itl, itl, 1.0), np.where(m_ttft, ttft, 1.0)
-    z, cost, its, conv, J = map(np.asarray, _fit_roofline_groups(
-        jnp.log(ROOFLINE_STARTS), feats, itl, ttft, m_itl, m_ttft, iterations=iterations, solver=solver))
+    z, cost, its, conv, J = map(np.asarray, _sharded(
+        _fit_roofline_groups, np.log(ROOFLINE_STARTS), feats, itl, ttft, m_itl, m_ttft, iterations=iterations, solver=solver))
     n = m_itl.sum(axis=1) + m_ttft.sum(axis=1)
     cov, identified, _ = _uncertainty(z, cost, J, n)
     p_itl, p_ttft = map(np.asarray, jax.vmap(_roofline_predict)(jnp.asarray(z), feats))

@@ -79,7 +79,12 @@ def test_padded_masked_groups_equal_separate_fits(clean):
         alone = calibrate(sub, group_by=("model", "gpu"))
         a = together.coefficients.sel(model=m, gpu=g).values
         b = alone.coefficients.sel(model=m, gpu=g).values
-        np.testing.assert_allclose(a, b, rtol=1e-6)
+        ident = alone.identified.sel(model=m, gpu=g).values
+        assert np.array_equal(ident, together.identified.sel(model=m, gpu=g).values) and ident.sum() >= 3
+        # identified coefficients agree; along an unidentified direction (α·O + γ·L·(D/1024)²·O within
+        # one architecture) any point is an optimum, so only the fit itself is compared there
+        np.testing.assert_allclose(a[ident], b[ident], rtol=1e-6)
+        np.testing.assert_allclose(predict(together, sub).pred_throughput, predict(alone, sub).pred_throughput, rtol=1e-6)
         assert int(together.n_points.sel(model=m, gpu=g)) == len(sub)
 
 
