@@ -110,6 +110,8 @@ def main() -> None:
         "converged_fraction": float(ds.converged.mean()),
         "identified_fraction_by_param": dict(zip(SLIM_PARAMS, ident.mean(axis=0).round(3).tolist())),
         "recovered_within_5pct_of_identified": float(recovered.mean()),
+        # are the standard errors honest? the truth within ±1.96 SE (nominal 95 %) of identified estimates
+        "truth_within_1p96_se_of_identified": float((np.abs(coef - truth) <= 1.96 * ds.standard_error.values)[ident].mean()),
         "recovered_within_5pct_by_param": {p: float((rel[:, i][ident[:, i]] < 0.05).mean()) if ident[:, i].any() else None
                                            for i, p in enumerate(SLIM_PARAMS)},
     }, indent=1))
