@@ -18,8 +18,8 @@ def roofline_applicable(model):
     return (model.mla == 0) & (model.moe == 0)
 
 
-def capacity_cell_terms(model, gpu, serving, input_len, output_len):
-    """Memory (§3) per (model, GPU, I, O) and chunked prefill (§4) per (model, GPU, I)."""
+def kv_capacity(model, gpu, serving, input_len, output_len):
+    """Memory (§3): e_kv, weights, KV pool, per-sequence footprint of I + O tokens, max_seqs."""
     e_kv = memory.model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
     weights = memory.weights_bytes(model.n_params, serving.weight_bytes)
     pool = memory.kv_pool_bytes(serving.memory_utilization, serving.n_gpu * gpu.memory_bytes, weights, serving.reserved_bytes)
@@ -27,6 +27,14 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         e_kv, model.n_layers, model.n_sliding_layers, model.window, input_len + output_len,
         serving.block_size, serving.kv_replication, serving.kv_overhead,
     )
+    return dict(e_kv=e_kv, weights=weights, pool=pool, footprint=footprint,
+                max_seqs=memory.max_concurrent_seqs(pool, footprint))
+
+
+def capacity_cell_terms(model, gpu, serving, input_len, output_len):
+    """Memory (§3) per (model, GPU, I, O) and chunked prefill (§4) per (model, GPU, I)."""
+    kv = kv_capacity(model, gpu, serving, input_len, output_len)
+    e_kv, weights, pool, footprint = kv["e_kv"], kv["weights"], kv["pool"], kv["footprint"]
     per_token = serving.kv_replication * serving.kv_overhead * e_kv
     roof = dict(
         n_params=model.n_params,
@@ -46,7 +54,7 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         kv_pool_bytes=pool,
         kv_bytes_per_token=memory.kv_bytes_per_token(model.n_layers, e_kv),
         seq_footprint_bytes=footprint,
-        max_seqs=memory.max_concurrent_seqs(pool, footprint),
+        max_seqs=kv["max_seqs"],
         prefill_s=jnp.where(ok, prefill_s, jnp.nan),
         chunk_max_s=jnp.where(ok, chunk_max_s, jnp.nan),
         chunks=chunks,

@@ -22,9 +22,10 @@ import xarray as xr
 
 from .catalog import resolve_gpu, resolve_model
 from .errors import SlimjaxError
-from . import memory
+from .calculator import capacity_cell_terms, kv_capacity, service_terms
 from .slim import slim_kv_variables, slim_variables
-from .specs import SLIM_PARAMS, GPUSpec, ModelSpec, SlimCoeffs, stack
+from .specs import SLIM_PARAMS, GPUSpec, ModelSpec, ServingSpec, SlimCoeffs, stack
+from .sweepfile import SERVING_DEFAULTS
 
 # Deterministic starting points (η_c, η_m, B0, α, γ, t_fixed); the best end point wins.
 STARTS = np.array([
@@ -50,16 +51,26 @@ def _row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     g = jax.tree_util.tree_map(lambda x: x[g_codes], stack(GPUSpec, [resolve_gpu(x, "traces.gpu")[1] for x in g_names]))
     n_gpu, il, ol = (traces[c].to_numpy(float) for c in ("n_gpu", "input_len", "output_len"))
     return dict(model=m, gpu=g, n_gpu=n_gpu, batch=traces["batch"].to_numpy(float), input_len=il, output_len=ol,
-                max_seqs=_default_max_seqs(m, g, n_gpu, il + ol))
+                max_seqs=_default_max_seqs(m, g, n_gpu, il, ol))
 
 
-def _default_max_seqs(m, g, n_gpu, tokens):
-    """max_seqs (MODEL.md §3) at the serving defaults (u = 0.9, M_R = 0, β = 16, r = o = 1): the
-    concurrency the KV cache holds, used by the slim-kv variant."""
-    e_kv = np.asarray(memory.model_kv_bytes_per_layer_token(m))
-    pool = memory.kv_pool_bytes(0.9, n_gpu * g.memory_bytes, memory.weights_bytes(m.n_params, m.weight_bytes), 0.0)
-    foot = memory.seq_footprint_bytes(e_kv, m.n_layers, m.n_sliding_layers, m.window, tokens, 16.0, 1.0, 1.0)
-    return np.asarray(memory.max_concurrent_seqs(pool, foot))
+def _default_serving(model, n_gpu, compute_efficiency=1.0, bandwidth_efficiency=1.0, launch_overhead_s=0.0):
+    """A ServingSpec per row: ``n_gpu`` and the three roofline settings given, every other setting at
+    the sweep file's defaults (MODEL.md §0), the model's own dtypes."""
+    one = jnp.ones_like(jnp.asarray(n_gpu, float))
+    d = SERVING_DEFAULTS
+    return ServingSpec(
+        n_gpu=n_gpu * one, memory_utilization=d["gpu_memory_utilization"] * one, reserved_bytes=d["reserved_gib"] * 2**30 * one,
+        kv_replication=d["kv_replication"] * one, kv_overhead=d["kv_overhead"] * one, block_size=d["block_size"] * one,
+        chunk_size=d["chunk_size"] * one, launch_overhead_s=launch_overhead_s * one, compute_efficiency=compute_efficiency * one,
+        bandwidth_efficiency=bandwidth_efficiency * one, kv_dtype_bytes=model.kv_dtype_bytes, weight_bytes=model.weight_bytes,
+    )
+
+
+def _default_max_seqs(m, g, n_gpu, input_len, output_len):
+    """max_seqs (MODEL.md §3) at the serving defaults: the concurrency the KV cache holds, used by
+    the slim-kv variant."""
+    return np.asarray(kv_capacity(m, g, _default_serving(m, n_gpu), input_len, output_len)["max_seqs"])
 
 
 def _measured_throughput(traces: pd.DataFrame) -> np.ndarray:
@@ -340,16 +351,13 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     t_meas, ttft = t_all[index], traces["ttft_s"].to_numpy(float)[index]
     mask, mask_ttft = valid & np.isfinite(t_meas), valid & np.isfinite(ttft)
     t_meas, ttft = np.where(mask, t_meas, 1.0), np.where(mask_ttft, ttft, 1.0)
-    z0 = np.log(spec.starts)
-    z, cost, its, conv, J = map(np.asarray, _sharded(fit_groups, z0, feats, t_meas, ttft, mask, mask_ttft,
-                                                     iterations=iterations, solver=solver, variant=variant, loss=loss,
-                                                     with_ttft=bool(mask_ttft.any())))
+    options = dict(iterations=iterations, solver=solver, variant=variant, loss=loss, with_ttft=bool(mask_ttft.any()))
+    z, cost, its, conv, J = map(np.asarray, _sharded(fit_groups, np.log(spec.starts), feats, t_meas, ttft, mask, mask_ttft, **options))
     n = mask.sum(axis=1) + mask_ttft.sum(axis=1)
     cov, identified, sigma2 = _uncertainty(z, cost, J, n)
     t_pred, e_pred, pre_pred = map(np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats))
     if bootstrap:
-        z_boot = _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, bootstrap, seed,
-                            dict(iterations=iterations, solver=solver, variant=variant, loss=loss, with_ttft=bool(mask_ttft.any())))
+        z_boot = _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, bootstrap, seed, options)
         theta_hat = np.exp(z)
         cov_z = np.einsum("rgi,rgj->gij", z_boot - z_boot.mean(0), z_boot - z_boot.mean(0)) / (bootstrap - 1)
         cov = np.where(np.isnan(cov), np.nan, cov_z * theta_hat[:, :, None] * theta_hat[:, None, :])
@@ -429,16 +437,16 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     pred = functools.partial(_predict, variant=variant)
     feats = _row_features(points.assign(n_gpu=points.get("n_gpu", 1)))
     t, e, _ = map(np.asarray, jax.vmap(pred)(jnp.asarray(z), feats))
-    # gradient of log T and log E2E with respect to z, per point
-    glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[0])))(jnp.asarray(z), feats))
-    gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[1])))(jnp.asarray(z), feats))
-    theta = np.exp(z)
     if "bootstrap_log_coefficients" in coeffs:  # the spread of the refits' own predictions
         zb = coeffs["bootstrap_log_coefficients"].sel(sel).transpose("replicate", "point", "param").values
         tb, eb, _ = map(np.asarray, jax.vmap(lambda zr: jax.vmap(pred)(zr, feats))(jnp.asarray(zb)))
         var_t = np.var(np.log(tb), axis=0, ddof=1) + scatter
         var_e = np.var(np.log(eb), axis=0, ddof=1) + scatter
     else:
+        # delta method: gradient of log T and log E2E with respect to z, per point
+        glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[0])))(jnp.asarray(z), feats))
+        gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[1])))(jnp.asarray(z), feats))
+        theta = np.exp(z)
         cov_z = cov / np.einsum("pi,pj->pij", theta, theta)
         cov_z = np.where(np.isfinite(cov_z), cov_z, 0.0)
         var_t = np.einsum("pi,pij,pj->p", glt, cov_z, glt) + scatter
@@ -460,17 +468,8 @@ ROOFLINE_STARTS = np.array([[0.5, 0.5, 1e-4], [0.9, 0.9, 1e-5], [0.3, 0.7, 1e-3]
 def _roofline_service(z, feats):
     """The capacity roofline's service terms (MODEL.md §4) at e_F, e_B, t_l = exp(z) and the other
     serving settings at their defaults."""
-    from .calculator import capacity_cell_terms, service_terms
-    from .specs import ServingSpec
-
     e_f, e_b, t_l = (jnp.exp(z[i]) for i in range(3))
-    one = jnp.ones_like(feats["n_gpu"])
-    serving = ServingSpec(
-        n_gpu=feats["n_gpu"], memory_utilization=0.9 * one, reserved_bytes=0.0 * one, kv_replication=one,
-        kv_overhead=one, block_size=16.0 * one, chunk_size=0.0 * one, launch_overhead_s=t_l * one,
-        compute_efficiency=e_f * one, bandwidth_efficiency=e_b * one,
-        kv_dtype_bytes=feats["model"].kv_dtype_bytes, weight_bytes=feats["model"].weight_bytes,
-    )
+    serving = _default_serving(feats["model"], feats["n_gpu"], e_f, e_b, t_l)
     cell = capacity_cell_terms(feats["model"], feats["gpu"], serving, feats["input_len"], feats["output_len"])
     return service_terms(cell, None, feats["batch"], feats["input_len"], feats["output_len"])
 

@@ -180,12 +180,10 @@ def slim_kv_variables(model, gpu, coeffs, batch, input_len, output_len, max_seqs
     Returns slim_prefill_s (one round's prefill, s), slim_e2e_s (s) and slim_throughput (tokens/s).
     """
     b_eff = kv_limited_concurrency(batch, max_seqs)
-    kv_width = model.n_kv_heads * model.head_dim
-    f1 = prefill_flops(model.n_layers, model.hidden, kv_width, model.ffn_dim, model.n_ffn, 1.0, input_len)
-    m_dec = kv_traffic_bytes(kv_bytes_per_token(model.n_layers, model_kv_bytes_per_layer_token(model)), input_len, output_len)
+    cell = slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu)  # p1 and M_dec as in §1
     bandwidth = n_gpu * gpu.bandwidth
     t_w = weight_read_time(coeffs.alpha, coeffs.gamma, model.n_params * model.weight_bytes, output_len, bandwidth)
-    t_pre = slim_prefill_time(b_eff * f1, coeffs.eta_c, n_gpu * gpu.flops)
-    t_dec = slim_kv_decode_time(b_eff, coeffs.B0, coeffs.eta_m, t_w, m_dec, bandwidth)
+    t_pre = b_eff * cell["p1"]
+    t_dec = slim_kv_decode_time(b_eff, coeffs.B0, coeffs.eta_m, t_w, cell["kv_traffic_bytes"], bandwidth)
     e2e = kv_limited_e2e(batch, max_seqs, e2e_latency(t_pre, t_dec, coeffs.t_fixed))
     return {"slim_prefill_s": t_pre, "slim_e2e_s": e2e, "slim_throughput": token_throughput(batch, input_len, output_len, e2e)}

@@ -97,12 +97,9 @@ def test_capacity_unbounded_and_errors():
     r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "2048", "--output-len", "512",
             "--batch", "64", "--arrival-rate", "300")
     assert r.returncode == 0 and "Wait                           Unbounded" in r.stdout
-    r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
-            "--batch", "4", "--chunk-size", "-3")
-    assert r.returncode == 2 and "serving.chunk_size: must be a non-negative integer" in r.stderr
-    r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
-            "--batch", "4", "--gpu-memory-utilization", "1.5")
-    assert r.returncode == 2 and "gpu_memory_utilization: must be in (0, 1]" in r.stderr
-    r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
-            "--batch", "4", "--arrival-rate", "-1")
-    assert r.returncode == 2 and "arrival_rate[0]: must be non-negative" in r.stderr
+    for flags, message in ((("--chunk-size", "-3"), "serving.chunk_size: must be a non-negative integer"),
+                           (("--gpu-memory-utilization", "1.5"), "gpu_memory_utilization: must be in (0, 1]"),
+                           (("--arrival-rate", "-1"), "arrival_rate[0]: must be non-negative")):
+        r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
+                "--batch", "4", *flags)
+        assert r.returncode == 2 and message in r.stderr, flags
