@@ -1,0 +1,87 @@
+"""Write (or check) the golden outputs that pin behaviour across refactors.
+
+    python bench/golden.py --write     # record tests/golden/ from the current code
+    python bench/golden.py             # compare the current code against tests/golden/
+
+Golden outputs: every array of the quickstart sweep (sha256 of its bytes, dtype and shape) and the
+`slimjax validate` table on the shared LLM-Inference-Bench data (full precision CSV). The test-suite
+checks the same (tests/test_golden.py, and the validate table inside test_validate). A change that
+is meant to move a figure regenerates them with --write in the same commit and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden"
+
+
+def array_digests(ds) -> dict:
+    """{name: {dtype, shape, sha256}} for every data variable and coordinate of ``ds``."""
+    out = {}
+    for name in sorted(set(ds.data_vars) | set(ds.coords)):
+        a = np.ascontiguousarray(np.asarray(ds[name].values))
+        raw = a.astype(str).tobytes() if a.dtype.kind in "OU" else a.tobytes()
+        out[name] = {"dtype": str(a.dtype), "shape": list(a.shape), "sha256": hashlib.sha256(raw).hexdigest()}
+    return out
+
+
+def quickstart_digests() -> dict:
+    import slimjax
+
+    if hasattr(slimjax, "configure"):
+        slimjax.configure()
+    return array_digests(slimjax.sweep(str(REPO / "sweeps" / "quickstart.yaml"), quiet=True))
+
+
+def validate_table_csv(data: Path) -> str:
+    import pandas as pd
+
+    import slimjax
+
+    try:
+        from slimjax.fit.validate import validate
+    except ImportError:  # before the layered layout
+        from slimjax.validate import validate
+    frames = [slimjax.load_traces(data / "measured" / f) for f in ("llm_inference_bench.csv", "llm_inference_bench_ttft_e2e.csv")]
+    table = validate(pd.concat(frames, ignore_index=True)).table
+    return table_csv(table)
+
+
+def table_csv(table) -> str:
+    flat = table.copy()
+    flat.columns = [f"{a}|{b}" for a, b in flat.columns]
+    return flat.to_csv(float_format="%.17g")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    data = Path(os.environ.get("SLIMJAX_DATA", REPO.parent / "shared" / "data"))
+    digests = quickstart_digests()
+    csv = validate_table_csv(data)
+    if args.write:
+        GOLDEN.mkdir(exist_ok=True)
+        (GOLDEN / "quickstart.json").write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+        (GOLDEN / "validate.csv").write_text(csv)
+        print(f"wrote {GOLDEN}")
+        return 0
+    want = json.loads((GOLDEN / "quickstart.json").read_text())
+    bad = [k for k in want if digests.get(k) != want[k]] + [k for k in digests if k not in want]
+    same_csv = csv == (GOLDEN / "validate.csv").read_text()
+    print("quickstart:", "identical" if not bad else f"differs in {bad}")
+    print("validate table:", "identical" if same_csv else "differs")
+    return 0 if not bad and same_csv else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
