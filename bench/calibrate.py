@@ -19,9 +19,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from slimjax.calibrate import STARTS, calibrate  # importing slimjax first sets its XLA flags
-from slimjax.catalog import resolve_gpu, resolve_model
-from slimjax.specs import SLIM_PARAMS
+import slimjax
+from slimjax.fit.slim import STARTS, calibrate
+from slimjax.inputs.catalog import resolve_gpu, resolve_model
+from slimjax.model.specs import SLIM_PARAMS
+
+slimjax.configure()  # one CPU device per core, float64, before JAX runs
 
 MODELS = ["OPT-1.3b", "OPT-6.7b", "OPT-13b", "Llama-2-7b", "Llama-3.1-8B", "Llama-3.1-70B", "Qwen2-7B", "Mistral-7B-v0.1"]
 GPUS = ["A100-SXM-80GB", "H100-SXM", "H200", "L40S", "B200"]

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-import slimjax  # noqa: F401  (XLA flags before jax)
-from slimjax.calibrate import calibrate_roofline, roofline_errors
-from slimjax.traces import load_traces
+import slimjax
+from slimjax.fit.roofline import calibrate_roofline, roofline_errors
+from slimjax.inputs.traces import load_traces
+
+slimjax.configure()
 
 DATA = Path(os.environ.get("SLIMJAX_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 GROUP = ["model", "gpu", "n_gpu"]

@@ -24,9 +24,12 @@ import numpy as np
 from common import Discard, timed  # bench/common.py (the script folder is on sys.path)
 
 import slimjax
-from slimjax import calculator as capacity_mod
-from slimjax import grid, memory, queue, roofline
-from slimjax.sweepfile import parse
+from slimjax.api import DEFAULT_MEMORY_BUDGET, parse
+from slimjax.engine import grid
+from slimjax.model import calculator as capacity_mod
+from slimjax.model import memory, queue, roofline
+
+slimjax.configure()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import reference as ref  # noqa: E402  (the loop references of the test-suite)
@@ -67,14 +70,14 @@ def numpy_reference(sw):
     f = np.float64
     model = type(sw.model)(**{k: np.asarray(v, f).reshape(-1, 1, 1, 1, 1) for k, v in vars(sw.model).items()})
     gpu = type(sw.gpu)(**{k: np.asarray(v, f).reshape(1, -1, 1, 1, 1) for k, v in vars(sw.gpu).items()})
-    serving = type(sw.serving)(**{k: np.asarray(v, f)[:, :, None, None, None] for k, v in vars(sw.serving).items()})
+    serving = type(sw.serving)(**{k: np.asarray(v, f)[:, :, None, None, None] for k, v in sw.serving.fields().items()})
     B = sw.batch.astype(f).reshape(1, 1, -1, 1, 1)
     I = sw.input_len.astype(f).reshape(1, 1, 1, -1, 1)
     O = sw.output_len.astype(f).reshape(1, 1, 1, 1, -1)
     with numpy_formulas(), np.errstate(all="ignore"):
         cell = capacity_mod.capacity_cell_terms(model, gpu, serving, I, O)
         out = capacity_mod.service_terms(cell, None, B, I, O)
-        out.update(capacity_mod.queue_terms(cell, None, B, I, O, sw.arrival_rate))
+        out.update(capacity_mod.queue_terms(cell, None, B[..., None], I[..., None], O[..., None], sw.arrival_rate))
     return out
 
 
@@ -109,12 +112,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     sw = parse(SPEC)
-    five = int(np.prod(sw.shape))
+    five = int(np.prod(sw.shape[:5]))  # model × GPU × batch × I × O
     points = five * len(sw.arrival_rate)
     t0 = time.perf_counter()
     ds = slimjax.sweep(sw, quiet=True)
     first = time.perf_counter() - t0
-    t_engine, _ = timed(lambda: grid.evaluate(sw, Discard(), memory_budget_bytes=slimjax.api.DEFAULT_MEMORY_BUDGET), args.repeats)
+    t_engine, _ = timed(lambda: grid.evaluate(sw, grid.plan(sw, DEFAULT_MEMORY_BUDGET), Discard()), args.repeats)
     t_numpy, ref_out = timed(lambda: numpy_reference(sw), 1)
     for k in ("itl_s", "ttft_s", "service_s", "p_wait", "wait_s"):
         np.testing.assert_allclose(ds[k].values, np.broadcast_to(ref_out[k], ds[k].shape), rtol=1e-9, atol=1e-300)

@@ -21,7 +21,9 @@ import pandas as pd
 import yaml
 
 import slimjax
-from slimjax.specs import SLIM_PARAMS
+from slimjax.model.specs import SLIM_PARAMS
+
+slimjax.configure()
 
 DATA = os.environ.get("SLIMJAX_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 FILES = ("llm_inference_bench.csv", "llm_inference_bench_ttft_e2e.csv")

@@ -19,8 +19,10 @@ import numpy as np
 from common import Discard, timed  # bench/common.py (the script folder is on sys.path)
 
 import slimjax
-from slimjax import grid
-from slimjax.sweepfile import parse
+from slimjax.api import parse
+from slimjax.engine import grid
+
+slimjax.configure()
 
 SPEC = dict(
     models=["OPT-125m", "OPT-1.3b", "OPT-6.7b", "OPT-13b", "Llama-2-7b", "Llama-3.1-8B", "Llama-3.1-70B",
@@ -89,7 +91,7 @@ def main() -> None:
     t0 = time.perf_counter()
     slimjax.sweep(sw, quiet=True, memory_budget_bytes=args.budget)  # compile + first run
     first = time.perf_counter() - t0
-    t_engine, _ = timed(lambda: grid.evaluate(sw, Discard(), memory_budget_bytes=args.budget), args.repeats)
+    t_engine, _ = timed(lambda: grid.evaluate(sw, grid.plan(sw, args.budget), Discard()), args.repeats)
     t_sweep, ds = timed(lambda: slimjax.sweep(sw, quiet=True, memory_budget_bytes=args.budget), args.repeats)
     t_numpy, ref = timed(lambda: numpy_reference(sw), max(1, args.repeats - 1))
     for k in ("slim_e2e_s", "slim_throughput"):

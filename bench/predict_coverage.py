@@ -16,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-import slimjax  # noqa: F401  (XLA flags before jax)
-from slimjax.calibrate import calibrate, predict
-from slimjax.traces import load_traces
+import slimjax
+from slimjax.fit.slim import calibrate, predict
+from slimjax.inputs.traces import load_traces
+
+slimjax.configure()
 
 DATA = Path(os.environ.get("SLIMJAX_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 GROUP = ("model", "gpu", "n_gpu", "framework")

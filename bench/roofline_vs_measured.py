@@ -25,6 +25,8 @@ import pandas as pd
 
 import slimjax
 
+slimjax.configure()
+
 DATA = Path(os.environ.get("SLIMJAX_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 BLOOM = {"name": "BLOOM-176B", "model_type": "bloom", "num_hidden_layers": 70, "hidden_size": 14336,
          "num_attention_heads": 112, "intermediate_size": 57344, "vocab_size": 250880, "torch_dtype": "bfloat16"}

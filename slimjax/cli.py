@@ -25,6 +25,9 @@ def _bytes(ctx, param, value: str) -> float:
 @click.version_option(package_name="slimjax")
 def main() -> None:
     """slimjax: LLM-serving capacity planning over dense grids (SLIM, B_cap)."""
+    import slimjax
+
+    slimjax.configure()  # one XLA CPU device per core, float64 available
 
 
 @main.command()
@@ -66,11 +69,6 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
     with_pd_options(lambda: _print_tables(tables, i, o))
 
 
-_SERVING_OPTIONS = (
-    ("n_gpu", int), ("gpu_memory_utilization", float), ("reserved_gib", float), ("kv_replication", float),
-    ("kv_overhead", float), ("block_size", int), ("chunk_size", int), ("launch_overhead_s", float),
-    ("compute_efficiency", float), ("bandwidth_efficiency", float), ("kv_dtype_bytes", str), ("weight_dtype_bytes", str),
-)
 _MEASURED_OPTIONS = (("batch", int), ("request_rate", float), ("ttft_s", float), ("itl_s", float))
 
 
@@ -83,26 +81,45 @@ def _options(options, prefix: str = ""):
     return wrap
 
 
-@main.command()
+class _AutoOr(click.ParamType):
+    """``auto`` or a value of ``kind`` (for serving keys that resolve ``auto``)."""
+
+    name = "auto|value"
+
+    def __init__(self, kind):
+        self.kind = click.types.convert_type(kind)
+
+    def convert(self, value, param, ctx):
+        return "auto" if value == "auto" else self.kind.convert(value, param, ctx)
+
+
+class _ServingCommand(click.Command):
+    """A command that also takes one option per row of the serving table, read when it runs (so a
+    key added to the table is an option here with no edit)."""
+
+    def get_params(self, ctx):
+        from slimjax.inputs.serving import SERVING
+
+        extra = [click.Option([row.flag, row.key], type=_AutoOr(row.cli_type) if row.auto is not None else row.cli_type, default=None,
+                              help=row.help + (" (or auto)" if row.auto is not None else ""))
+                 for row in SERVING.values()]
+        return super().get_params(ctx)[:-1] + extra + super().get_params(ctx)[-1:]  # --help stays last
+
+
+@main.command(cls=_ServingCommand)
 @click.option("--model", required=True, help="Catalog name, config.json path.")
 @click.option("--gpu", required=True, help="Catalog name.")
 @click.option("--input-len", required=True, type=int)
 @click.option("--output-len", required=True, type=int)
 @click.option("--batch", required=True, type=int, help="Concurrency B.")
 @click.option("--arrival-rate", type=float, default=None, help="Poisson arrivals, requests/s (adds the queue cards).")
-@_options(_SERVING_OPTIONS)
 @_options(_MEASURED_OPTIONS, prefix="measured_")
 def capacity(model, gpu, input_len, output_len, batch, arrival_rate, **options) -> None:
     """The capacity calculator's cards at one operating point (same functions as the sweep)."""
     import slimjax
+    from slimjax.inputs.serving import SERVING
 
-    serving = {k: options[k] for k, _ in _SERVING_OPTIONS if options[k] is not None}
-    for k in ("kv_dtype_bytes", "weight_dtype_bytes"):
-        if k in serving:
-            try:
-                serving[k] = float(serving[k])
-            except ValueError:
-                pass  # a dtype name such as fp8; the library checks it
+    serving = {k: options[k] for k in SERVING if options.get(k) is not None}
     measured = {k: options["measured_" + k] for k, _ in _MEASURED_OPTIONS if options["measured_" + k] is not None}
     try:
         result = slimjax.capacity(model, gpu, input_len, output_len, batch, arrival_rate=arrival_rate,
@@ -134,7 +151,7 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, out, over
     import pandas as pd
 
     import slimjax
-    from slimjax import store
+    from slimjax.store import sink as store
 
     try:
         target = store.check_target(out, overwrite)
@@ -167,7 +184,7 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     import pandas as pd
 
     import slimjax
-    from slimjax.validate import default_trace_paths, markdown_table, validate as run
+    from slimjax.fit.validate import default_trace_paths, markdown_table, validate as run
 
     paths = list(traces) or default_trace_paths()
     try:

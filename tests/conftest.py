@@ -3,7 +3,10 @@ from pathlib import Path
 
 import pytest
 
-import slimjax  # noqa: F401  (sets up float64 and CPU devices before anything imports jax)
+import slimjax
+
+# one XLA CPU device per core and float64, before any test runs JAX
+slimjax.configure()
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ def context_sum(I: int, O: int) -> float:
 
 
 def slim(arch: dict, gpu: dict, theta: dict, B: int, I: int, O: int, n_gpu: int = 1) -> dict:
-    F, BW = n_gpu * gpu["flops"], n_gpu * gpu["bandwidth"]
+    F, BW = n_gpu * gpu["flops_per_s"], n_gpu * gpu["bandwidth_bytes_per_s"]
     flops = prefill_flops(arch, B, I)
     t_pre = flops / (theta["eta_c"] * F)
     m_dec = arch["n_layers"] * kv_bytes_per_layer_token(arch) * context_sum(I, O)
@@ -126,14 +126,14 @@ def capacity_point(arch, gpu, serving, B, I, O, measured=None):
     """Every §3–§4 variable at one point, from the loops above (serving in base units)."""
     sv = serving
     e_kv = kv_bytes_per_layer_token({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]})
-    M_W = arch["n_params"] * sv["weight_bytes"]
+    M_W = arch["n_params"] * sv["bytes_per_weight"]
     pool = sv["memory_utilization"] * sv["n_gpu"] * gpu["memory_bytes"] - M_W - sv["reserved_bytes"]
     fp = footprint({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]}, I + O, int(sv["block_size"]), sv["kv_replication"], sv["kv_overhead"])
     seqs = 0 if pool <= 0 else math.floor(pool / fp)  # float quotient: 1.05 etc. are inexact in binary
     dense = not (arch["mla"] or arch["moe"])
     args = (arch["n_params"], 4 * arch["n_layers"] * arch["n_heads"] * arch["head_dim"], M_W, e_kv, arch["n_layers"],
-            arch["n_sliding_layers"], arch["window"], sv["n_gpu"] * gpu["flops"] * sv["compute_efficiency"],
-            sv["n_gpu"] * gpu["bandwidth"] * sv["bandwidth_efficiency"], sv["launch_overhead_s"], sv["kv_replication"], sv["kv_overhead"])
+            arch["n_sliding_layers"], arch["window"], sv["n_gpu"] * gpu["flops_per_s"] * sv["compute_efficiency"],
+            sv["n_gpu"] * gpu["bandwidth_bytes_per_s"] * sv["bandwidth_efficiency"], sv["launch_overhead_s"], sv["kv_replication"], sv["kv_overhead"])
 
     def service(b):
         if measured is not None:

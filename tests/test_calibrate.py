@@ -8,8 +8,8 @@ import pytest
 
 import slimjax
 from slimjax import SlimjaxError
-from slimjax.calibrate import calibrate, predict
-from slimjax.traces import load_traces
+from slimjax.fit.slim import calibrate, predict
+from slimjax.inputs.traces import load_traces
 
 TRUE = dict(eta_c=0.45, eta_m=0.7, B0=6.0, alpha=2e-4, gamma=3e-6, t_fixed=0.3)
 
@@ -187,7 +187,8 @@ def test_sweep_uses_a_calibrated_store(clean, tmp_path):
 def test_roofline_calibration_recovers_efficiencies():
     import jax.numpy as jnp
 
-    from slimjax.calibrate import _roofline_predict, _row_features, calibrate_roofline, roofline_errors
+    from slimjax.fit.features import row_features as _row_features
+    from slimjax.fit.roofline import calibrate_roofline, roofline_errors, roofline_predict as _roofline_predict
 
     rng = np.random.default_rng(2)
     n = 40

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference as ref
-from slimjax import memory, queue, roofline
-from slimjax.catalog import resolve_model
-from slimjax.specs import ModelSpec, stack
+from slimjax.model import memory, queue, roofline
+from slimjax.inputs.catalog import resolve_model
+from slimjax.model.specs import ModelSpec, stack
 
 
 def e_kv_of(name):

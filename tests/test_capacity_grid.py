@@ -12,8 +12,8 @@ import xarray as xr
 import reference as ref
 import slimjax
 from slimjax import SlimjaxError
-from slimjax.catalog import resolve_gpu, resolve_model
-from slimjax.sweepfile import parse
+from slimjax.inputs.catalog import resolve_gpu, resolve_model
+from slimjax.api import parse
 
 TINY_SLIDING = {"name": "tiny-sliding", "num_hidden_layers": 6, "hidden_size": 512, "num_attention_heads": 8,
                 "num_key_value_heads": 2, "intermediate_size": 1024, "vocab_size": 5000, "sliding_window": 300,
@@ -41,7 +41,7 @@ def ds():
 
 
 def _serving(sw, i, j):
-    return {k: float(getattr(sw.serving, k)[i, j]) for k in sw.serving.__dataclass_fields__}
+    return {k: float(v[i, j]) for k, v in sw.serving.fields().items()}
 
 
 def test_every_capacity_and_queue_variable_matches_loops(ds):

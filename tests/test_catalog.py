@@ -5,7 +5,7 @@ import json
 import pytest
 
 from slimjax import SlimjaxError
-from slimjax.catalog import gpu_catalog, model_catalog, model_from_hf, resolve_gpu, resolve_model
+from slimjax.inputs.catalog import gpu_catalog, model_catalog, model_from_hf, resolve_gpu, resolve_model
 
 REQUIRED_MODELS = ["OPT-125m", "OPT-350m", "OPT-1.3b", "OPT-2.7b", "OPT-6.7b", "OPT-13b", "Llama-2-7b",
                    "Meta-Llama-3-8B", "Llama-3.1-8B", "Llama-3.1-70B", "Mistral-7B-v0.1", "Qwen2-7B",
@@ -22,15 +22,15 @@ def test_catalogs_hold_the_fleet():
         assert label == name and row["n_params"] > 1e8
     for name in REQUIRED_GPUS:
         row = resolve_gpu(name)[1]
-        assert row["flops"] > 1e14 and row["bandwidth"] > 5e11 and row["memory_bytes"] >= 40 * 2**30
+        assert row["flops_per_s"] > 1e14 and row["bandwidth_bytes_per_s"] > 5e11 and row["memory_bytes"] >= 40 * 2**30
         assert row["price_per_hour"] > 0
 
 
 def test_gpu_units_converted_once():
     h100 = resolve_gpu("H100-SXM")[1]
-    assert h100["flops"] == 989e12 and h100["bandwidth"] == 3.35e12 and h100["memory_bytes"] == 80 * 2**30
+    assert h100["flops_per_s"] == 989e12 and h100["bandwidth_bytes_per_s"] == 3.35e12 and h100["memory_bytes"] == 80 * 2**30
     gh200 = resolve_gpu("GH200")[1]
-    assert gh200["memory_bytes"] == 96 * 2**30 and gh200["bandwidth"] == 4.0e12
+    assert gh200["memory_bytes"] == 96 * 2**30 and gh200["bandwidth_bytes_per_s"] == 4.0e12
 
 
 def test_aliases_resolve_hf_ids():

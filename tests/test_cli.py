@@ -69,7 +69,7 @@ def test_memory_budget_and_at_options(tmp_path):
 def test_quickstart_file_is_valid_and_large():
     from pathlib import Path
 
-    from slimjax.sweepfile import parse
+    from slimjax.api import parse
 
     sw = parse(Path(__file__).resolve().parent.parent / "sweeps" / "quickstart.yaml")
     assert len(sw.models) >= 12 and len(sw.gpus) >= 6 and list(sw.batch) == list(range(1, 257))

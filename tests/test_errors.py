@@ -5,7 +5,8 @@ import json
 import pytest
 
 import slimjax
-from slimjax import SlimjaxError, grid
+from slimjax import SlimjaxError
+from slimjax.engine import grid
 
 BASE = dict(models=["OPT-125m"], gpus=["H100-SXM"], batch=[1, 2, 4], input_len=[8], output_len=[4])
 

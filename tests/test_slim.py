@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference as ref
-from slimjax import memory, slim
-from slimjax.catalog import resolve_gpu, resolve_model
-from slimjax.specs import SLIM_PARAMS, GPUSpec, ModelSpec, SlimCoeffs, stack
+from slimjax.model import memory, slim
+from slimjax.inputs.catalog import resolve_gpu, resolve_model
+from slimjax.model.specs import SLIM_PARAMS, GPUSpec, ModelSpec, SlimCoeffs, stack
 
 
 @st.composite
@@ -28,7 +28,7 @@ def architectures(draw):
         n_ffn=float(draw(st.sampled_from([2, 3]))),
         vocab=32000.0,
         n_params=float(draw(st.integers(10**6, 10**12))),
-        weight_bytes=2.0,
+        bytes_per_weight=2.0,
         kv_dtype_bytes=float(draw(st.sampled_from([1, 2, 4]))),
         window=float(draw(st.sampled_from([np.inf, 4096.0]))),
         n_sliding_layers=0.0,
@@ -40,7 +40,7 @@ def architectures(draw):
 
 
 gpus = st.fixed_dictionaries(dict(
-    flops=st.floats(1e13, 5e15), bandwidth=st.floats(1e11, 1e13),
+    flops_per_s=st.floats(1e13, 5e15), bandwidth_bytes_per_s=st.floats(1e11, 1e13),
     memory_bytes=st.just(80 * 2.0**30), price_per_hour=st.just(1.0),
 ))
 coeffs = st.fixed_dictionaries(dict(

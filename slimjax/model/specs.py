@@ -27,7 +27,7 @@ class ModelSpec(eqx.Module):
     n_ffn: jax.Array  # FFN matrices: 3 gated, 2 otherwise
     vocab: jax.Array  # V
     n_params: jax.Array  # P (total, for memory)
-    weight_bytes: jax.Array  # b_w, bytes per weight
+    bytes_per_weight: jax.Array  # b_w, bytes per weight (M_W = P·b_w is memory.weights_bytes)
     kv_dtype_bytes: jax.Array  # b_kv, bytes per KV element
     window: jax.Array  # W, sliding window in tokens (inf where none)
     n_sliding_layers: jax.Array  # L_s
@@ -40,8 +40,8 @@ class ModelSpec(eqx.Module):
 class GPUSpec(eqx.Module):
     """One accelerator (MODEL.md §0)."""
 
-    flops: jax.Array  # F_max, dense bf16 FLOP/s
-    bandwidth: jax.Array  # BW_max, bytes/s
+    flops_per_s: jax.Array  # F_max, dense bf16 FLOP/s
+    bandwidth_bytes_per_s: jax.Array  # BW_max, bytes/s
     memory_bytes: jax.Array  # M_VRAM, bytes
     price_per_hour: jax.Array  # illustrative $/GPU-hour
 
@@ -57,21 +57,44 @@ class SlimCoeffs(eqx.Module):
     t_fixed: jax.Array  # batch-level fixed overhead, s
 
 
-class ServingSpec(eqx.Module):
-    """One balanced replica group's serving settings (MODEL.md §0), per (model, GPU)."""
+@jax.tree_util.register_pytree_with_keys_class
+class ServingSpec:
+    """One balanced replica group's serving settings (MODEL.md §0), per (model, GPU), in base units.
 
-    n_gpu: jax.Array  # GPUs in the group (tensor parallel)
-    memory_utilization: jax.Array  # u, fraction of VRAM the server may use
-    reserved_bytes: jax.Array  # M_R, runtime memory reserved for the whole group
-    kv_replication: jax.Array  # r ≥ 1
-    kv_overhead: jax.Array  # o ≥ 1 (metadata, quantisation scales)
-    block_size: jax.Array  # β tokens
-    chunk_size: jax.Array  # s tokens; 0 = whole prompt in one chunk
-    launch_overhead_s: jax.Array  # t_l per iteration or chunk
-    compute_efficiency: jax.Array  # e_F
-    bandwidth_efficiency: jax.Array  # e_B
-    kv_dtype_bytes: jax.Array  # b_kv
-    weight_bytes: jax.Array  # b_w
+    Its fields are the spec fields of the serving table (:data:`slimjax.inputs.serving.SERVING`), so
+    a serving key added there is a field here with no edit to this class: ``spec.n_gpu``,
+    ``spec.memory_utilization``, ``spec.reserved_bytes``, ``spec.bytes_per_weight`` … Frozen; a pytree
+    whose leaves are the fields in table order (``tree_map`` casts or stacks it like any spec).
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, **fields):
+        object.__setattr__(self, "_fields", dict(fields))
+
+    def __getattr__(self, name):
+        try:
+            return object.__getattribute__(self, "_fields")[name]
+        except KeyError:
+            raise AttributeError(f"ServingSpec has no field {name!r}") from None
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __repr__(self) -> str:
+        return "ServingSpec(" + ", ".join(f"{k}={v!r}" for k, v in self._fields.items()) + ")"
+
+    def fields(self) -> dict:
+        """{field: value}, in table order."""
+        return dict(self._fields)
+
+    def tree_flatten_with_keys(self):
+        keys = tuple(self._fields)
+        return [(jax.tree_util.GetAttrKey(k), self._fields[k]) for k in keys], keys
+
+    @classmethod
+    def tree_unflatten(cls, keys, values):
+        return cls(**dict(zip(keys, values)))
 
 
 class MeasuredSpec(eqx.Module):
@@ -87,8 +110,9 @@ SLIM_PARAMS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SlimCoef
 
 
 def stack(cls, rows: Sequence[dict], dtype=np.float64):
-    """Stack per-item dicts of floats into one spec with a leading axis."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    """Stack per-item dicts of floats into one spec with a leading axis (every field of a dataclass
+    spec; every key of the first row for :class:`ServingSpec`)."""
+    names = list(rows[0]) if cls is ServingSpec else [f.name for f in dataclasses.fields(cls)]
     return cls(**{n: np.asarray([r[n] for r in rows], dtype=dtype) for n in names})
 
 

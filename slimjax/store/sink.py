@@ -16,7 +16,7 @@ import xarray as xr
 import zarr
 from zarr.codecs import ZstdCodec
 
-from .errors import SlimjaxError
+from ..errors import SlimjaxError
 
 
 def check_target(out: str | os.PathLike, overwrite: bool) -> Path:

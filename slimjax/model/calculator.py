@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import memory, queue, roofline
+from .rates import request_rate, token_throughput
 
 
 def roofline_applicable(model):
@@ -21,7 +22,7 @@ def roofline_applicable(model):
 def kv_capacity(model, gpu, serving, input_len, output_len):
     """Memory (§3): e_kv, weights, KV pool, per-sequence footprint of I + O tokens, max_seqs."""
     e_kv = memory.model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
-    weights = memory.weights_bytes(model.n_params, serving.weight_bytes)
+    weights = memory.weights_bytes(model.n_params, serving.bytes_per_weight)
     pool = memory.kv_pool_bytes(serving.memory_utilization, serving.n_gpu * gpu.memory_bytes, weights, serving.reserved_bytes)
     footprint = memory.seq_footprint_bytes(
         e_kv, model.n_layers, model.n_sliding_layers, model.window, input_len + output_len,
@@ -43,8 +44,8 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         kv_per_token_full=per_token * (model.n_layers - model.n_sliding_layers),
         kv_per_token_sliding=per_token * model.n_sliding_layers,
         window=model.window,
-        flops=serving.n_gpu * gpu.flops * serving.compute_efficiency,
-        bandwidth=serving.n_gpu * gpu.bandwidth * serving.bandwidth_efficiency,
+        flops=serving.n_gpu * gpu.flops_per_s * serving.compute_efficiency,
+        bandwidth=serving.n_gpu * gpu.bandwidth_bytes_per_s * serving.bandwidth_efficiency,
         launch_overhead_s=serving.launch_overhead_s,
     )
     prefill_s, chunk_max_s, chunks = roofline.prefill_time(input_len, serving.chunk_size, **roof)
@@ -83,13 +84,14 @@ def service_terms(cell, measured, batch, input_len, output_len):
         itl_chunk_s=itl_chunk,
         ttft_s=ttft,
         service_s=service,
-        request_rate=roofline.request_rate(batch, service),
-        token_throughput=roofline.token_throughput(batch, input_len, output_len, service),
+        request_rate=request_rate(batch, service),
+        token_throughput=token_throughput(batch, input_len, output_len, service),
     )
 
 
 def queue_terms(cell, measured, batch, input_len, output_len, arrival_rate):
-    """M/M/c at m = min(B, max_seqs) slots with S = S(m) (§5); ``arrival_rate`` broadcasts last."""
+    """M/M/c at m = min(B, max_seqs) slots with S = S(m) (§5); ``arrival_rate`` broadcasts against the
+    others (give it an axis of its own)."""
     slots = jnp.minimum(batch, cell["max_seqs"])
     service = service_terms(cell, measured, jnp.maximum(slots, 1.0), input_len, output_len)["service_s"]
-    return queue.mmc(slots[..., None], service[..., None], arrival_rate)
+    return queue.mmc(slots, service, arrival_rate)

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ..errors import SlimjaxError
 from . import catalog
-from .errors import SlimjaxError
 
 CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output_len", "e2e_s", "throughput", "ttft_s", "itl_s")
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")

@@ -31,9 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ..config import uses_float64
+from ..errors import SlimjaxError, suggest
 from .baselines import BASELINES
-from .calibrate import _roofline_service, _row_features, calibrate, predict
-from .errors import SlimjaxError, suggest
+from .features import row_features
+from .roofline import roofline_service
+from .slim import calibrate, predict
 
 SCENARIOS = ("same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined")
 METHODS = ("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")
@@ -111,13 +114,14 @@ def folds(rows: pd.DataFrame) -> list[Fold]:
 
 def _roofline_e2e(rows: pd.DataFrame) -> np.ndarray:
     z = jnp.log(jnp.asarray([1.0, 1.0, 1e-300]))
-    return np.asarray(_roofline_service(z, jax.tree_util.tree_map(jnp.asarray, _row_features(rows)))["service_s"])
+    return np.asarray(roofline_service(z, jax.tree_util.tree_map(jnp.asarray, row_features(rows)))["service_s"])
 
 
 def _mape(pred, meas) -> float:
     return float(np.mean(np.abs(pred / meas - 1.0)) * 100.0)
 
 
+@uses_float64
 def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: Sequence[str] = SCENARIOS, *,
              iterations: int = 100, exclude: Sequence[str] = ()) -> Validation:
     """Run the generalization study on ``traces`` (canonical table, e.g. ``load_traces`` of

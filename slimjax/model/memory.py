@@ -31,9 +31,9 @@ def model_kv_bytes_per_layer_token(model, kv_dtype_bytes=None):
     return kv_bytes_per_layer_token(model.n_kv_heads, model.head_dim, b_kv, model.mla, model.kv_lora_rank, model.rope_dim)
 
 
-def weights_bytes(n_params, weight_bytes):
-    """M_W = P·b_w, resident weights of the whole group, bytes (§3)."""
-    return n_params * weight_bytes
+def weights_bytes(n_params, bytes_per_weight):
+    """M_W = P·b_w, resident weights of the whole group, bytes (§3); b_w = ``bytes_per_weight``."""
+    return n_params * bytes_per_weight
 
 
 def kv_pool_bytes(memory_utilization, group_memory_bytes, weights, reserved_bytes):
@@ -70,7 +70,8 @@ def max_concurrent_seqs(pool, footprint):
     return jnp.where(pool > 0, jnp.maximum(q, 0.0), 0.0)
 
 
-def kv_read_bytes(tokens, e_kv, n_layers, n_sliding_layers, window, kv_replication, kv_overhead):
-    """K(T) = r·o·e_kv·[L_f·T + L_s·min(T, W)], KV bytes read for one sequence holding T tokens (§4)."""
-    full = n_layers - n_sliding_layers
-    return kv_replication * kv_overhead * e_kv * (full * tokens + n_sliding_layers * jnp.minimum(tokens, window))
+def kv_read_bytes(tokens, per_token_full, per_token_sliding, window):
+    """K(T) = r·o·e_kv·[L_f·T + L_s·min(T, W)], KV bytes read for one sequence holding T tokens (§4),
+    from its per-token rates ``per_token_full`` = r·o·e_kv·L_f and ``per_token_sliding`` = r·o·e_kv·L_s
+    (the roofline's prefill chunks; its decode sums split K at the window in closed form)."""
+    return per_token_full * tokens + per_token_sliding * jnp.minimum(tokens, window)

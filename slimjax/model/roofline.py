@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .memory import kv_read_bytes
+
 
 def _series(a, b, lo, hi):
     """Σ_{k=lo..hi} (a + b·k), 0 when hi < lo."""
@@ -81,7 +83,7 @@ def prefill_time(input_len, chunk_size, n_params, attn, weights, kv_per_token_fu
     p = last * s
     n = input_len - p
     ops = 2.0 * n_params * n + attn * (n * p + n * n / 2.0)
-    kv = kv_per_token_full * p + kv_per_token_sliding * jnp.minimum(p, window)
+    kv = kv_read_bytes(p, kv_per_token_full, kv_per_token_sliding, window)
     t_last = jnp.maximum(ops / flops, (weights + kv) / bandwidth)
     t_pre = total + t_last + k_c * launch_overhead_s
     t_chunk_max = jnp.maximum(longest, t_last) + launch_overhead_s
@@ -125,16 +127,6 @@ def service_time(output_len, ttft_s, itl_s):
 def itl_with_chunk(itl_s, chunk_max_s):
     """ITL_chunk = ITL + t_chunk_max: a decode step that waits for one interleaved chunk (§4)."""
     return itl_s + chunk_max_s
-
-
-def request_rate(batch, service_s):
-    """Completed requests/s, B / S(B)."""
-    return batch / service_s
-
-
-def token_throughput(batch, input_len, output_len, service_s):
-    """Total (prompt + output) tokens/s, B·(I + O) / S(B)."""
-    return batch * (input_len + output_len) / service_s
 
 
 def measured_service_time(batch, measured_batch, measured_request_rate):

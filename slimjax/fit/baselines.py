@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from .catalog import resolve_model
+from ..inputs.catalog import resolve_model
 
 
 def _workload(rows: pd.DataFrame):

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from .errors import SlimjaxError, suggest
+from ..errors import SlimjaxError, suggest
+from .checks import checked_number, positive_number
 
 PRICE_DATE = "2026-10-27"
 
@@ -34,8 +35,9 @@ def configs_dir() -> Path:
     env = os.environ.get("SLIMJAX_CONFIGS")
     if env:
         return Path(env)
-    packaged = Path(__file__).parent / "_configs"
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "configs"
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "_configs"
+    return packaged if packaged.is_dir() else package.parent / "configs"
 
 
 @functools.cache
@@ -70,16 +72,19 @@ def _positive(cfg: Mapping, key: str, field: str, *, integer: bool = True) -> fl
     value = cfg.get(key)
     if value is None:
         raise SlimjaxError(f"{field}.{key}", "missing (needed to build the model)")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise SlimjaxError(f"{field}.{key}", f"must be a positive number, got {value!r}")
-    if integer and float(value) != int(value):
-        raise SlimjaxError(f"{field}.{key}", f"must be an integer, got {value!r}")
-    return float(value)
+    return positive_number(value, f"{field}.{key}", integer=integer)
 
 
-def _dtype_bytes(value: Any, field: str) -> float:
+def dtype_bytes(value: Any, field: str) -> float:
+    """Bytes per element from a number (or a numeric string, as a command line gives it) or a dtype
+    name such as ``bf16``, ``fp8``, ``torch.float16``; 2 (bf16) when ``None``."""
     if value is None:
         return 2.0
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)
     key = str(value).lower().replace("torch.", "")
@@ -175,7 +180,7 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
     else:
         window = math.inf
 
-    b_w = _dtype_bytes(_first(cfg, "torch_dtype", "dtype"), f"{field}.torch_dtype")
+    b_w = dtype_bytes(_first(cfg, "torch_dtype", "dtype"), f"{field}.torch_dtype")
     if cfg.get("num_parameters") is not None:
         P = _positive(cfg, "num_parameters", field)
     else:
@@ -199,7 +204,7 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
 
     return dict(
         n_layers=L, hidden=D, n_heads=H_q, n_kv_heads=H_kv, head_dim=d_h, ffn_dim=D_ff_active,
-        n_ffn=n_ffn, vocab=V, n_params=P, weight_bytes=b_w, kv_dtype_bytes=b_w, window=float(window),
+        n_ffn=n_ffn, vocab=V, n_params=P, bytes_per_weight=b_w, kv_dtype_bytes=b_w, window=float(window),
         n_sliding_layers=L_s, mla=1.0 if mla else 0.0, moe=1.0 if moe else 0.0, kv_lora_rank=d_c, rope_dim=d_R,
     )
 
@@ -256,12 +261,12 @@ def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
         value = row.get(key, 0.0 if key == "price_per_hour" else None)
         if value is None:
             raise SlimjaxError(f"{field}.{key}", "missing")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and key != "price_per_hour"):
-            raise SlimjaxError(f"{field}.{key}", f"must be a positive number, got {value!r}")
-        values[key] = float(value)
+        free = key == "price_per_hour"  # a price may be 0 (owned hardware); specs may not
+        values[key] = checked_number(value, f"{field}.{key}", lambda v, free=free: v > 0 or (free and v == 0),
+                                     "a positive number", kind="a positive number")
     return dict(
-        flops=values["tflops"] * 1e12,
-        bandwidth=values["bandwidth_tbs"] * 1e12,
+        flops_per_s=values["tflops"] * 1e12,
+        bandwidth_bytes_per_s=values["bandwidth_tbs"] * 1e12,
         memory_bytes=values["memory_gib"] * 2.0**30,
         price_per_hour=values["price_per_hour"],
     )

@@ -1,0 +1,80 @@
+"""Grid results as xarray: coordinates, attrs, the in-memory sink and the Dataset built around its
+arrays without copies."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import numpy as np
+import xarray as xr
+import yaml
+
+from .._version import __version__
+from ..inputs.catalog import PRICE_DATE
+from ..inputs.sweepfile import Sweep
+from .grid import variable_dtype
+from .groups import GROUPS
+from .plan import BlockPlan
+from .schema import DIMS, VARIABLES
+
+
+def variable_attrs(sweep: Sweep, name: str) -> dict:
+    var = VARIABLES[name]
+    attrs = {"units": var.units, "long_name": var.long_name}
+    group = GROUPS[var.group]
+    if group.attrs is not None:
+        attrs.update(group.attrs(sweep, name))
+    return attrs
+
+
+def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
+    advisor = None if sweep.advisor is None else {
+        "epsilon": sweep.advisor.epsilon, "slo_s": sweep.advisor.slo_s,
+        "slo_factor": sweep.advisor.slo_factor, "slo_reference": sweep.advisor.slo_reference,
+    }
+    measured = sweep.measured
+    return {
+        "slimjax_version": __version__,
+        "sweep_file": sweep.source,
+        "sweep_spec": yaml.safe_dump(sweep.spec, sort_keys=False),
+        "slim_coefficients": json.dumps(sweep.coeffs_table),
+        "slim_coefficients_source": sweep.coeffs_source,
+        "advisor": json.dumps(advisor),
+        "serving": json.dumps(sweep.serving_table),
+        "measured": json.dumps(None if measured is None else {
+            m: {g: {k: float(getattr(measured, k)[i, j]) for k in ("batch", "request_rate", "ttft_s", "itl_s")}
+                for j, g in enumerate(sweep.gpus) if not np.isnan(measured.batch[i, j])}
+            for i, m in enumerate(sweep.models) if not np.all(np.isnan(measured.batch[i]))}),
+        "precision": sweep.precision,
+        "price_date": PRICE_DATE,
+        "block_plan": block_plan.to_attrs(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+class MemorySink:
+    """Result arrays in memory, written block by block."""
+
+    def __init__(self, sweep: Sweep, names: list[str]):
+        coords = sweep.coords
+        self.arrays = {n: np.empty(tuple(len(coords[d]) for d in VARIABLES[n].dims), dtype=variable_dtype(sweep, n))
+                       for n in names}
+
+    def write(self, name, region, values):
+        self.arrays[name][region] = values
+
+
+def in_memory_dataset(sweep: Sweep, arrays: dict, attrs: dict, var_attrs: dict) -> xr.Dataset:
+    """The Dataset around the sink's arrays (no copies)."""
+    ds = xr.Dataset(coords={k: (k, v, DIMS[k].attrs) for k, v in sweep.coords.items()}, attrs=attrs)
+    return canonical(ds.assign({n: (VARIABLES[n].dims, a, var_attrs[n]) for n, a in arrays.items()}))
+
+
+def canonical(ds: xr.Dataset) -> xr.Dataset:
+    """The same Dataset (no copies) with dims in MODEL.md §7 order and variables in schema order."""
+    order = [d for d in DIMS if d in ds.dims]
+    out = xr.Dataset(coords={d: ds[d] for d in order}, attrs=ds.attrs)
+    out = out.assign_coords({k: v for k, v in ds.coords.items() if k not in order})
+    names = [n for n in VARIABLES if n in ds.data_vars] + [n for n in ds.data_vars if n not in VARIABLES]
+    return out.assign({n: ds[n] for n in names})

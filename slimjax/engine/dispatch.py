@@ -1,0 +1,38 @@
+"""One way to run independent pieces of work on every local device: the grid's blocks and the
+calibration's group chunks both go through :func:`pipelined`.
+
+On the CPU, XLA runs one computation per device on one core, so ``slimjax.configure()`` exposes one
+device per core and the work is dealt out round-robin. JAX dispatches asynchronously: a piece's
+result is collected only once the next device has been given its own piece.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import jax
+
+from ..config import warn_if_one_cpu_device
+
+T = TypeVar("T")
+
+
+def compute_devices(*, host_callbacks: bool = False) -> list:
+    """The devices to deal work to. Work that calls back into the host (SciPy's incomplete gamma in the
+    queue) runs on one: callbacks from two CPU devices at once hung on this machine, and SciPy runs one
+    at a time anyway."""
+    devices = jax.local_devices()
+    warn_if_one_cpu_device(devices)
+    return devices[:1] if host_callbacks else devices
+
+
+def pipelined(tasks: Iterable[T], run: Callable[[T, Any], Any], devices: list) -> Iterator[tuple[T, Any]]:
+    """``run(task, device)`` for each task, devices taken round-robin, with one task per device in
+    flight beyond the one being collected; yields (task, result) in task order."""
+    pending: list = []
+    for k, task in enumerate(tasks):
+        pending.append((task, run(task, devices[k % len(devices)])))
+        if len(pending) > len(devices):
+            yield pending.pop(0)
+    yield from pending

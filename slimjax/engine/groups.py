@@ -1,0 +1,269 @@
+"""Variable groups: each knows its variables (by ``group`` in the schema), the sweep inputs it needs,
+its batch-independent cell terms and its batch terms. The grid evaluates whichever groups a sweep
+activates, in registration order, with no knowledge of any of them.
+
+A group's ``inputs(sweep)`` returns {name: (dims, host pytree)}: leaves with leading axes ``dims`` (in
+grid order; trailing axes ride along). The grid gathers each input for the block and shapes it to the
+grid's rank. ``cell(x)`` computes per-cell terms from the gathered inputs that have no batch-phase dim
+(materialised once per block: fused into the grid kernel XLA would re-derive them at every point);
+``batch(x, cells, out)`` returns its variables (and private ``_terms`` later groups may read) from all
+inputs, every group's cell terms, and what earlier groups returned. ``x["dims"]`` is the grid's dims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..inputs.sweepfile import Sweep
+from ..model import advisor as advisor_mod
+from ..model.calculator import capacity_cell_terms, queue_terms, service_terms
+from ..model.intervals import log_interval, log_sd
+from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms, slim_variables
+from ..model.specs import astype
+from .schema import DIMS, ROOFLINE_ONLY, SERVICE, VARIABLES
+
+F64 = jnp.float64  # capacity and queue arithmetic: exact max_seqs, accurate Erlang B
+INTERVAL_LEVEL = 0.90
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    name: str
+    active: Callable[[Sweep], bool]
+    inputs: Callable[[Sweep], dict[str, tuple[tuple[str, ...], Any]]]
+    batch: Callable[[dict, dict, dict], dict]
+    cell: Callable[[dict], dict] | None = None
+    attrs: Callable[[Sweep, str], dict] | None = None
+    wide: bool = False  # its outputs are budgeted at 8 bytes (float64 arithmetic or temporaries)
+    host_callbacks: bool = False  # calls back into the host (run on one device, see dispatch)
+
+
+GROUPS: dict[str, Group] = {}
+
+
+def register_group(group: Group) -> Group:
+    """Add a group; the grid evaluates registered groups in registration order."""
+    if group.name in GROUPS:
+        raise ValueError(f"group {group.name!r} is already registered")
+    GROUPS[group.name] = group
+    return group
+
+
+def active_groups(sweep: Sweep) -> list[Group]:
+    return [g for g in GROUPS.values() if g.active(sweep)]
+
+
+def variable_names(sweep: Sweep) -> list[str]:
+    """The sweep's variables, in schema order."""
+    active = {g.name for g in active_groups(sweep)}
+    return [v.name for v in VARIABLES.values() if v.group in active and all(n in active for n in v.needs)]
+
+
+def batch_phase(dims: tuple[str, ...]) -> bool:
+    """Inputs along a dim the grid does not block (batch, arrival_rate) are not cell terms."""
+    return any(not DIMS[d].blockable for d in dims)
+
+
+# ------------------------------------------------------------------------------------------ SLIM (§1)
+
+
+def _coordinates(sweep: Sweep) -> dict:
+    dt = sweep.dtype
+    return {"batch": (("batch",), sweep.batch.astype(dt)), "input_len": (("input_len",), sweep.input_len.astype(dt)),
+            "output_len": (("output_len",), sweep.output_len.astype(dt))}
+
+
+def _slim_inputs(sweep: Sweep) -> dict:
+    dt = sweep.dtype
+    out = {"model": (("model",), astype(sweep.model, dt)), "gpu": (("gpu",), astype(sweep.gpu, dt)),
+           "coeffs": (("model", "gpu"), astype(sweep.coeffs, dt)), **_coordinates(sweep)}
+    if sweep.serving is not None:  # tensor parallel and the KV dtype come from the serving settings
+        out["serving"] = (("model", "gpu"), astype(sweep.serving, np.float64))
+    return out
+
+
+def _slim_cell(x: dict) -> dict:
+    I, O = x["input_len"], x["output_len"]
+    if "serving" in x:
+        s = x["serving"]
+        return slim_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O, n_gpu=s.n_gpu.astype(I.dtype),
+                               kv_dtype_bytes=s.kv_dtype_bytes.astype(I.dtype))
+    return slim_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O)
+
+
+def _slim_batch(x: dict, cells: dict, out: dict) -> dict:
+    c, I, O, cell = x["coeffs"], x["input_len"], x["output_len"], cells["slim"]
+    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, c, x["batch"], I, O),
+            # at B = 1, for the advisor's ε and the intervals (XLA drops it if unused)
+            "_slim_at_1": slim_batch_terms(cell, c, jnp.ones((), x["batch"].dtype), I, O)}
+
+
+register_group(Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_slim_cell, batch=_slim_batch))
+
+# ------------------------------------------------------------------------- the capacity calculator (§3–§4)
+
+
+def _roofline_na(sweep: Sweep) -> list[str]:
+    return [m for m, mla, moe in zip(sweep.models, sweep.model.mla, sweep.model.moe) if mla or moe]
+
+
+def _capacity_inputs(sweep: Sweep) -> dict:
+    # capacity inputs stay float64 (see capacity_cell_terms)
+    out = {"serving": (("model", "gpu"), astype(sweep.serving, np.float64)),
+           "model64": (("model",), astype(sweep.model, np.float64)), "gpu64": (("gpu",), astype(sweep.gpu, np.float64)),
+           **_coordinates(sweep)}
+    if sweep.measured is not None:
+        out["measured"] = (("model", "gpu"), astype(sweep.measured, np.float64))
+    return out
+
+
+def _capacity_cell(x: dict) -> dict:
+    return capacity_cell_terms(x["model64"], x["gpu64"], x["serving"], x["input_len"].astype(F64), x["output_len"].astype(F64))
+
+
+def _capacity_batch(x: dict, cells: dict, out: dict) -> dict:
+    cap = cells["capacity"]
+    B64, I64, O64 = (x[k].astype(F64) for k in ("batch", "input_len", "output_len"))
+    result = {k: cap[k] for k in VARIABLES if VARIABLES[k].group == "capacity" and k in cap}
+    result.update(service_terms(cap, x.get("measured"), B64, I64, O64))
+    result["_batch_fits"] = B64 <= cap["max_seqs"]  # the advisor recommends only batches the KV cache holds
+    return result
+
+
+def _nan_reason(sweep: Sweep) -> dict:
+    na = _roofline_na(sweep)
+    if not na:
+        return {}
+    return {"nan_reason": f"NaN for {', '.join(na)}: the roofline is a dense-decoder estimate, not "
+                          "applicable to MoE or MLA models; give a measured block to use measured mode"}
+
+
+def _capacity_attrs(sweep: Sweep, name: str) -> dict:
+    attrs = {}
+    if name in ROOFLINE_ONLY:
+        attrs["mode"] = "roofline only (not measured mode, not used for the queue)"
+    if name in ROOFLINE_ONLY or name in SERVICE:
+        attrs.update(_nan_reason(sweep))
+    if name in SERVICE and sweep.measured is not None:
+        pairs = [f"{m}/{g}" for i, m in enumerate(sweep.models) for j, g in enumerate(sweep.gpus)
+                 if not np.isnan(sweep.measured.batch[i, j])]
+        attrs["measured_mode"] = ", ".join(pairs)
+    return attrs
+
+
+register_group(Group("capacity", active=lambda sw: sw.serving is not None, inputs=_capacity_inputs, cell=_capacity_cell,
+                     batch=_capacity_batch, attrs=_capacity_attrs, wide=True))
+
+# ------------------------------------------------------------------------------------------- queue (§5)
+
+
+def _queue_batch(x: dict, cells: dict, out: dict) -> dict:
+    B64, I64, O64 = (x[k].astype(F64) for k in ("batch", "input_len", "output_len"))
+    return queue_terms(cells["capacity"], x.get("measured"), B64, I64, O64, x["arrival_rate"])
+
+
+register_group(Group("queue", active=lambda sw: sw.arrival_rate is not None,
+                     inputs=lambda sw: {"arrival_rate": (("arrival_rate",), np.asarray(sw.arrival_rate, np.float64))},
+                     batch=_queue_batch, attrs=lambda sw, name: _nan_reason(sw), wide=True, host_callbacks=True))
+
+# -------------------------------------------------------------- prediction intervals (calibrated store)
+
+
+def _interval_inputs(sweep: Sweep) -> dict:
+    dt = sweep.dtype
+    return {"log_cov": (("model", "gpu"), sweep.coeffs_log_cov.astype(dt)),  # (M, G, 6, 6)
+            "scatter": (("model", "gpu"), sweep.coeffs_scatter.astype(dt))}
+
+
+def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
+    dt = x["input_len"].dtype
+    c, cell, B = x["coeffs"], cells["slim"], x["batch"]
+    cov = x["log_cov"].astype(dt)
+
+    def sd(batch, terms):
+        return log_sd(log_throughput_sensitivity(cell, c, batch, terms), cov, x["scatter"].astype(dt))
+
+    sd_b, sd_1 = sd(B, out), sd(jnp.ones((), B.dtype), out["_slim_at_1"])
+    lo, hi = log_interval(out["slim_throughput"], sd_b, INTERVAL_LEVEL)
+    return {"slim_throughput_lo": lo, "slim_throughput_hi": hi, "_log_sd": sd_b, "_log_sd_at_1": sd_1}
+
+
+register_group(Group("intervals", active=lambda sw: sw.coeffs_log_cov is not None, inputs=_interval_inputs,
+                     batch=_interval_batch, wide=True))
+
+# ------------------------------------------------------------------------------------------ B_cap (§2)
+
+
+def reference_e2e(sweep: Sweep) -> np.ndarray:
+    """E2E at the advisor's SLO reference point for every (model, GPU), shape (M, G)."""
+    ref = sweep.advisor.slo_reference
+    dt = sweep.dtype
+    m = jax.tree_util.tree_map(lambda x: x[:, None], astype(sweep.model, dt))
+    g = jax.tree_util.tree_map(lambda x: x[None, :], astype(sweep.gpu, dt))
+    out = jax.jit(slim_variables)(
+        m, g, astype(sweep.coeffs, dt), dt.type(ref["batch"]), dt.type(ref["input_len"]), dt.type(ref["output_len"])
+    )
+    return np.asarray(out["slim_e2e_s"])
+
+
+@functools.lru_cache(maxsize=4)
+def slo_seconds(sweep: Sweep) -> np.ndarray | None:
+    """The advisor's SLO per (model, GPU) in seconds, or None without an advisor."""
+    if sweep.advisor is None:
+        return None
+    if sweep.advisor.slo_s is not None:
+        return np.full((len(sweep.models), len(sweep.gpus)), sweep.advisor.slo_s, dtype=sweep.dtype)
+    return (sweep.advisor.slo_factor * reference_e2e(sweep)).astype(sweep.dtype)
+
+
+def _advisor_batch(x: dict, cells: dict, out: dict) -> dict:
+    axis = x["dims"].index("batch")
+    B, slo, eps = x["batch"], x["slo_s"], x["epsilon"]
+    allowed = out.get("_batch_fits")
+    t, e2e, t1 = out["slim_throughput"], out["slim_e2e_s"], out["_slim_at_1"]["slim_throughput"]
+
+    def b_cap(tput, latency, tput1):
+        chosen = advisor_mod.batch_capacity(tput, latency, B, tput1, slo, eps, axis=axis, allowed=allowed)
+        return jnp.expand_dims(chosen, axis)  # the grid drops the (size-1) batch axis
+
+    result = {"b_cap": b_cap(t, e2e, t1)}
+    if "_log_sd" in out:  # pessimistic: T low and E2E high together; optimistic the reverse
+        t_lo, t_hi = log_interval(t, out["_log_sd"], INTERVAL_LEVEL)
+        e_lo, e_hi = log_interval(e2e, out["_log_sd"], INTERVAL_LEVEL)
+        t1_lo, t1_hi = log_interval(t1, out["_log_sd_at_1"], INTERVAL_LEVEL)
+        result["b_cap_lo"] = b_cap(t_lo, e_hi, t1_lo)
+        result["b_cap_hi"] = b_cap(t_hi, e_lo, t1_hi)
+    return result
+
+
+def _advisor_inputs(sweep: Sweep) -> dict:
+    dt = sweep.dtype
+    return {"slo_s": (("model", "gpu"), slo_seconds(sweep)), "epsilon": ((), dt.type(sweep.advisor.epsilon)),
+            **_coordinates(sweep)}
+
+
+def _advisor_attrs(sweep: Sweep, name: str) -> dict:
+    if name != "b_cap":
+        return {}
+    slo = slo_seconds(sweep)
+    adv = sweep.advisor
+    attrs = {"epsilon": adv.epsilon,
+             "slo_s": json.dumps({m: {g: float(slo[i, j]) for j, g in enumerate(sweep.gpus)} for i, m in enumerate(sweep.models)})}
+    if adv.slo_factor is not None:
+        ref = adv.slo_reference
+        attrs["slo_rule"] = f"{adv.slo_factor:g} x E2E(I={ref['input_len']}, O={ref['output_len']}, B={ref['batch']})"
+    else:
+        attrs["slo_rule"] = f"absolute {adv.slo_s:g} s"
+    return attrs
+
+
+register_group(Group("advisor", active=lambda sw: sw.advisor is not None, inputs=_advisor_inputs, batch=_advisor_batch,
+                     attrs=_advisor_attrs))

@@ -1,0 +1,98 @@
+"""Output schema (MODEL.md §7): every variable's dims, units, dtype, long name and group, in one table,
+and the grid's dims.
+
+Dims a variable does not depend on are dropped (MODEL.md §7 allows it; it saves grid bytes). ``dtype``
+"float" is the sweep's precision. A variable's ``group`` (see :mod:`.groups`) computes it; ``needs``
+names other groups that must be active too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Dim:
+    name: str
+    attrs: dict
+    blockable: bool  # the grid may cut it into blocks (False: a reduction runs along it, or it is a queue axis)
+
+
+# Order is the Dataset's dim order; a sweep has a subset of these (Sweep.coords).
+DIMS: dict[str, Dim] = {d.name: d for d in (
+    Dim("model", {"long_name": "model"}, True),
+    Dim("gpu", {"long_name": "GPU"}, True),
+    Dim("batch", {"units": "sequences", "long_name": "batch size / concurrency B"}, False),  # B_cap reduces over it
+    Dim("input_len", {"units": "tokens", "long_name": "input (prompt) length I"}, True),
+    Dim("output_len", {"units": "tokens", "long_name": "output length O"}, True),
+    Dim("arrival_rate", {"units": "requests/s", "long_name": "Poisson arrival rate λ"}, False),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    name: str
+    dims: tuple[str, ...]
+    units: str
+    long_name: str
+    group: str
+    dtype: str = "float"
+    needs: tuple[str, ...] = ()
+
+
+ALL5 = ("model", "gpu", "batch", "input_len", "output_len")
+PAIR = ("model", "gpu")
+PAIR_LENS = ("model", "gpu", "input_len", "output_len")
+QUEUE = (*ALL5, "arrival_rate")
+_CAP = "batch size (0 = none)"
+
+VARIABLES: dict[str, Variable] = {v.name: v for v in (
+    Variable("prefill_flops", ("model", "batch", "input_len"), "FLOP", "SLIM prefill FLOPs of the batch, F_pre (Eq. 8)", "slim"),
+    Variable("kv_traffic_bytes", PAIR_LENS, "bytes", "SLIM KV-cache bytes read in decode per request, M_dec (Eq. 11)", "slim"),
+    Variable("slim_prefill_s", ("model", "gpu", "batch", "input_len"), "s", "SLIM prefill time T_pre (Eq. 7)", "slim"),
+    Variable("slim_decode_s", ALL5, "s", "SLIM decode time T_dec (Eq. 9)", "slim"),
+    Variable("slim_e2e_s", ALL5, "s", "SLIM end-to-end batch latency E2E (Eq. 5)", "slim"),
+    Variable("slim_throughput", ALL5, "tokens/s", "SLIM total-token throughput B(I+O)/E2E (Eq. 6)", "slim"),
+    Variable("b_cap", PAIR_LENS, _CAP, "batch-capacity advisor recommendation B_cap (Eq. 13)", "advisor", "int32"),
+    # With coefficients from a calibrated store (covariance known): 90 % prediction intervals.
+    Variable("slim_throughput_lo", ALL5, "tokens/s", "lower end of the 90 % prediction interval of slim_throughput", "intervals"),
+    Variable("slim_throughput_hi", ALL5, "tokens/s", "upper end of the 90 % prediction interval of slim_throughput", "intervals"),
+    Variable("b_cap_lo", PAIR_LENS, _CAP, "B_cap with throughput and E2E at the pessimistic ends of their 90 % intervals",
+             "advisor", "int32", ("intervals",)),
+    Variable("b_cap_hi", PAIR_LENS, _CAP, "B_cap with throughput and E2E at the optimistic ends of their 90 % intervals",
+             "advisor", "int32", ("intervals",)),
+    # The capacity calculator (MODEL.md §3–§4), present when a sweep has serving, measured or arrival_rate.
+    Variable("weights_bytes", PAIR, "bytes", "resident weights of the replica group, M_W = P·b_w", "capacity"),
+    Variable("kv_pool_bytes", PAIR, "bytes", "KV-cache pool u·M − M_W − M_R (negative: weights do not fit)", "capacity"),
+    Variable("kv_bytes_per_token", PAIR, "bytes", "raw KV-cache bytes per token, L·e_kv", "capacity"),
+    Variable("seq_footprint_bytes", PAIR_LENS, "bytes", "KV bytes reserved per sequence of I + O tokens (blocks, window, factors)", "capacity"),
+    Variable("max_seqs", PAIR_LENS, "sequences", "concurrent sequences that fit the KV pool, floor(pool / footprint)", "capacity", "int64"),
+    Variable("prefill_s", ("model", "gpu", "input_len"), "s", "roofline prefill time of one prompt, chunked", "capacity"),
+    Variable("chunk_max_s", ("model", "gpu", "input_len"), "s", "longest prefill chunk", "capacity"),
+    Variable("itl_s", ALL5, "s", "inter-token latency at concurrency B", "capacity"),
+    Variable("itl_chunk_s", ALL5, "s", "inter-token latency of a step that waits for one prefill chunk (roofline)", "capacity"),
+    Variable("ttft_s", ALL5, "s", "time to first token of the batch (service proxy)", "capacity"),
+    Variable("service_s", ALL5, "s", "service time S(B) of the batch", "capacity"),
+    Variable("request_rate", ALL5, "requests/s", "completed requests per second, B / S(B)", "capacity"),
+    Variable("token_throughput", ALL5, "tokens/s", "prompt + output tokens per second, B·(I + O) / S(B)", "capacity"),
+    # The M/M/c queue (MODEL.md §5), present when a sweep has arrival_rate.
+    Variable("utilization", QUEUE, "1", "server utilisation ρ = λ·S(m)/m, m = min(B, max_seqs)", "queue"),
+    Variable("p_wait", QUEUE, "1", "probability an arrival waits (Erlang C); 1 without steady state", "queue"),
+    Variable("wait_s", QUEUE, "s", "mean queueing delay W_q (+inf: unbounded)", "queue"),
+    Variable("response_s", QUEUE, "s", "mean response time W_q + S (+inf: unbounded)", "queue"),
+    Variable("in_system", QUEUE, "requests", "mean requests in system, λ·R (+inf: unbounded)", "queue"),
+)}
+
+ROOFLINE_ONLY = ("prefill_s", "chunk_max_s", "itl_chunk_s")
+SERVICE = ("itl_s", "ttft_s", "service_s", "request_rate", "token_throughput")
+
+
+def register_variable(variable: Variable) -> Variable:
+    """Add a variable to the schema (a new group's outputs)."""
+    if variable.name in VARIABLES:
+        raise ValueError(f"variable {variable.name!r} is already in the schema")
+    unknown = [d for d in variable.dims if d not in DIMS]
+    if unknown:
+        raise ValueError(f"variable {variable.name!r}: unknown dim {unknown[0]!r} (register it in DIMS)")
+    VARIABLES[variable.name] = variable
+    return variable

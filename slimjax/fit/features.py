@@ -1,0 +1,54 @@
+"""Fit features: per-row model and GPU specs and workload from the canonical trace table, the serving
+defaults calibration assumes, and groups as one padded index array."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pandas as pd
+
+from ..errors import SlimjaxError
+from ..inputs.catalog import resolve_gpu, resolve_model
+from ..inputs.serving import default_serving
+from ..model.calculator import kv_capacity
+from ..model.specs import GPUSpec, ModelSpec, stack
+
+
+def row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per-row model and GPU specs (catalog lookup once per distinct name) and workload."""
+    # one catalog lookup and one spec row per distinct name, gathered by integer codes
+    m_codes, m_names = pd.factorize(traces["model"])
+    g_codes, g_names = pd.factorize(traces["gpu"])
+    m = jax.tree_util.tree_map(lambda x: x[m_codes], stack(ModelSpec, [resolve_model(x, "traces.model")[1] for x in m_names]))
+    g = jax.tree_util.tree_map(lambda x: x[g_codes], stack(GPUSpec, [resolve_gpu(x, "traces.gpu")[1] for x in g_names]))
+    n_gpu, il, ol = (traces[c].to_numpy(float) for c in ("n_gpu", "input_len", "output_len"))
+    return dict(model=m, gpu=g, n_gpu=n_gpu, batch=traces["batch"].to_numpy(float), input_len=il, output_len=ol,
+                max_seqs=default_max_seqs(m, g, n_gpu, il, ol))
+
+
+def default_max_seqs(m, g, n_gpu, input_len, output_len):
+    """max_seqs (MODEL.md §3) at the serving defaults: the concurrency the KV cache holds, used by
+    the slim-kv variant."""
+    return np.asarray(kv_capacity(m, g, default_serving(m, n_gpu=n_gpu), input_len, output_len)["max_seqs"])
+
+
+def measured_throughput(traces: pd.DataFrame) -> np.ndarray:
+    t = traces["throughput"].to_numpy(float)
+    from_e2e = (traces["batch"] * (traces["input_len"] + traces["output_len"]) / traces["e2e_s"]).to_numpy(float)
+    return np.where(np.isfinite(t), t, from_e2e)
+
+
+def padded_groups(traces: pd.DataFrame, group_by: list[str]) -> tuple[list, np.ndarray, np.ndarray]:
+    """Groups as rows of one padded index array: (keys, index (groups × largest), valid mask).
+    Padding repeats a group's last real row and is masked out of every fit."""
+    for col in group_by:
+        if col not in traces.columns:
+            raise SlimjaxError("group_by", f"{col!r} is not a trace column ({', '.join(traces.columns)})")
+    if traces.empty:
+        raise SlimjaxError("traces", "no rows to fit")
+    groups = traces.groupby(group_by, sort=True).indices
+    sizes = np.fromiter((len(v) for v in groups.values()), np.int64, len(groups))
+    flat = np.concatenate(list(groups.values()))
+    column = np.arange(sizes.max())[None, :]
+    index = flat[(np.cumsum(sizes) - sizes)[:, None] + np.minimum(column, sizes[:, None] - 1)]
+    return list(groups), index, column < sizes[:, None]

@@ -1,0 +1,228 @@
+"""Batched calibration of SLIM's coefficients (MODEL.md §1) and prediction with uncertainty.
+
+All groups are fitted at once: one jitted, vmapped Levenberg–Marquardt solve over groups × restarts
+(:mod:`.solver`) on the relative throughput residuals r_i = T_pred,i / T_meas,i − 1, with JAX autodiff
+Jacobians, positivity by θ = exp(z), groups padded to the largest and masked. Standard errors and
+covariance come from the Gauss–Newton approximation σ²(JᵀJ)⁻¹ at the optimum (:mod:`.uncertainty`);
+directions the design cannot identify are reported, not silently filled. The store's layout is
+:mod:`slimjax.store.coefficients`'.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..config import float64_scope
+from ..errors import SlimjaxError
+from ..model.intervals import log_interval, log_sd
+from ..model.slim import slim_variables
+from ..model.slim_kv import slim_kv_variables
+from ..model.specs import SLIM_PARAMS, SlimCoeffs
+from ..store import coefficients as layout
+from .features import measured_throughput, padded_groups, row_features
+from .solver import LOSSES, cauchy_residual, fit_batched, sharded, solver_options
+from .uncertainty import bootstrap_covariance, gauss_newton
+
+# Deterministic starting points (η_c, η_m, B0, α, γ, t_fixed); the best end point wins.
+STARTS = np.array([
+    [0.5, 0.8, 4.0, 1e-4, 1e-6, 0.1],
+    [0.3, 0.5, 32.0, 1e-5, 1e-5, 1.0],
+    [0.9, 1.0, 1.0, 1e-3, 1e-7, 0.01],
+])
+_FLOOR = 1e-12  # θ = exp(z) never reaches 0; coefficients below this read as 0
+
+
+def _slim(theta, f):
+    out = slim_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"], f["n_gpu"])
+    return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
+
+
+def _slim_kv(theta, f):
+    out = slim_kv_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"],
+                            f["max_seqs"], f["n_gpu"])
+    return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
+
+
+class Variant(NamedTuple):
+    """A calibratable throughput model: its coefficient names, restart points and (T, E2E, T_pre) predictor."""
+
+    params: tuple[str, ...]
+    starts: np.ndarray
+    predict: Callable
+
+
+VARIANTS = {
+    "slim": Variant(SLIM_PARAMS, STARTS, _slim),
+    # per-sequence KV reads and the KV-capacity limit (slim.slim_kv_variables); optional, not the contract
+    "slim-kv": Variant(SLIM_PARAMS, np.vstack([STARTS, [[0.5, 0.5, 64.0, 3e-4, 1e-6, 0.01], [0.2, 0.9, 200.0, 1e-4, 1e-5, 0.1],
+                                                    [0.7, 0.3, 10.0, 1e-3, 1e-6, 1e-4]]]), _slim_kv),
+}
+
+
+def _variant(name: str) -> Variant:
+    if name not in VARIANTS:
+        raise SlimjaxError("variant", f"{name!r} is not one of {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def _predict(z, feats, variant="slim"):
+    theta = [jnp.exp(z[i]) for i in range(len(VARIANTS[variant].params))]
+    return VARIANTS[variant].predict(theta, feats)
+
+
+def _residuals(z, feats, t_meas, ttft, mask_t, mask_ttft, variant="slim", loss="squared", with_ttft=True):
+    """Relative throughput errors, and relative TTFT errors of T_pre (the batch's prefill, which
+    is what the first token waits for when the batch is prefilled together) where rows have a TTFT
+    (``with_ttft`` False: no row has one, so that half is left out)."""
+    t, _, t_pre = _predict(z, feats, variant)
+    r = jnp.where(mask_t, t / t_meas - 1.0, 0.0)
+    if with_ttft:
+        r = jnp.concatenate([r, jnp.where(mask_ttft, t_pre / ttft - 1.0, 0.0)])
+    return cauchy_residual(r) if loss == "cauchy" else r
+
+
+@functools.partial(jax.jit, static_argnames=("solver", "variant", "loss", "with_ttft"))
+def fit_groups(z0, feats, t_meas, ttft, mask_t, mask_ttft, *, solver, variant: str = "slim", loss: str = "squared",
+               with_ttft: bool = True):
+    """SLIM fits of every group at once (see :func:`slimjax.fit.solver.fit_batched`)."""
+    residuals = functools.partial(_residuals, variant=variant, loss=loss, with_ttft=with_ttft)
+    return fit_batched(residuals, z0, (feats, t_meas, ttft, mask_t, mask_ttft), solver)
+
+
+def _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, replicates, seed, fit_options):
+    """log-coefficients of ``replicates`` wild-bootstrap refits of every group: (replicates, groups, p)."""
+    rng = np.random.default_rng(seed)
+    G, p = z.shape
+    inflate = np.sqrt(n / np.maximum(n - p, 1))[:, None]
+    r_t = np.where(mask, t_pred / t_meas - 1.0, 0.0) * inflate
+    r_f = np.where(mask_ttft, pre_pred / ttft - 1.0, 0.0) * inflate
+    reps = []
+    for _ in range(replicates):  # data only: the refits below are one batched solve
+        s_t, s_f = rng.choice([-1.0, 1.0], size=r_t.shape), rng.choice([-1.0, 1.0], size=r_f.shape)
+        reps.append((t_pred / np.maximum(1.0 + s_t * r_t, 0.05), pre_pred / np.maximum(1.0 + s_f * r_f, 0.05)))
+    t_star = np.concatenate([r[0] for r in reps])
+    f_star = np.concatenate([r[1] for r in reps])
+    tile = lambda x: np.concatenate([np.asarray(x)] * replicates)  # noqa: E731
+    z_boot = sharded(fit_groups, tile(z)[:, None, :], jax.tree_util.tree_map(tile, feats), t_star,
+                      np.where(tile(mask_ttft), f_star, 1.0), tile(mask), tile(mask_ttft), **fit_options)[0]
+    return np.asarray(z_boot).reshape(replicates, G, p)
+
+
+def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
+              solver="lm", iterations: int = 30, variant: str = "slim", loss: str = "squared",
+              bootstrap: int = 0, seed: int = 0) -> xr.Dataset:
+    """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
+
+    Residuals: T_pred/T_meas − 1 for rows with a throughput (or an E2E), and T_pre/TTFT − 1 for
+    rows with a ``ttft_s`` (a batch's prefill time: it identifies η_c, which IL = OL throughput
+    curves barely do).
+
+    Returns a Dataset with dims (*group_by, param): ``coefficients``, ``standard_error``,
+    ``covariance`` (param × param_), ``identified``, and per group ``converged``, ``iterations``,
+    ``loss`` (Σ r²), ``mape_throughput``, ``mape_e2e``, ``n_points``. Groups absent from the data
+    are NaN with n_points 0. ``variant`` "slim-kv" fits the optional variant of
+    :func:`slimjax.slim.slim_kv_variables` (same six coefficients) instead of MODEL.md §1. ``loss``
+    "cauchy" is the robust alternative to squared relative errors (:func:`cauchy_residual`): use it
+    when a few runs are unlike the rest (``loss`` then holds Σ ρ(r), and the covariance is the
+    Gauss–Newton one of the robust residuals). ``bootstrap`` = R > 1 replaces the Gauss–Newton
+    covariance by that of R wild-bootstrap refits of every group (residuals at the optimum, inflated
+    by √(n/(n−p)), with random signs; all R × groups refits in one batched solve, warm-started at
+    the optimum, ``seed`` fixed): it follows the model's curvature where the linearisation of few,
+    correlated coefficients is poor. Coefficients the design cannot identify stay NaN.
+    """
+    if bootstrap < 0 or bootstrap == 1:
+        raise SlimjaxError("bootstrap", f"must be 0 (Gauss–Newton) or at least 2 replicates, got {bootstrap!r}")
+    options = solver_options(solver, iterations)
+    if loss not in LOSSES:
+        raise SlimjaxError("loss", f"must be one of {', '.join(LOSSES)}, got {loss!r}")
+    spec = _variant(variant)
+    with float64_scope():
+        return _calibrate(traces, list(group_by), options, spec, variant, loss, bootstrap, seed,
+                          solver if isinstance(solver, str) else type(solver).__name__)
+
+
+def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, solver_name) -> xr.Dataset:
+    traces = traces.reset_index(drop=True)
+    keys, index, valid = padded_groups(traces, group_by)
+    feats_rows = row_features(traces)
+    t_all = measured_throughput(traces)
+    feats = jax.tree_util.tree_map(lambda x: np.asarray(x)[index], feats_rows)
+    t_meas, ttft = t_all[index], traces["ttft_s"].to_numpy(float)[index]
+    mask, mask_ttft = valid & np.isfinite(t_meas), valid & np.isfinite(ttft)
+    t_meas, ttft = np.where(mask, t_meas, 1.0), np.where(mask_ttft, ttft, 1.0)
+    fit_options = dict(solver=options, variant=variant, loss=loss, with_ttft=bool(mask_ttft.any()))
+    z, cost, its, conv, J = map(np.asarray, sharded(fit_groups, np.log(spec.starts), feats, t_meas, ttft, mask, mask_ttft, **fit_options))
+    n = mask.sum(axis=1) + mask_ttft.sum(axis=1)
+    cov, identified, sigma2 = gauss_newton(z, cost, J, n)
+    t_pred, e_pred, pre_pred = map(np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats))
+    z_boot = None
+    if bootstrap:
+        z_boot = _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, bootstrap, seed, fit_options)
+        cov = bootstrap_covariance(z_boot, z, cov)
+    e_meas = np.where(np.isfinite(traces["e2e_s"].to_numpy(float)), traces["e2e_s"].to_numpy(float),
+                      (traces["batch"] * (traces["input_len"] + traces["output_len"])).to_numpy(float) / t_all)[index]
+    mape_t = np.nanmean(np.where(mask, np.abs(t_pred / t_meas - 1), np.nan), axis=1) * 100
+    mape_e = np.nanmean(np.where(mask, np.abs(e_pred / e_meas - 1), np.nan), axis=1) * 100
+    with np.errstate(all="ignore"):
+        mape_ttft = np.sum(np.where(mask_ttft, np.abs(pre_pred / ttft - 1), 0.0), axis=1) / mask_ttft.sum(axis=1) * 100
+
+    levels = {c: sorted(traces[c].unique().tolist()) for c in group_by}
+    position = {c: {v: i for i, v in enumerate(levels[c])} for c in group_by}
+    where = tuple(np.array([position[c][(key if isinstance(key, tuple) else (key,))[j]] for key in keys])
+                  for j, c in enumerate(group_by))
+    theta = np.exp(z)
+    theta = np.where(theta < _FLOOR, 0.0, theta)
+    se = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
+    return layout.coefficient_dataset(
+        group_by, levels, spec.params, where, theta=theta, se=se, cov=cov, identified=identified, converged=conv,
+        iterations=its, loss=cost, mape_throughput=mape_t, mape_e2e=mape_e, mape_ttft=mape_ttft, n_points=n,
+        residual_variance=sigma2, z=z, z_boot=z_boot,
+        attrs={"variant": variant, "solver": solver_name, "loss": loss, "bootstrap": int(bootstrap),
+               "iterations_max": options.iterations, "residual": "T_pred / T_meas - 1", "group_by": list(group_by),
+               "source": traces.attrs.get("source", "")},
+    )
+
+
+def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd.DataFrame:
+    """``points`` (canonical columns model, gpu, n_gpu, batch, input_len, output_len) with
+    pred_e2e_s, pred_throughput and their ``level`` intervals (_lo, _hi).
+
+    Each point takes the coefficients of its group along the group dims ``coeffs`` has (so
+    coefficients fitted per model on one GPU predict another GPU through its specs). Intervals: delta
+    method on log T with the coefficient covariance plus the group's residual scatter (a prediction
+    interval, not only a confidence interval; :mod:`slimjax.model.intervals`, as sweeps do).
+    """
+    found = layout.lookup(coeffs, points)
+    z, cov, scatter, zb, variant = found["z"], found["cov"], found["scatter"], found["z_boot"], found["variant"]
+    _variant(variant)
+    with float64_scope():
+        pred = functools.partial(_predict, variant=variant)
+        feats = row_features(points.assign(n_gpu=points.get("n_gpu", 1)))
+        t, e, _ = map(np.asarray, jax.vmap(pred)(jnp.asarray(z), feats))
+        if zb is not None:  # the spread of the refits' own predictions
+            tb, eb, _ = map(np.asarray, jax.vmap(lambda zr: jax.vmap(pred)(zr, feats))(jnp.asarray(zb)))
+            sd_t = np.sqrt(np.var(np.log(tb), axis=0, ddof=1) + scatter)
+            sd_e = np.sqrt(np.var(np.log(eb), axis=0, ddof=1) + scatter)
+        else:
+            # delta method: gradient of log T and log E2E with respect to z, per point
+            glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[0])))(jnp.asarray(z), feats))
+            gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[1])))(jnp.asarray(z), feats))
+            theta = np.exp(z)
+            cov_z = cov / np.einsum("pi,pj->pij", theta, theta)
+            cov_z = np.where(np.isfinite(cov_z), cov_z, 0.0)
+            sd_t, sd_e = np.asarray(log_sd(glt, cov_z, scatter)), np.asarray(log_sd(gle, cov_z, scatter))
+        t_lo, t_hi = map(np.asarray, log_interval(t, sd_t, level))
+        e_lo, e_hi = map(np.asarray, log_interval(e, sd_e, level))
+    out = points.copy()
+    out["pred_throughput"], out["pred_e2e_s"] = t, e
+    out["pred_throughput_lo"], out["pred_throughput_hi"] = t_lo, t_hi
+    out["pred_e2e_s_lo"], out["pred_e2e_s_hi"] = e_lo, e_hi
+    return out

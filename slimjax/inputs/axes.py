@@ -1,0 +1,58 @@
+"""Grid axes of a sweep file: a list, one value, or {start, stop, step} (stop inclusive)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import SlimjaxError
+
+
+def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
+    """An axis: a list, one value, or {start, stop, step} with stop inclusive; strictly increasing.
+
+    Integer axes (batch, lengths) are positive integers (step defaults to 1); the arrival-rate axis
+    takes non-negative numbers.
+    """
+    number = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"start", "stop", "step"}
+        if unknown:
+            raise SlimjaxError(f"{field}.{sorted(unknown)[0]}", "unknown key; a range has start, stop, step")
+        for key in ("start", "stop") if integer else ("start", "stop", "step"):
+            if key not in value:
+                raise SlimjaxError(f"{field}.{key}", "missing from the range")
+        bounds = {"step": 1, **value}
+        for key in ("start", "stop", "step"):
+            if isinstance(bounds[key], bool) or not isinstance(bounds[key], number):
+                raise SlimjaxError(f"{field}.{key}", f"must be {'an integer' if integer else 'a number'}, got {bounds[key]!r}")
+        start, stop, step = bounds["start"], bounds["stop"], bounds["step"]
+        if step <= 0:
+            raise SlimjaxError(f"{field}.step", f"must be positive, got {step!r}")
+        values = list(range(start, stop + 1, step)) if integer else list(np.arange(start, stop + step * 1e-9, step))
+        if not values:
+            raise SlimjaxError(field, f"range {dict(value)!r} is empty")
+    elif isinstance(value, (list, tuple)):
+        values = list(value)
+    elif isinstance(value, number) and not isinstance(value, bool):
+        values = [value]
+    else:
+        raise SlimjaxError(field, f"must be a list of {'integers' if integer else 'numbers'} or {{start, stop, step}}, got {value!r}")
+    if not values:
+        raise SlimjaxError(field, "is empty")
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
+            raise SlimjaxError(f"{field}[{i}]", f"must be a number, got {v!r}")
+        if integer and float(v) != int(v):
+            raise SlimjaxError(f"{field}[{i}]", f"must be an integer, got {v!r}")
+        if integer and v <= 0:
+            raise SlimjaxError(f"{field}[{i}]", f"must be positive, got {v!r}")
+        if v < 0:
+            raise SlimjaxError(f"{field}[{i}]", f"must be non-negative, got {v!r}")
+    arr = np.asarray(values, dtype=np.int64 if integer else np.float64)
+    if np.any(np.diff(arr) <= 0):
+        i = int(np.argmax(np.diff(arr) <= 0)) + 1
+        raise SlimjaxError(f"{field}[{i}]", f"values must be strictly increasing, got {arr[i - 1]:g} then {arr[i]:g}")
+    return arr

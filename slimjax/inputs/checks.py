@@ -1,0 +1,71 @@
+"""The checks every input block shares: a finite number that is not a bool, with a rule."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import SlimjaxError
+
+_NUMBER = (int, float, np.integer, np.floating)
+
+
+def finite_number(value: Any, field: str, what: str = "a number") -> float:
+    """``value`` as a float; SlimjaxError(field, 'must be {what}, got …') for a bool, a non-number,
+    NaN or ±inf."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, _NUMBER) or not np.isfinite(value):
+        raise SlimjaxError(field, f"must be {what}, got {value!r}")
+    return float(value)
+
+
+def checked_number(value: Any, field: str, ok: Callable[[float], bool], what: str, *, kind: str = "a number") -> float:
+    """A finite number (else 'must be {kind}') that satisfies ``ok`` (else 'must be {what}')."""
+    v = finite_number(value, field, kind)
+    if not ok(v):
+        raise SlimjaxError(field, f"must be {what}, got {value!r}")
+    return v
+
+
+def is_integer(v: float) -> bool:
+    return float(v) == int(v)
+
+
+def nonnegative(value: Any, field: str, *, strictly: bool = False) -> float:
+    """A number ≥ 0 (> 0 with ``strictly``)."""
+    return checked_number(value, field, (lambda v: v > 0) if strictly else (lambda v: v >= 0),
+                          "positive" if strictly else "non-negative")
+
+
+def positive_number(value: Any, field: str, *, integer: bool = False) -> float:
+    """A number > 0 ('must be a positive number'), optionally an integer ('must be an integer')."""
+    v = checked_number(value, field, lambda v: v > 0, "a positive number", kind="a positive number")
+    if integer and not is_integer(v):
+        raise SlimjaxError(field, f"must be an integer, got {value!r}")
+    return v
+
+
+def split_keyed_block(value: Any, field: str, fields: tuple[str, ...], models: list[str], gpus: list[str]) -> tuple[dict, dict, dict]:
+    """A block of ``fields`` given at the top level and/or under swept model or GPU names: returns
+    (top-level settings, {model: settings}, {gpu: settings})."""
+    from collections.abc import Mapping
+
+    from ..errors import suggest
+
+    if not isinstance(value, Mapping):
+        raise SlimjaxError(field, f"must be a mapping, got {value!r}")
+    top, by_model, by_gpu = {}, {}, {}
+    for key, v in value.items():
+        if key in fields:
+            top[key] = v
+        elif key in models or key in gpus:
+            if not isinstance(v, Mapping):
+                raise SlimjaxError(f"{field}.{key}", f"must be a mapping of {field} settings, got {v!r}")
+            bad = [k for k in v if k not in fields]
+            if bad:
+                raise SlimjaxError(f"{field}.{key}.{bad[0]}", f"unknown key{suggest(str(bad[0]), fields)}")
+            (by_model if key in models else by_gpu)[key] = dict(v)
+        else:
+            raise SlimjaxError(f"{field}.{key}", f"not a {field} setting nor a swept model or GPU{suggest(str(key), list(fields) + models + gpus)}")
+    return top, by_model, by_gpu

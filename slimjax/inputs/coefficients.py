@@ -1,0 +1,147 @@
+"""SLIM coefficients of a sweep (MODEL.md §1): the shipped defaults (configs/slim/default.yaml), the
+sweep file's ``slim`` block (one set, sets keyed by GPU, ``shared``), or a calibrated store — whose
+layout only :mod:`slimjax.store` reads: a sweep parsed with a store reference is handed that reader."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from ..errors import SlimjaxError, suggest
+from ..model.specs import SLIM_PARAMS, SlimCoeffs
+from .catalog import configs_dir
+from .checks import nonnegative
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreRef:
+    """``slim: PATH`` or ``slim: {coefficients: PATH, select: {dim: value}}``: a calibrated store to read."""
+
+    path: str
+    select: dict
+    field: str  # where the path was given, for errors
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredCoefficients:
+    """What a store holds for the swept pairs: {(model, gpu): coefficients}, and where the store has
+    them, {(model, gpu): (covariance of log θ (6 × 6), residual variance)}."""
+
+    pairs: dict
+    uncertainty: dict
+    source: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SweepCoefficients:
+    """Coefficients per (model, GPU) and, from a calibrated store, their uncertainty."""
+
+    coeffs: SlimCoeffs  # leaves (M, G)
+    table: dict  # GPU label -> coefficients (or model -> coefficients), for attrs
+    source: str
+    log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ
+    scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
+
+
+StoreReader = Callable[[StoreRef, list, list], StoredCoefficients]
+
+
+def check_coefficients(values: Mapping, field: str, base: Mapping | None = None) -> dict[str, float]:
+    """Six SLIM coefficients from a mapping (missing ones from ``base``): all ≥ 0, η_c, η_m > 0."""
+    if not isinstance(values, Mapping):
+        raise SlimjaxError(field, f"must be a mapping of {', '.join(SLIM_PARAMS)}, got {values!r}")
+    unknown = [k for k in values if k not in SLIM_PARAMS]
+    if unknown:
+        raise SlimjaxError(f"{field}.{unknown[0]}", f"unknown coefficient{suggest(str(unknown[0]), SLIM_PARAMS)}")
+    out = {}
+    for name in SLIM_PARAMS:
+        if name in values:
+            out[name] = nonnegative(values[name], f"{field}.{name}", strictly=name in ("eta_c", "eta_m"))
+        elif base is not None:
+            out[name] = float(base[name])
+        else:
+            raise SlimjaxError(f"{field}.{name}", "missing")
+    return out
+
+
+@functools.cache
+def default_coefficients() -> dict:
+    """The shipped SLIM coefficients (configs/slim/default.yaml): {'default': {...}, 'gpus': {...}}."""
+    with open(configs_dir() / "slim" / "default.yaml") as f:
+        return yaml.safe_load(f)
+
+
+def _per_gpu(value: Any, gpus: list[str]) -> tuple[dict[str, dict[str, float]], str]:
+    shipped = default_coefficients()
+    base = check_coefficients(shipped["default"], "configs/slim/default.yaml: default")
+    per_gpu = {
+        g: check_coefficients(v, f"configs/slim/default.yaml: gpus.{g}", base)
+        for g, v in (shipped.get("gpus") or {}).items()
+    }
+    if value is None:
+        return {g: per_gpu.get(g, base) for g in gpus}, "configs/slim/default.yaml"
+    if value == "shared":  # one set for every GPU, so GPUs differ only through their specs
+        return {g: base for g in gpus}, "configs/slim/default.yaml (shared default)"
+    if not isinstance(value, Mapping):
+        raise SlimjaxError("slim", f"must be a mapping of coefficients (optionally keyed by GPU), got {value!r}")
+    if all(k in SLIM_PARAMS for k in value):
+        one = check_coefficients(value, "slim", base)
+        return {g: one for g in gpus}, "sweep file"
+    unknown = [k for k in value if k not in gpus and k != "default"]
+    if unknown:
+        raise SlimjaxError(f"slim.{unknown[0]}", f"not a coefficient nor a swept GPU{suggest(str(unknown[0]), list(SLIM_PARAMS) + gpus)}")
+    fallback = check_coefficients(value["default"], "slim.default", base) if "default" in value else None
+    table = {}
+    for g in gpus:
+        if g in value:
+            table[g] = check_coefficients(value[g], f"slim.{g}", base)
+        elif fallback is not None:
+            table[g] = fallback
+        else:
+            raise SlimjaxError(f"slim.{g}", "no coefficients for this GPU (give them, or a 'default' entry)")
+    return table, "sweep file"
+
+
+def store_ref(value: Any) -> StoreRef | None:
+    """The store a ``slim`` value names, or None (coefficients given inline, ``shared`` or omitted)."""
+    if isinstance(value, str) and value != "shared":
+        return StoreRef(value, {}, "slim")
+    if isinstance(value, Mapping) and "coefficients" in value:
+        path, select = value.get("coefficients"), value.get("select") or {}
+        if not isinstance(path, str):
+            raise SlimjaxError("slim.coefficients", f"must be a path to a coefficient store, got {path!r}")
+        if not isinstance(select, Mapping):
+            raise SlimjaxError("slim.select", f"must be a mapping of dim: value, got {select!r}")
+        return StoreRef(path, dict(select), "slim.coefficients")
+    return None
+
+
+def coefficients_block(value: Any, models: list[str], gpus: list[str], read_store: StoreReader | None = None) -> SweepCoefficients:
+    """The sweep's coefficients per (model, GPU) from its ``slim`` value (see :mod:`this module <.>`)."""
+    ref = store_ref(value)
+    if ref is not None:
+        if not Path(ref.path).exists():
+            raise SlimjaxError(ref.field, f"coefficient store {ref.path!r} not found")
+        if read_store is None:
+            raise SlimjaxError(ref.field, "a coefficient store is read by slimjax.api.parse / slimjax.sweep, "
+                                          "not by the inputs floor alone")
+        stored = read_store(ref, models, gpus)
+        pairs, unc = stored.pairs, stored.uncertainty
+        table = {g: {m: pairs[(m, g)] for m in models} for g in gpus}
+        log_cov = scatter = None
+        if unc:
+            log_cov = np.stack([np.stack([unc[(m, g)][0] for g in gpus]) for m in models])
+            scatter = np.array([[unc[(m, g)][1] for g in gpus] for m in models])
+        coeffs = SlimCoeffs(**{p: np.asarray([[pairs[(m, g)][p] for g in gpus] for m in models]) for p in SLIM_PARAMS})
+        return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter)
+    table, source = _per_gpu(value, gpus)
+    coeffs = SlimCoeffs(**{
+        p: np.broadcast_to(np.asarray([table[g][p] for g in gpus]), (len(models), len(gpus))).copy() for p in SLIM_PARAMS
+    })
+    return SweepCoefficients(coeffs, table, source, None, None)

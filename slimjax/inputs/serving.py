@@ -1,0 +1,175 @@
+"""Serving settings (MODEL.md §0): the one table of serving keys, and everything generated from it.
+
+Each row of :data:`SERVING` says, for one key, its default, its check, the :class:`ServingSpec` field
+it fills, the conversion to base units, the command-line flag, and how ``auto`` resolves (if it may).
+The sweep file's ``serving`` block, the spec, calibration's default serving and ``slimjax capacity``'s
+options all come from this table: a key added with :func:`register_serving_key` (or a row below)
+appears in all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax.numpy as jnp
+
+from ..errors import SlimjaxError
+from ..model.specs import ServingSpec, stack
+from .catalog import dtype_bytes
+from .checks import checked_number, is_integer, split_keyed_block
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoContext:
+    """What an ``auto`` value may depend on: the model and GPU (spec fields, base units), the
+    group's other settings as checked (the key's own units; autos resolved earlier in table order
+    included), and the longest sequence the sweep evaluates (max I + O)."""
+
+    model: str
+    gpu: str
+    model_fields: Mapping[str, float]
+    gpu_fields: Mapping[str, float]
+    settings: Mapping[str, float]
+    max_tokens: float
+
+
+def _same(value):
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingKey:
+    """One serving key. ``default`` is in the key's units (None: the model's ``model_field``);
+    ``check(value, field)`` returns the value as a float in those units or raises SlimjaxError naming
+    ``field``; ``to_base`` converts to the spec's base units; ``auto`` (optional) resolves the value
+    ``auto`` from an :class:`AutoContext`."""
+
+    key: str
+    field: str
+    default: float | None
+    check: Callable[[Any, str], float]
+    help: str
+    to_base: Callable[[float], float] = _same
+    model_field: str | None = None
+    cli_type: type = float
+    auto: Callable[[AutoContext], float] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+
+def number_rule(ok: Callable[[float], bool], what: str) -> Callable[[Any, str], float]:
+    """A check: a finite number, not a bool, for which ``ok`` holds ('must be {what}')."""
+    return lambda value, field: checked_number(value, field, ok, what)
+
+
+_positive_int = number_rule(lambda v: v >= 1 and is_integer(v), "a positive integer")
+_unit = number_rule(lambda v: 0 < v <= 1, "in (0, 1]")
+_nonneg = number_rule(lambda v: v >= 0, "non-negative")
+_at_least_1 = number_rule(lambda v: v >= 1, "at least 1")
+
+SERVING: dict[str, ServingKey] = {k.key: k for k in (
+    ServingKey("n_gpu", "n_gpu", 1, _positive_int, "GPUs in the replica group (tensor parallel)", cli_type=int),
+    ServingKey("gpu_memory_utilization", "memory_utilization", 0.9, _unit, "fraction u of VRAM the server may use"),
+    ServingKey("reserved_gib", "reserved_bytes", 0.0, _nonneg, "runtime memory M_R reserved for the group, GiB",
+               to_base=lambda v: v * 2.0**30),
+    ServingKey("kv_replication", "kv_replication", 1.0, _at_least_1, "KV replication factor r"),
+    ServingKey("kv_overhead", "kv_overhead", 1.0, _at_least_1, "KV overhead factor o (metadata, scales)"),
+    ServingKey("block_size", "block_size", 16, _positive_int, "KV cache block size β, tokens", cli_type=int),
+    ServingKey("chunk_size", "chunk_size", 0,
+               number_rule(lambda v: v >= 0 and is_integer(v), "a non-negative integer (0 = whole prompt)"),
+               "prefill chunk size s, tokens (0 = whole prompt)", cli_type=int),
+    ServingKey("launch_overhead_s", "launch_overhead_s", 0.0, _nonneg, "launch overhead t_l per iteration or chunk, s"),
+    ServingKey("compute_efficiency", "compute_efficiency", 1.0, _unit, "roofline compute efficiency e_F"),
+    ServingKey("bandwidth_efficiency", "bandwidth_efficiency", 1.0, _unit, "roofline bandwidth efficiency e_B"),
+    ServingKey("kv_dtype_bytes", "kv_dtype_bytes", None, dtype_bytes, "KV cache bytes per element or dtype (fp8 …)",
+               model_field="kv_dtype_bytes", cli_type=str),
+    ServingKey("weight_dtype_bytes", "bytes_per_weight", None, dtype_bytes, "bytes per weight or dtype (fp8 …)",
+               model_field="bytes_per_weight", cli_type=str),
+)}
+
+
+def register_serving_key(key: ServingKey) -> ServingKey:
+    """Add a serving key to the table (the public hook): it is then accepted in sweep files, filled in
+    every :class:`ServingSpec`, given its default in calibration and offered by ``slimjax capacity``."""
+    if key.key in SERVING:
+        raise SlimjaxError("serving", f"key {key.key!r} is already in the serving table")
+    if any(k.field == key.field for k in SERVING.values()):
+        raise SlimjaxError("serving", f"spec field {key.field!r} is already filled by another key")
+    SERVING[key.key] = key
+    return key
+
+
+def check_serving_value(key: str, value: Any, field: str) -> float | str:
+    """One value checked by its row (``'auto'`` kept as is where the key resolves it)."""
+    row = SERVING[key]
+    if isinstance(value, str) and value == "auto":
+        if row.auto is None:
+            raise SlimjaxError(field, f"{key} has no 'auto' setting; give a value")
+        return "auto"
+    return row.check(value, field)
+
+
+def default_serving(model, **overrides) -> ServingSpec:
+    """A ServingSpec broadcast like ``overrides`` (or the model's leaves): the given keys (key units;
+    arrays or tracers welcome), every other key at its default, the model's dtypes where the table
+    says so. Calibration's serving settings (MODEL.md §0 defaults)."""
+    unknown = [k for k in overrides if k not in SERVING]
+    if unknown:
+        raise SlimjaxError(f"serving.{unknown[0]}", "unknown serving key")
+    like = next(iter(overrides.values()), None)
+    one = jnp.ones_like(jnp.asarray(like if like is not None else model.n_layers, float))
+    fields = {}
+    for row in SERVING.values():
+        if row.key in overrides:
+            fields[row.field] = row.to_base(overrides[row.key]) * one
+        elif row.default is None:
+            fields[row.field] = getattr(model, row.model_field)
+        else:
+            fields[row.field] = row.to_base(row.default) * one
+    return ServingSpec(**fields)
+
+
+def _resolve(merged: dict, where: dict, ctx: Callable[[dict], AutoContext]) -> dict[str, float]:
+    checked, autos = {}, []
+    for row in SERVING.values():
+        if row.key in merged:
+            value = check_serving_value(row.key, merged[row.key], where[row.key])
+            if value == "auto":
+                autos.append(row)
+                continue
+            checked[row.key] = value
+        else:
+            checked[row.key] = row.default
+    for row in autos:  # after every explicit value, in table order
+        checked[row.key] = row.check(row.auto(ctx(checked)), f"{where[row.key]} (auto)")
+    return checked
+
+
+def serving_block(value: Any, models: list[tuple[str, dict]], gpus: list[tuple[str, dict]], max_tokens: float
+                  ) -> tuple[ServingSpec, dict]:
+    """The sweep file's ``serving`` block: per (model, GPU) settings, defaults < top level < GPU entry
+    < model entry. Returns the ServingSpec (leaves (M, G), base units) and {model: {gpu: {key:
+    value in the key's units}}} for the Dataset's attrs."""
+    names, gpu_names = [m for m, _ in models], [g for g, _ in gpus]
+    top, by_model, by_gpu = split_keyed_block(value or {}, "serving", tuple(SERVING), names, gpu_names)
+    rows, table = [], {}
+    for m, arch in models:
+        table[m] = {}
+        for g, gpu in gpus:
+            merged, where = {}, {}
+            for source, block in (("serving", top), (f"serving.{g}", by_gpu.get(g, {})), (f"serving.{m}", by_model.get(m, {}))):
+                for k, v in block.items():
+                    merged[k], where[k] = v, f"{source}.{k}"
+            checked = _resolve(merged, where, lambda s, m=m, g=g, arch=arch, gpu=gpu: AutoContext(m, g, arch, gpu, dict(s), max_tokens))
+            for row in SERVING.values():
+                if checked[row.key] is None:
+                    checked[row.key] = arch[row.model_field]
+            table[m][g] = checked
+            rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
+    spec = stack(ServingSpec, rows)
+    return ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in spec.fields().items()}), table
+

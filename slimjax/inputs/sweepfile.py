@@ -1,0 +1,147 @@
+"""Sweep files: YAML (or a dict) in, a validated :class:`Sweep` out. Each block is checked by its own
+module (axes, serving, measured, coefficients, advisor); this one composes them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..errors import SlimjaxError, suggest
+from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, SlimCoeffs, stack
+from . import catalog
+from .advisor import Advisor, advisor_block
+from .axes import parse_axis
+from .coefficients import StoreReader, coefficients_block
+from .measured import measured_block
+from .serving import serving_block
+
+REQUIRED_KEYS = ("models", "gpus", "batch", "input_len", "output_len")
+OPTIONAL_KEYS = ("slim", "advisor", "precision", "serving", "arrival_rate", "measured")
+AXES = ("batch", "input_len", "output_len")
+PRECISIONS = ("float32", "float64")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Sweep:
+    """A validated sweep: labels beside stacked spec pytrees, coefficients per (model, GPU)."""
+
+    models: list[str]
+    gpus: list[str]
+    model: ModelSpec  # leaves (M,)
+    gpu: GPUSpec  # leaves (G,)
+    coeffs: SlimCoeffs  # leaves (M, G)
+    coeffs_table: dict[str, dict[str, float]]  # GPU label -> coefficients, for attrs
+    coeffs_source: str
+    coeffs_log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ from a calibrated store
+    coeffs_scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
+    batch: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    advisor: Advisor | None
+    precision: str
+    serving: ServingSpec | None  # leaves (M, G); None: the capacity calculator is off
+    serving_table: dict | None  # model -> GPU -> settings as given units, for attrs
+    measured: MeasuredSpec | None  # leaves (M, G), NaN where a pair has no measurement
+    arrival_rate: np.ndarray | None  # requests/s; None: no queue variables
+    source: str  # the sweep file path, or "<dict>"
+    spec: dict  # the spec as given (for provenance)
+
+    @property
+    def coords(self) -> dict[str, np.ndarray]:
+        """The grid's dims and their labels, in order: model, gpu, batch, input_len, output_len, and
+        arrival_rate when the sweep has one."""
+        out = {"model": np.asarray(self.models, dtype=str), "gpu": np.asarray(self.gpus, dtype=str),
+               "batch": self.batch, "input_len": self.input_len, "output_len": self.output_len}
+        if self.arrival_rate is not None:
+            out["arrival_rate"] = self.arrival_rate
+        return out
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(v) for v in self.coords.values())
+
+    @property
+    def dtype(self):
+        return np.dtype(self.precision)
+
+
+def load_spec(spec: str | Path | Mapping) -> tuple[dict, str, Path | None]:
+    """The spec mapping, its source label, and the folder relative paths are read from."""
+    if isinstance(spec, Mapping):
+        return dict(spec), "<dict>", None
+    path = Path(spec)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SlimjaxError("sweep file", f"cannot read {str(path)!r} ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SlimjaxError("sweep file", f"{str(path)!r} is not valid YAML: {e}") from None
+    if not isinstance(data, Mapping):
+        raise SlimjaxError("sweep file", f"{str(path)!r} must hold a mapping of {', '.join(REQUIRED_KEYS)}, got {type(data).__name__}")
+    return dict(data), str(path), path.parent
+
+
+def _labels(items: list[tuple[str, dict]], field: str) -> None:
+    seen = set()
+    for i, (label, _) in enumerate(items):
+        if label in seen:
+            raise SlimjaxError(f"{field}[{i}]", f"{label!r} appears twice")
+        seen.add(label)
+
+
+def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) -> Sweep:
+    """Validate a sweep file (path) or mapping into a :class:`Sweep`; raises SlimjaxError naming the field.
+
+    ``read_store`` reads a calibrated coefficient store when ``slim`` names one (the store floor's
+    reader; :func:`slimjax.api.parse` passes it)."""
+    data, source, base_dir = load_spec(spec)
+    unknown = [k for k in data if k not in REQUIRED_KEYS + OPTIONAL_KEYS]
+    if unknown:
+        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), REQUIRED_KEYS + OPTIONAL_KEYS)}")
+    for key in REQUIRED_KEYS:
+        if key not in data or data[key] is None:
+            raise SlimjaxError(key, "missing (a sweep needs models, gpus, batch, input_len, output_len)")
+    for key in ("models", "gpus"):
+        if not isinstance(data[key], list) or not data[key]:
+            raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
+    models = [catalog.resolve_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
+    gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
+    _labels(models, "models")
+    _labels(gpus, "gpus")
+    axes = {a: parse_axis(data[a], a) for a in AXES}
+    precision = data.get("precision", "float32")
+    if precision not in PRECISIONS:
+        raise SlimjaxError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    gpu_names = [g for g, _ in gpus]
+    model_names = [m for m, _ in models]
+    coefficients = coefficients_block(data.get("slim"), model_names, gpu_names, read_store)
+    capacity = any(k in data for k in ("serving", "arrival_rate", "measured"))
+    max_tokens = float(axes["input_len"][-1] + axes["output_len"][-1])
+    serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens) if capacity else (None, None)
+    measured = measured_block(data["measured"], model_names, gpu_names)[0] if data.get("measured") is not None else None
+    return Sweep(
+        coeffs_log_cov=coefficients.log_cov,
+        coeffs_scatter=coefficients.scatter,
+        serving=serving,
+        serving_table=serving_table,
+        measured=measured,
+        arrival_rate=parse_axis(data["arrival_rate"], "arrival_rate", integer=False) if data.get("arrival_rate") is not None else None,
+        models=model_names,
+        gpus=gpu_names,
+        model=stack(ModelSpec, [row for _, row in models]),
+        gpu=stack(GPUSpec, [row for _, row in gpus]),
+        coeffs=coefficients.coeffs,
+        coeffs_table=coefficients.table,
+        coeffs_source=coefficients.source,
+        advisor=advisor_block(data.get("advisor"), axes["batch"]),
+        precision=precision,
+        source=source,
+        spec=data,
+        **axes,
+    )

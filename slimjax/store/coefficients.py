@@ -1,0 +1,136 @@
+"""The coefficient store's layout, for writing (``slimjax calibrate``) and reading (sweeps, ``predict``):
+the one place that knows its variable names.
+
+A store holds, over the calibration's group dims (e.g. model, gpu, n_gpu, framework) and ``param``:
+``coefficients`` θ, ``standard_error``, ``covariance`` (param × param_), ``identified``,
+``log_coefficients`` z = log θ, per group ``converged``, ``iterations``, ``loss``, ``mape_throughput``,
+``mape_e2e``, ``mape_ttft``, ``n_points``, ``residual_variance``, and with a bootstrap
+``bootstrap_log_coefficients`` (replicate × param); attrs ``variant``, ``solver``, ``loss``, …
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..errors import SlimjaxError
+from ..inputs.coefficients import StoredCoefficients, StoreRef, check_coefficients
+from ..model.specs import SLIM_PARAMS
+from .sink import open_store
+
+COEFFICIENTS, COVARIANCE, LOG_COEFFICIENTS = "coefficients", "covariance", "log_coefficients"
+RESIDUAL_VARIANCE, BOOTSTRAP = "residual_variance", "bootstrap_log_coefficients"
+
+
+def coefficient_dataset(group_by: Sequence[str], levels: dict, params: Sequence[str], where: tuple, *, theta, se, cov,
+                        identified, converged, iterations, loss, mape_throughput, mape_e2e, mape_ttft, n_points,
+                        residual_variance, z, z_boot=None, attrs: dict) -> xr.Dataset:
+    """The store's Dataset from per-fitted-group arrays (leading axis: fitted groups, placed at
+    ``where`` in the dense group grid; groups absent from the data are NaN with n_points 0)."""
+    shape = tuple(len(levels[c]) for c in group_by)
+    p = len(params)
+
+    def dense(values, tail=(), fill=np.nan, dtype=float):
+        out = np.full(shape + tail, fill, dtype)
+        out[where] = values
+        return out
+
+    gdims = tuple(group_by)
+    variables = {
+        COEFFICIENTS: (gdims + ("param",), dense(theta, (p,)), {"long_name": "SLIM coefficients θ (MODEL.md §1)"}),
+        "standard_error": (gdims + ("param",), dense(se, (p,)), {"long_name": "Gauss–Newton standard error of θ (NaN: not identified)"}),
+        COVARIANCE: (gdims + ("param", "param_"), dense(cov, (p, p)), {"long_name": "Gauss–Newton covariance of θ"}),
+        "identified": (gdims + ("param",), dense(identified, (p,), False, bool), {"long_name": "the data identify this coefficient"}),
+        "converged": (gdims, dense(converged, fill=False, dtype=bool)),
+        "iterations": (gdims, dense(iterations, fill=0, dtype=np.int64), {"long_name": "accepted solver steps"}),
+        "loss": (gdims, dense(loss), {"long_name": "sum of squared relative throughput residuals"}),
+        "mape_throughput": (gdims, dense(mape_throughput), {"units": "%"}),
+        "mape_e2e": (gdims, dense(mape_e2e), {"units": "%"}),
+        "mape_ttft": (gdims, dense(mape_ttft), {"units": "%", "long_name": "MAPE of T_pre against measured TTFT (NaN: none)"}),
+        "n_points": (gdims, dense(n_points, fill=0, dtype=np.int64), {"long_name": "residuals fitted (throughput and TTFT)"}),
+        RESIDUAL_VARIANCE: (gdims, dense(residual_variance), {"long_name": "σ² = loss / (n_points − identified coefficients)"}),
+        LOG_COEFFICIENTS: (gdims + ("param",), dense(z, (p,)), {"long_name": "z = log θ at the optimum"}),
+    }
+    if z_boot is not None:
+        replicates = z_boot.shape[0]
+        variables[BOOTSTRAP] = (gdims + ("replicate", "param"), dense(np.moveaxis(z_boot, 0, 1), (replicates, p)),
+                                {"long_name": "z of the wild-bootstrap refits"})
+    return xr.Dataset(variables, coords={**{c: levels[c] for c in group_by}, "param": list(params), "param_": list(params)},
+                      attrs=attrs)
+
+
+def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
+    """Per point, its group's z (point × param), covariance of θ, residual variance, bootstrap z
+    (replicate × point × param, or None), looked up along the store's group dims."""
+    dims = [d for d in coeffs[COEFFICIENTS].dims if d != "param"]
+    missing = [d for d in dims if d not in points.columns]
+    if missing:
+        raise SlimjaxError("points", f"column {missing[0]!r} needed to look up the coefficients")
+    sel = {d: xr.DataArray(points[d].to_numpy(), dims="point") for d in dims}
+    try:
+        out = dict(
+            z=coeffs[LOG_COEFFICIENTS].sel(sel).transpose("point", "param").values,
+            cov=coeffs[COVARIANCE].sel(sel).transpose("point", "param", "param_").values,
+            scatter=coeffs[RESIDUAL_VARIANCE].sel(sel).values,
+        )
+    except KeyError as e:
+        raise SlimjaxError("points", f"no coefficients for {e}") from None
+    out["z_boot"] = (coeffs[BOOTSTRAP].sel(sel).transpose("replicate", "point", "param").values
+                     if BOOTSTRAP in coeffs else None)
+    out["variant"] = coeffs.attrs.get("variant", "slim")
+    return out
+
+
+def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredCoefficients:
+    """Coefficients per swept (model, GPU) from a ``slimjax calibrate`` store; ``ref.select`` picks one
+    value of every group dim beyond model and GPU (framework, n_gpu) that has several."""
+    path, select = ref.path, ref.select
+    stored = open_store(path)
+    variant = stored.attrs.get("variant", "slim")
+    if variant != "slim":
+        raise SlimjaxError("slim", f"{path} holds {variant!r} coefficients; sweeps evaluate MODEL.md §1 SLIM "
+                                   "(calibrate with --variant slim), the variant is for predict and validate")
+    coeffs = stored[COEFFICIENTS]
+    cov = stored[COVARIANCE] if COVARIANCE in stored else None
+    scatter = stored[RESIDUAL_VARIANCE] if RESIDUAL_VARIANCE in stored else None
+    for dim, v in select.items():
+        if dim not in coeffs.dims or v not in coeffs[dim].values:
+            raise SlimjaxError(f"slim.select.{dim}", f"{v!r} not in the store ({dim}: {list(coeffs[dim].values) if dim in coeffs.dims else 'no such dim'})")
+        coeffs = coeffs.sel({dim: v})
+        cov = None if cov is None else cov.sel({dim: v})
+        scatter = None if scatter is None else scatter.sel({dim: v})
+    extra = [d for d in coeffs.dims if d not in ("model", "gpu", "param")]
+    for d in extra:
+        if coeffs.sizes[d] != 1:
+            raise SlimjaxError("slim.select", f"the store has {coeffs.sizes[d]} values of {d!r}; choose one with select: {{{d}: …}}")
+        coeffs = coeffs.isel({d: 0})
+        cov = None if cov is None else cov.isel({d: 0})
+        scatter = None if scatter is None else scatter.isel({d: 0})
+    table, uncertainty = {}, {}
+    for m in models:
+        for g in gpus:
+            at = coeffs
+            for dim, label in (("model", m), ("gpu", g)):
+                if dim in at.dims:
+                    if label not in at[dim].values:
+                        raise SlimjaxError("slim", f"the coefficient store has no {dim} {label!r}")
+                    at = at.sel({dim: label})
+            values = dict(zip(at["param"].values.tolist(), at.values.tolist()))
+            if any(not np.isfinite(v) for v in values.values()):
+                raise SlimjaxError("slim", f"the coefficient store has no fit for {m} on {g}")
+            table[(m, g)] = check_coefficients(values, f"slim ({path}: {m}, {g})")
+            if cov is not None and scatter is not None:
+                c, sc = cov, scatter
+                for dim, label in (("model", m), ("gpu", g)):
+                    c = c.sel({dim: label}) if dim in c.dims else c
+                    sc = sc.sel({dim: label}) if dim in sc.dims else sc
+                theta = np.array([table[(m, g)][p] for p in SLIM_PARAMS])
+                safe = np.where(theta > 0, theta, 1.0)
+                c = np.asarray(c.transpose("param", "param_").values, float) / np.outer(safe, safe)
+                uncertainty[(m, g)] = (np.where(np.isfinite(c), c, 0.0), float(sc))
+    return StoredCoefficients(table, uncertainty, f"calibrated store {path}")
+
+

@@ -1,0 +1,188 @@
+"""The house: floors that import only downward, nothing changed at import, one serving table that
+feeds the sweep file, the spec, calibration and the CLI, and one interval function."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy.stats import norm
+
+import slimjax
+from slimjax.cli import main
+from slimjax.errors import SlimjaxError
+from slimjax.fit.features import row_features
+from slimjax.inputs.catalog import resolve_model
+from slimjax.inputs.serving import SERVING, ServingKey, default_serving, number_rule, register_serving_key
+from slimjax.model.intervals import log_interval, normal_quantile
+from slimjax.model.specs import ModelSpec, stack
+
+PACKAGE = Path(slimjax.__file__).parent
+FLOORS = {"model": 0, "inputs": 1, "engine": 2, "store": 3, "fit": 4, "studies": 5, "report": 6, "api": 7, "cli": 7}
+BASE = {"errors", "config", "_version", "__init__"}
+
+
+def _floor(parts: list[str]) -> int | None:
+    head = parts[0] if parts else "__init__"
+    return None if head in BASE else FLOORS[head]
+
+
+def _imports(path: Path):
+    """(line, the slimjax module parts it imports) for every slimjax import in ``path``."""
+    rel = path.relative_to(PACKAGE).with_suffix("").parts
+    package = list(rel[:-1]) if rel[-1] != "__init__" else list(rel[:-1])
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = base + (node.module.split(".") if node.module else [])
+                names = [target + [a.name] for a in node.names] if not node.module else [target]
+            elif node.module and node.module.startswith("slimjax"):
+                names = [node.module.split(".")[1:]]
+            else:
+                continue
+            for n in names:
+                yield node.lineno, n
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("slimjax."):
+                    yield node.lineno, a.name.split(".")[1:]
+
+
+def test_every_floor_imports_only_downward():
+    offences = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).with_suffix("").parts
+        if rel == ("__init__",):
+            continue  # the package's front door re-exports every floor
+        own = _floor(list(rel))
+        for line, target in _imports(path):
+            floor = _floor(target)
+            if own is not None and floor is not None and floor > own:
+                offences.append(f"{'/'.join(rel)}.py:{line} imports {'.'.join(target)}")
+            if own is None and floor is not None and rel[0] != "__init__":
+                offences.append(f"{'/'.join(rel)}.py:{line} (a base module) imports {'.'.join(target)}")
+    assert not offences, "\n".join(offences)
+
+
+def test_model_floor_has_no_jit_xarray_or_io():
+    for path in (PACKAGE / "model").glob("*.py"):
+        text = path.read_text()
+        for word in ("jax.jit", "import xarray", "import zarr", "open(", "yaml"):
+            assert word not in text, f"{path.name} uses {word}"
+
+
+def test_only_the_store_floor_imports_zarr():
+    users = {p.relative_to(PACKAGE).parts[0] for p in PACKAGE.rglob("*.py") if "import zarr" in p.read_text()
+             or "from zarr" in p.read_text()}
+    assert users == {"store"}
+
+
+def _fresh_python(code: str, **env_overrides) -> list:
+    """The JSON list ``code`` prints last, run in a new interpreter with no JAX/slimjax settings inherited."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "SLIMJAX_CPU_DEVICES")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **env_overrides}, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_importing_slimjax_changes_no_process_setting():
+    code = ("import os, json; before = os.environ.get('XLA_FLAGS');"
+            "import slimjax, slimjax.api, slimjax.cli, slimjax.fit.validate, jax;"
+            "print(json.dumps([before, os.environ.get('XLA_FLAGS'), bool(jax.config.jax_enable_x64),"
+            " jax.config.jax_num_cpu_devices]))")
+    before, after, x64, devices = _fresh_python(code)
+    assert before is None and after is None and x64 is False and devices == -1
+    assert _fresh_python(code, XLA_FLAGS="--xla_dump_to=/tmp/nowhere")[1] == "--xla_dump_to=/tmp/nowhere"
+
+
+def test_entry_points_work_without_configure_and_warn_on_one_device():
+    """Without configure(): float64 results stay float64 (the entry points scope it) and a multi-core
+    machine is told it runs on one CPU device."""
+    code = ("import warnings, json, slimjax, jax;"
+            "warnings.simplefilter('always');"
+            "w = warnings.catch_warnings(record=True); rec = w.__enter__();"
+            "r = slimjax.capacity('Llama-3.1-8B', 'H100-SXM', 1024, 256, 8);"
+            "print(json.dumps([r['max_seqs'], r['kv_pool_bytes'], any('one CPU device' in str(x.message) for x in rec),"
+            " bool(jax.config.jax_enable_x64)]))")
+    seqs, pool, warned, x64 = _fresh_python(code)
+    want = slimjax.capacity("Llama-3.1-8B", "H100-SXM", 1024, 256, 8)
+    assert seqs == want["max_seqs"] and pool == want["kv_pool_bytes"]  # exact: float64 in both
+    assert x64 is False  # the scope did not leak
+    assert warned == (len(os.sched_getaffinity(0)) > 1)
+
+
+def test_configure_rejects_a_bad_device_count():
+    with pytest.raises(SlimjaxError, match="cpu_devices: must be a positive integer, got 0"):
+        slimjax.configure(cpu_devices=0)
+
+
+@pytest.fixture
+def extra_key():
+    """A serving key added through the table's public hook, with an ``auto`` rule; removed after."""
+    key = register_serving_key(ServingKey(
+        "test_spare_fraction", "spare_fraction", 0.25, number_rule(lambda v: 0 <= v < 1, "in [0, 1)"),
+        "a test-only serving key", auto=lambda ctx: 0.5 if ctx.model_fields["n_params"] > 1e10 else 0.125))
+    yield key
+    del SERVING[key.key]
+
+
+def test_a_serving_key_added_in_one_place_reaches_sweep_spec_cli_and_calibration(extra_key, tmp_path):
+    base = dict(models=["Llama-3.1-8B", "Llama-3.1-70B"], gpus=["H100-SXM"], batch=[1, 8], input_len=[128],
+                output_len=[64], advisor=False)
+    # sweep file and spec: given, defaulted, and auto (per model, from the table's rule)
+    sw = slimjax.parse({**base, "serving": {"test_spare_fraction": 0.75}})
+    assert np.all(sw.serving.spare_fraction == 0.75)
+    assert sw.serving_table["Llama-3.1-8B"]["H100-SXM"]["test_spare_fraction"] == 0.75
+    assert np.all(slimjax.parse({**base, "serving": {}}).serving.spare_fraction == 0.25)
+    auto = slimjax.parse({**base, "serving": {"test_spare_fraction": "auto"}})
+    assert auto.serving.spare_fraction[:, 0].tolist() == [0.125, 0.5]
+    with pytest.raises(SlimjaxError, match=r"serving.test_spare_fraction: must be in \[0, 1\), got 2"):
+        slimjax.parse({**base, "serving": {"test_spare_fraction": 2}})
+    with pytest.raises(SlimjaxError, match="serving.chunk_size: chunk_size has no 'auto' setting"):
+        slimjax.parse({**base, "serving": {"chunk_size": "auto"}})
+    # the whole sweep still evaluates with the extra field in the spec
+    assert slimjax.sweep({**base, "serving": {"test_spare_fraction": 0.5}}, quiet=True)["max_seqs"].notnull().all()
+    # calibration's default serving
+    model = stack(ModelSpec, [resolve_model("Llama-3.1-8B")[1]])
+    assert float(default_serving(model, n_gpu=np.ones(1)).spare_fraction[0]) == 0.25
+    import pandas as pd
+
+    rows = pd.DataFrame(dict(model=["Llama-3.1-8B"], gpu=["H100-SXM"], n_gpu=[1], batch=[4], input_len=[128], output_len=[64]))
+    assert row_features(rows)["max_seqs"][0] > 0
+    # the command line
+    runner = CliRunner()
+    assert "--test-spare-fraction" in runner.invoke(main, ["capacity", "--help"]).output
+    args = ["capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "128", "--output-len", "64", "--batch", "4"]
+    ok = runner.invoke(main, args + ["--test-spare-fraction", "auto"])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(main, args + ["--test-spare-fraction", "3"])
+    assert bad.exit_code == 2 and "test_spare_fraction: must be in [0, 1), got 3" in bad.output
+
+
+def test_registering_a_key_twice_is_refused(extra_key):
+    with pytest.raises(SlimjaxError, match="already in the serving table"):
+        register_serving_key(extra_key)
+
+
+def test_one_interval_function_with_the_level_as_an_argument():
+    assert normal_quantile(0.90) == norm.ppf(0.95)
+    assert normal_quantile(0.50) == pytest.approx(norm.ppf(0.75), rel=1e-15)
+    lo, hi = log_interval(np.float64(100.0), np.float64(0.1), 0.90)
+    assert float(lo) == pytest.approx(100 * np.exp(-0.1 * norm.ppf(0.95))) and float(hi) == pytest.approx(100 * np.exp(0.1 * norm.ppf(0.95)))
+    with pytest.raises(ValueError):
+        normal_quantile(1.0)
+
+
+def test_block_plan_is_recorded_in_the_store(tmp_path):
+    spec = dict(models=["OPT-125m", "OPT-1.3b"], gpus=["H100-SXM", "A100-SXM-80GB"], batch=[1, 2, 4],
+                input_len=[32, 64, 128], output_len=[16, 32])
+    ds = slimjax.sweep(spec, tmp_path / "s.zarr", memory_budget_bytes=4096)
+    plan = json.loads(ds.attrs["block_plan"])
+    assert plan["dims"] == ["model", "gpu", "batch", "input_len", "output_len"] and plan["n_blocks"] > 1
+    assert plan["block"]["model"] == 1 and "batch" not in plan["block"]
+    assert ds["slim_throughput"].encoding["chunks"][0] == 1
