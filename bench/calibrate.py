@@ -38,7 +38,7 @@ def numpy_slim(theta, arch, gpu, B, I, O):
     flops = L * (B * I * (4 * D * D + 4 * D * kvw + 2 * arch["n_ffn"] * arch["ffn_dim"] * D) + 4 * B * I * I * D)
     m_dec = L * 2 * kvw * arch["kv_dtype_bytes"] * (O * (I + 1) + O * (O - 1) / 2)
     t_d = alpha * O + gamma * L * (D / 1024) ** 2 * O
-    e2e = flops / (eta_c * gpu["flops"]) + (B + B0) / eta_m * (t_d + m_dec / gpu["bandwidth"]) + t_fixed
+    e2e = flops / (eta_c * gpu["flops_per_s"]) + (B + B0) / eta_m * (t_d + m_dec / gpu["bandwidth_bytes_per_s"]) + t_fixed
     return B * (I + O) / e2e
 
 

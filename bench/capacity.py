@@ -19,6 +19,7 @@ import time
 import types
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from common import Discard, timed  # bench/common.py (the script folder is on sys.path)
@@ -77,7 +78,9 @@ def numpy_reference(sw):
     with numpy_formulas(), np.errstate(all="ignore"):
         cell = capacity_mod.capacity_cell_terms(model, gpu, serving, I, O)
         out = capacity_mod.service_terms(cell, None, B, I, O)
-        out.update(capacity_mod.queue_terms(cell, None, B[..., None], I[..., None], O[..., None], sw.arrival_rate))
+        last = lambda x: np.asarray(x)[..., None]  # noqa: E731  (arrival_rate gets the last axis)
+        cell6 = jax.tree_util.tree_map(last, cell)
+        out.update(capacity_mod.queue_terms(cell6, None, last(B), last(I), last(O), sw.arrival_rate))
     return out
 
 

@@ -3,7 +3,8 @@
     python bench/golden.py --write     # record tests/golden/ from the current code
     python bench/golden.py             # compare the current code against tests/golden/
 
-Golden outputs: every array of the quickstart sweep (sha256 of its bytes, dtype and shape) and the
+Golden outputs: every array of the quickstart sweep (sha256 of its bytes, dtype and shape), every
+array of a capacity + queue sweep on dense models at n_gpu = 1 (CAPACITY_SWEEP), and the
 `slimjax validate` table on the shared LLM-Inference-Bench data (full precision CSV). The test-suite
 checks the same (tests/test_golden.py, and the validate table inside test_validate). A change that
 is meant to move a figure regenerates them with --write in the same commit and says so.
@@ -32,6 +33,23 @@ def array_digests(ds) -> dict:
         raw = a.astype(str).tobytes() if a.dtype.kind in "OU" else a.tobytes()
         out[name] = {"dtype": str(a.dtype), "shape": list(a.shape), "sha256": hashlib.sha256(raw).hexdigest()}
     return out
+
+
+# The capacity calculator and queue on dense models at n_gpu = 1, where MODEL.md §4b/§4c (MoE, MLA,
+# tensor-parallel communication) must leave every figure unchanged to the last bit.
+CAPACITY_SWEEP = dict(
+    models=["Llama-3.1-8B", "Mistral-7B-v0.1", "gemma-2-9b", "OPT-1.3b", "Llama-3.1-70B"],
+    gpus=["H100-SXM", "A100-SXM-80GB", "L40S"],
+    batch=[1, 2, 8, 32, 64], input_len=[128, 1000, 4096, 8192], output_len=[1, 64, 512],
+    serving={"chunk_size": 512, "launch_overhead_s": 2e-5, "L40S": {"kv_dtype_bytes": "fp8"}},
+    arrival_rate=[0.5, 2.0, 8.0], advisor=False, precision="float64",
+)
+
+
+def capacity_digests() -> dict:
+    import slimjax
+
+    return array_digests(slimjax.sweep(CAPACITY_SWEEP, quiet=True))
 
 
 def quickstart_digests() -> dict:
@@ -68,19 +86,24 @@ def main() -> int:
     args = ap.parse_args()
     data = Path(os.environ.get("SLIMJAX_DATA", REPO.parent / "shared" / "data"))
     digests = quickstart_digests()
+    capacity = capacity_digests()
     csv = validate_table_csv(data)
     if args.write:
         GOLDEN.mkdir(exist_ok=True)
         (GOLDEN / "quickstart.json").write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+        (GOLDEN / "capacity.json").write_text(json.dumps(capacity, indent=1, sort_keys=True) + "\n")
         (GOLDEN / "validate.csv").write_text(csv)
         print(f"wrote {GOLDEN}")
         return 0
     want = json.loads((GOLDEN / "quickstart.json").read_text())
     bad = [k for k in want if digests.get(k) != want[k]] + [k for k in digests if k not in want]
     same_csv = csv == (GOLDEN / "validate.csv").read_text()
+    want_cap = json.loads((GOLDEN / "capacity.json").read_text())
+    bad_cap = [k for k in want_cap if capacity.get(k) != want_cap[k]]
     print("quickstart:", "identical" if not bad else f"differs in {bad}")
+    print("capacity (its golden variables):", "identical" if not bad_cap else f"differs in {bad_cap}")
     print("validate table:", "identical" if same_csv else "differs")
-    return 0 if not bad and same_csv else 1
+    return 0 if not bad and same_csv and not bad_cap else 1
 
 
 if __name__ == "__main__":

@@ -49,12 +49,12 @@ def numpy_reference(sw):
     D, L = m["hidden"], m["n_layers"]
     kv_width = m["n_kv_heads"] * m["head_dim"]
     flops = L * (B * I * (4 * D * D + 4 * D * kv_width + 2 * m["n_ffn"] * m["ffn_dim"] * D) + 4 * B * I * I * D)
-    t_pre = flops / (c["eta_c"] * g["flops"])
+    t_pre = flops / (c["eta_c"] * g["flops_per_s"])
     e_kv = np.where(m["mla"] > 0, (m["kv_lora_rank"] + m["rope_dim"]) * m["kv_dtype_bytes"],
                     2 * m["n_kv_heads"] * m["head_dim"] * m["kv_dtype_bytes"])
     m_dec = L * e_kv * (O * (I + 1) + O * (O - 1) / 2)
     t_d = c["alpha"] * O + c["gamma"] * L * (D / 1024) ** 2 * O
-    t_dec = (B + c["B0"]) / c["eta_m"] * (t_d + m_dec / g["bandwidth"])
+    t_dec = (B + c["B0"]) / c["eta_m"] * (t_d + m_dec / g["bandwidth_bytes_per_s"])
     e2e = t_pre + t_dec + c["t_fixed"]
     tput = B * (I + O) / e2e
     t1 = tput[:, :, :1]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SlimjaxError, suggest
-from .checks import nonnegative
+from .checks import checked_number, is_integer, nonnegative
 
 DEFAULT_SLO_REFERENCE = {"input_len": 2, "output_len": 128, "batch": 32}
 DEFAULT_EPSILON = 0.5
@@ -48,9 +48,8 @@ def advisor_block(value: Any, batch: np.ndarray) -> Advisor | None:
     for key, v in given.items():
         if key not in ref:
             raise SlimjaxError(f"advisor.slo_reference.{key}", f"unknown key{suggest(str(key), list(ref))}")
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise SlimjaxError(f"advisor.slo_reference.{key}", f"must be a positive integer, got {v!r}")
-        ref[key] = v
+        ref[key] = int(checked_number(v, f"advisor.slo_reference.{key}", lambda x: x >= 1 and is_integer(x),
+                                      "a positive integer", kind="a positive integer"))
     if batch[0] != 1:
         raise SlimjaxError("batch", f"must contain 1 when the advisor is on (T(I,O,1) anchors ε); it starts at {int(batch[0])}")
     return Advisor(epsilon=epsilon, slo_s=slo_s, slo_factor=factor, slo_reference=ref)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SlimjaxError
+from .checks import finite_number
 
 
 def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
@@ -43,8 +44,7 @@ def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
     if not values:
         raise SlimjaxError(field, "is empty")
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
-            raise SlimjaxError(f"{field}[{i}]", f"must be a number, got {v!r}")
+        finite_number(v, f"{field}[{i}]")
         if integer and float(v) != int(v):
             raise SlimjaxError(f"{field}[{i}]", f"must be an integer, got {v!r}")
         if integer and v <= 0:
