@@ -88,7 +88,7 @@ def numpy_reference(sw):
 
 
 def loop_vs_closed_form() -> dict:
-    x = dict(n_params=8.03e9, attn=4.0 * 32 * 32 * 128, weights=1.606e10, kv_per_token_full=131072.0,
+    x = dict(active_params=8.03e9, attn=4.0 * 32 * 32 * 128, weights=1.606e10, routed_expert_bytes=0.0, n_experts=0.0, experts_per_token=0.0, kv_per_token_full=131072.0,
              kv_per_token_sliding=0.0, window=math.inf, flops=989e12, bandwidth=3.35e12, launch_overhead_s=2e-5)
     args = (8.03e9, 4.0 * 32 * 32 * 128, 1.606e10, 4096.0, 32, 0, math.inf, 989e12, 3.35e12, 2e-5)
     import jax

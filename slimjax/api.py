@@ -76,9 +76,12 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
 
 def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None = None) -> dict[str, pd.DataFrame]:
     """Per model × GPU at one (I, O): ``b_cap``, the throughput there, and the plateau throughput
-    (the best SLIM throughput over the batch axis). (I, O) default to the grid values closest (in
-    log scale) to a typical chat request, I = 1024, O = 256. Returns DataFrames (rows model,
-    columns GPU) keyed by what they hold, and the (I, O) used under ``"at"``.
+    (the best SLIM throughput over the batches that fit). (I, O) default to the grid values closest
+    (in log scale) to a typical chat request, I = 1024, O = 256. Returns DataFrames (rows model,
+    columns GPU) keyed by what they hold, and the (I, O) used under ``"at"``. With the capacity
+    calculator on, ``runs`` says which (model, GPU) hold at least one sequence of I + O tokens (the
+    others are NaN in every table, never a number), ``n_gpu`` the group size, and ``notes`` one line per
+    configuration that does not run, with the smallest TP degree that would fit it.
     """
     def nearest(axis: str, target: float) -> int:
         values = ds[axis].values
@@ -91,13 +94,32 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
             raise SlimjaxError(axis, f"{v} is not on the grid ({', '.join(map(str, ds[axis].values))})")
     at = ds.sel(input_len=i, output_len=o)
     tput = at["slim_throughput"].load()
-    frame = lambda a: pd.DataFrame(np.asarray(a), index=list(ds["model"].values), columns=list(ds["gpu"].values))
+    models, gpus = list(ds["model"].values), list(ds["gpu"].values)
+    frame = lambda a: pd.DataFrame(np.asarray(a), index=models, columns=gpus)  # noqa: E731
+    runs = None
+    if "fits" in ds:
+        runs = at["max_seqs"].load() >= 1
+        tput = tput.where(at["fits"].load())
     out = {"at": pd.DataFrame({"input_len": [i], "output_len": [o]}), "plateau_throughput": frame(tput.max("batch"))}
     if "b_cap" in ds:
         b_cap = at["b_cap"].load()
-        out["b_cap"] = frame(b_cap)
+        out["b_cap"] = frame(b_cap if runs is None else b_cap.where(runs))
         chosen = tput.sel(batch=xr.where(b_cap > 0, b_cap, ds["batch"].values[0])).where(b_cap > 0)
         out["throughput_at_b_cap"] = frame(chosen)
+    if runs is not None:
+        out["runs"] = frame(runs)
+        out["n_gpu"] = frame(ds["n_gpu"])
+        notes = []
+        for m in models:
+            for g in gpus:
+                if bool(runs.sel(model=m, gpu=g)):
+                    continue
+                n = int(ds["n_gpu"].sel(model=m, gpu=g))
+                need = int(ds["n_gpu_to_fit"].sel(model=m, gpu=g))
+                group = f"{n} GPU{'s' if n > 1 else ''}" if n else "no TP degree up to 8"
+                fix = f"the smallest TP degree that fits is {need}" if need else "no TP degree in 1, 2, 4, 8 fits it"
+                notes.append(f"{m} on {g} ({group}): does not fit weights plus one sequence of {i + o} tokens; {fix}")
+        out["notes"] = pd.DataFrame({"note": notes})
     return out
 
 
@@ -134,7 +156,7 @@ def capacity(model, gpu, input_len: int, output_len: int, batch: int, *, arrival
 
 def _quantity(value: float, unit: str) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "n/a (roofline not applicable; give measured values)"
+        return "n/a"
     if isinstance(value, float) and np.isinf(value):
         return "Unbounded"
     if unit == "bytes":
@@ -150,7 +172,7 @@ def _quantity(value: float, unit: str) -> str:
 
 
 CARDS = (
-    ("weights_bytes", "Weights"), ("kv_pool_bytes", "KV pool"), ("kv_bytes_per_token", "KV bytes per token"),
+    ("n_gpu", "GPUs in the group"), ("weights_bytes", "Weights"), ("kv_pool_bytes", "KV pool"), ("kv_bytes_per_token", "KV bytes per token"),
     ("seq_footprint_bytes", "Footprint per sequence"), ("max_seqs", "Max concurrent sequences"),
     ("ttft_s", "TTFT"), ("itl_s", "ITL"), ("itl_chunk_s", "ITL with an interleaved chunk"),
     ("service_s", "Service time S(B)"), ("request_rate", "Request rate"), ("token_throughput", "Token throughput"),
@@ -159,12 +181,59 @@ CARDS = (
 )
 
 
+BATCH_CARDS = ("ttft_s", "itl_s", "itl_chunk_s", "service_s", "request_rate", "token_throughput")  # at B itself
+QUEUE_CARDS = ("utilization", "p_wait", "wait_s", "response_s", "in_system")  # at m = min(B, max_seqs) slots
+
+
+def _runs(result: Mapping[str, float]) -> tuple[bool, bool]:
+    """(the configuration fits: pool > 0 and max_seqs ≥ 1, the batch fits: B ≤ max_seqs) (MODEL.md §4c)."""
+    if "fits" not in result:
+        return True, True
+    return result["max_seqs"] >= 1, bool(result["fits"])
+
+
+def capacity_verdict(result: Mapping[str, float], input_len: int, output_len: int) -> str | None:
+    """None when the configuration runs at its batch; else why not, in words: weights against usable
+    memory and the smallest ``n_gpu`` that fits, or how many sequences the KV pool holds (MODEL.md §4c)."""
+    config_fits, batch_fits = _runs(result)
+    if batch_fits:
+        return None
+    weights, pool, seqs = result["weights_bytes"], result["kv_pool_bytes"], int(result["max_seqs"])
+    n, need = int(result.get("n_gpu", 0)), int(result.get("n_gpu_to_fit", 0))
+    fix = (f"the smallest --n-gpu that fits is {need}" if need else
+           "no tensor-parallel group of 1, 2, 4 or 8 of these GPUs fits it")
+    if config_fits:
+        return (f"batch does not fit: the KV pool {_quantity(pool, 'bytes')} holds {seqs} sequence{'s' if seqs != 1 else ''} "
+                f"of {input_len + output_len} tokens ({_quantity(result['seq_footprint_bytes'], 'bytes')} each); run at most "
+                f"{seqs} at once (the queue below uses min(B, max_seqs) = {seqs} slots)")
+    if not n:
+        return (f"does not fit: no tensor-parallel group of 1, 2, 4 or 8 of these GPUs holds its weights "
+                f"({_quantity(weights, 'bytes')}) and one sequence of {input_len + output_len} tokens (n_gpu: auto found none)")
+    if pool <= 0:
+        usable = pool + weights  # u·M − M_R
+        why = (f"weights {_quantity(weights, 'bytes')} exceed usable memory {_quantity(usable, 'bytes')} "
+               f"(u·M − M_R on {n} GPU{'s' if n > 1 else ''})")
+    else:
+        why = (f"the KV pool {_quantity(pool, 'bytes')} is smaller than one sequence of {input_len + output_len} tokens "
+               f"({_quantity(result['seq_footprint_bytes'], 'bytes')})")
+    return f"does not fit: {why}; {fix}"
+
+
 def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
     """(label, value with units) for each calculator card present in ``result``; +inf reads "Unbounded"."""
     cards = []
+    config_fits, batch_fits = _runs(result)
     for key, label in CARDS:
         if key in result:
             unit = VARIABLES[key].units
             value = result[key]
-            cards.append((label, f"{int(value):,}" if key == "max_seqs" else _quantity(float(value), unit)))
+            if key == "n_gpu":
+                text = f"{int(value)}" if value else "none of 1, 2, 4, 8 fits"
+            elif key == "max_seqs":
+                text = f"{int(value):,}"
+            else:
+                text = _quantity(float(value), unit)
+            if (not batch_fits and key in BATCH_CARDS) or (not config_fits and key in QUEUE_CARDS):
+                text = "not runnable (does not fit)"  # no number for what cannot happen
+            cards.append((label, text))
     return cards

@@ -129,6 +129,9 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, **options) 
         sys.exit(2)
     click.echo(f"{model} on {gpu}: I={input_len}, O={output_len}, B={batch}"
                + (f", λ={arrival_rate:g} requests/s" if arrival_rate is not None else ""))
+    verdict = slimjax.api.capacity_verdict(result, input_len, output_len)
+    if verdict:
+        click.echo(f"  {verdict}")
     for label, value in slimjax.capacity_cards(result):
         click.echo(f"  {label:<30} {value}")
 
@@ -209,14 +212,30 @@ def _list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _cells(frame, runs, integer: bool = True):
+    """A table for print: whole numbers, and "—" for a configuration that cannot run."""
+    shown = frame.round(0).astype("Int64") if integer else frame
+    shown = shown.astype(object)
+    return shown if runs is None else shown.where(runs.astype(bool), "—")
+
+
 def _print_tables(tables, i: int, o: int) -> None:
+    runs = tables.get("runs")
+    if "n_gpu" in tables:
+        click.echo("\nGPUs per replica group (tensor-parallel degree; 0 = none fits):")
+        click.echo(tables["n_gpu"].to_string())
     if "b_cap" in tables:
-        click.echo(f"\nB_cap (batch to run; 0 = none qualifies) at input_len={i}, output_len={o}:")
-        click.echo(tables["b_cap"].to_string())
+        click.echo(f"\nB_cap (batch to run; 0 = none qualifies; — = does not fit) at input_len={i}, output_len={o}:")
+        click.echo(_cells(tables["b_cap"], runs).to_string())
         click.echo(f"\nSLIM throughput at B_cap, tokens/s, at input_len={i}, output_len={o}:")
-        click.echo(tables["throughput_at_b_cap"].round(0).fillna(0).astype(int).to_string())
-    click.echo(f"\nPlateau throughput (best over the batch axis), tokens/s, at input_len={i}, output_len={o}:")
-    click.echo(tables["plateau_throughput"].round(0).astype(int).to_string())
+        click.echo(_cells(tables["throughput_at_b_cap"].fillna(0), runs).to_string())
+    click.echo(f"\nPlateau throughput (best over the batches that fit), tokens/s, at input_len={i}, output_len={o}:")
+    click.echo(_cells(tables["plateau_throughput"], runs).to_string())
+    notes = tables.get("notes")
+    if notes is not None and len(notes):
+        click.echo("\n— does not fit:")
+        for line in notes["note"]:
+            click.echo(f"  {line}")
 
 
 def with_pd_options(fn) -> None:

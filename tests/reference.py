@@ -76,8 +76,27 @@ def kv_read(T, e_kv, L, L_s, W, r=1.0, o=1.0):
     return r * o * e_kv * ((L - L_s) * T + L_s * min(T, W))
 
 
-def prefill_chunks(I, s, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0):
-    """Chunk by chunk: (t_pre, t_chunk_max, K_c)."""
+def moe_weight_bytes(n, M_W, ext):
+    """M_W(n) (MODEL.md §4b) for ``ext`` = {E, k, routed}: routed = b_w·L_moe·P_e; M_W when dense."""
+    if not ext or not ext.get("E"):
+        return M_W
+    E, k = ext["E"], ext["k"]
+    distinct = E * (1 - (1 - k / E) ** n)
+    return M_W - (E - distinct) * ext["routed"]
+
+
+def comm_seconds(tokens, ext):
+    """2·L·t_ar(tokens·D·2) (MODEL.md §4c) for ``ext`` = {n, L, D, link, tau}; 0 without."""
+    if not ext or ext.get("n", 1) <= 1 or not ext.get("link"):
+        return 0.0
+    n = ext["n"]
+    x = tokens * ext["D"] * 2.0
+    return 2 * ext["L"] * (ext["tau"] + 2 * (n - 1) / n * x / ext["link"])
+
+
+def prefill_chunks(I, s, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0, moe=None, comm=None):
+    """Chunk by chunk: (t_pre, t_chunk_max, K_c); P = P_act and a = a_pre for MoE/MLA (§4b), ``moe`` and
+    ``comm`` the expert weight reads and the all-reduce (§4b, §4c)."""
     if s <= 0 or s >= I:
         s = I
     times = []
@@ -85,20 +104,21 @@ def prefill_chunks(I, s, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0):
     while p < I:
         n = min(s, I - p)
         ops = 2 * P * n + a * (n * p + n * n / 2)
-        byt = M_W + kv_read(p, e_kv, L, L_s, W, r, o)
-        times.append(max(ops / F, byt / BW) + t_l)
+        byt = moe_weight_bytes(n, M_W, moe) + kv_read(p, e_kv, L, L_s, W, r, o)
+        times.append(max(ops / F, byt / BW) + t_l + comm_seconds(n, comm))
         p += n
     return sum(times), max(times), len(times)
 
 
-def decode_steps(B, I, O, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0):
-    """Step by step: ITL (NaN when O = 1)."""
+def decode_steps(B, I, O, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0, moe=None, comm=None):
+    """Step by step: ITL (NaN when O = 1); P = P_act and a = a_dec for MoE/MLA."""
     if O == 1:
         return math.nan
     total = 0.0
+    w = moe_weight_bytes(B, M_W, moe)
     for j in range(1, O):
         T = I + j
-        total += max(B * (2 * P + a * T) / F, (M_W + B * kv_read(T, e_kv, L, L_s, W, r, o)) / BW) + t_l
+        total += max(B * (2 * P + a * T) / F, (w + B * kv_read(T, e_kv, L, L_s, W, r, o)) / BW) + t_l + comm_seconds(B, comm)
     return total / (O - 1)
 
 
@@ -130,28 +150,39 @@ def capacity_point(arch, gpu, serving, B, I, O, measured=None):
     pool = sv["memory_utilization"] * sv["n_gpu"] * gpu["memory_bytes"] - M_W - sv["reserved_bytes"]
     fp = footprint({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]}, I + O, int(sv["block_size"]), sv["kv_replication"], sv["kv_overhead"])
     seqs = 0 if pool <= 0 else math.floor(pool / fp)  # float quotient: 1.05 etc. are inexact in binary
-    dense = not (arch["mla"] or arch["moe"])
-    args = (arch["n_params"], 4 * arch["n_layers"] * arch["n_heads"] * arch["head_dim"], M_W, e_kv, arch["n_layers"],
-            arch["n_sliding_layers"], arch["window"], sv["n_gpu"] * gpu["flops_per_s"] * sv["compute_efficiency"],
-            sv["n_gpu"] * gpu["bandwidth_bytes_per_s"] * sv["bandwidth_efficiency"], sv["launch_overhead_s"], sv["kv_replication"], sv["kv_overhead"])
+    # §4b by the contract's own arithmetic (not slimjax's): P_act, a_pre / a_dec, expert reads
+    L, H = arch["n_layers"], arch["n_heads"]
+    P_e = arch["n_ffn"] * arch["hidden"] * arch["expert_ffn_dim"]
+    P_act = arch["n_params"] - arch["n_moe_layers"] * (arch["n_experts"] - arch["experts_per_token"]) * P_e
+    if arch["mla"]:
+        a_pre = 2 * L * H * (arch["qk_nope_dim"] + arch["rope_dim"] + arch["v_head_dim"])
+        a_dec = 2 * L * H * (2 * arch["kv_lora_rank"] + arch["rope_dim"])
+    else:
+        a_pre = a_dec = 4 * L * H * arch["head_dim"]
+    moe = dict(E=arch["n_experts"], k=arch["experts_per_token"], routed=sv["bytes_per_weight"] * arch["n_moe_layers"] * P_e)
+    comm = dict(n=sv["n_gpu"], L=L, D=arch["hidden"], link=gpu.get("link_bytes_per_s", 0.0), tau=gpu.get("allreduce_latency_s", 0.0))
+    rest = (M_W, e_kv, arch["n_layers"], arch["n_sliding_layers"], arch["window"],
+            sv["n_gpu"] * gpu["flops_per_s"] * sv["compute_efficiency"],
+            sv["n_gpu"] * gpu["bandwidth_bytes_per_s"] * sv["bandwidth_efficiency"], sv["launch_overhead_s"],
+            sv["kv_replication"], sv["kv_overhead"])
+    pre = lambda s_: prefill_chunks(I, s_, P_act, a_pre, *rest, moe=moe, comm=comm)  # noqa: E731
+    dec = lambda b: decode_steps(b, I, O, P_act, a_dec, *rest, moe=moe, comm=comm)  # noqa: E731
 
     def service(b):
         if measured is not None:
             S = max(b, measured["batch"]) / measured["request_rate"]
             return (measured["ttft_s"] if O > 1 else S), (measured["itl_s"] if O > 1 else math.nan), S
-        if not dense:
-            return math.nan, math.nan, math.nan
-        t_pre, _, k_c = prefill_chunks(I, int(sv["chunk_size"]), *args)
-        itl = decode_steps(b, I, O, *args)
+        t_pre, _, k_c = pre(int(sv["chunk_size"]))
+        itl = dec(b)
         ttft = b * t_pre + ((k_c - 1) * itl if (b > 1 and O > 1) else 0.0)
         return ttft, itl, (ttft + (O - 1) * itl if O > 1 else ttft)
 
-    t_pre, t_max, _ = prefill_chunks(I, int(sv["chunk_size"]), *args)
+    t_pre, t_max, _ = pre(int(sv["chunk_size"]))
     ttft, itl, S = service(B)
-    roof_itl = decode_steps(B, I, O, *args)
+    roof_itl = dec(B)
     out = dict(weights_bytes=M_W, kv_pool_bytes=pool, kv_bytes_per_token=arch["n_layers"] * e_kv,
                seq_footprint_bytes=fp, max_seqs=seqs,
-               prefill_s=t_pre if dense else math.nan, chunk_max_s=t_max if dense else math.nan,
-               itl_s=itl, itl_chunk_s=(roof_itl + t_max) if dense else math.nan, ttft_s=ttft, service_s=S,
+               prefill_s=t_pre, chunk_max_s=t_max,
+               itl_s=itl, itl_chunk_s=roof_itl + t_max, ttft_s=ttft, service_s=S,
                request_rate=B / S, token_throughput=B * (I + O) / S)
     return out, seqs, service

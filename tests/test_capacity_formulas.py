@@ -81,7 +81,8 @@ def rooflines(draw):
 
 def _roof_args(x):
     c = x["r"] * x["o"] * x["e_kv"]
-    return dict(n_params=x["P"], attn=x["a"], weights=x["M_W"], kv_per_token_full=c * (x["L"] - x["L_s"]),
+    return dict(active_params=x["P"], attn=x["a"], weights=x["M_W"], routed_expert_bytes=0.0, n_experts=0.0, experts_per_token=0.0,
+                kv_per_token_full=c * (x["L"] - x["L_s"]),
                 kv_per_token_sliding=c * x["L_s"], window=x["W"], flops=x["F"], bandwidth=x["BW"],
                 launch_overhead_s=x["t_l"])
 

@@ -9,12 +9,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from golden import GOLDEN, quickstart_digests  # noqa: E402  (bench/golden.py)
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import slimjax  # noqa: E402
+from golden import GOLDEN, array_digests  # noqa: E402  (bench/golden.py)
 
 
-def test_quickstart_store_is_bit_identical_to_the_golden_one():
+@pytest.fixture(scope="module")
+def quickstart():
+    return slimjax.sweep(str(REPO / "sweeps" / "quickstart.yaml"), quiet=True)
+
+
+def test_quickstart_store_is_bit_identical_to_the_golden_one(quickstart):
     want = json.loads((GOLDEN / "quickstart.json").read_text())
-    got = quickstart_digests()
+    got = array_digests(quickstart)
     assert sorted(got) == sorted(want)
     differs = [k for k in want if got[k] != want[k]]
     assert not differs, f"quickstart arrays differ from tests/golden/quickstart.json: {differs}"
@@ -29,3 +38,20 @@ def test_dense_capacity_and_queue_at_one_gpu_are_bit_identical_to_the_golden_one
     got = capacity_digests()
     differs = [k for k in want if got.get(k) != want[k]]
     assert not differs, f"capacity arrays differ from tests/golden/capacity.json: {differs}"
+
+
+def test_quickstart_tables_show_no_configuration_that_cannot_run(quickstart):
+    """Memory is on (n_gpu: auto): every number in the summary belongs to a configuration that fits, and
+    each one that does not is named with the smallest TP degree that would hold it."""
+    tables = slimjax.summary(quickstart)
+    runs = tables["runs"]
+    for name in ("b_cap", "throughput_at_b_cap", "plateau_throughput"):
+        assert tables[name].where(~runs).isna().all().all(), name
+    assert runs.values.sum() > 0.9 * runs.size  # nearly everything runs on its auto-sized group
+    at = quickstart.sel(input_len=1024, output_len=256)
+    b_cap = at.b_cap.values
+    assert np.all(b_cap <= at.max_seqs.values)  # the advisor only recommends batches that fit
+    assert (quickstart.n_gpu.values[runs.values] >= 1).all()
+    for (m, g) in zip(*np.where(~runs.values)):
+        model, gpu = str(quickstart.model[m].values), str(quickstart.gpu[g].values)
+        assert any(line.startswith(f"{model} on {gpu}") for line in tables["notes"]["note"])

@@ -36,12 +36,15 @@ def architectures(draw):
         moe=0.0,
         kv_lora_rank=float(draw(st.sampled_from([128, 512]))) if mla else 0.0,
         rope_dim=64.0 if mla else 0.0,
+        qk_nope_dim=128.0 if mla else 0.0, v_head_dim=128.0 if mla else 0.0,  # §4b fields SLIM does not read
+        n_experts=0.0, experts_per_token=0.0, expert_ffn_dim=0.0, n_moe_layers=0.0,
     )
 
 
 gpus = st.fixed_dictionaries(dict(
     flops_per_s=st.floats(1e13, 5e15), bandwidth_bytes_per_s=st.floats(1e11, 1e13),
     memory_bytes=st.just(80 * 2.0**30), price_per_hour=st.just(1.0),
+    link_bytes_per_s=st.just(0.0), allreduce_latency_s=st.just(1e-5),
 ))
 coeffs = st.fixed_dictionaries(dict(
     eta_c=st.floats(0.05, 1.0), eta_m=st.floats(0.05, 2.0), B0=st.floats(0, 100),

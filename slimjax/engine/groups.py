@@ -111,8 +111,21 @@ register_group(Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_
 # ------------------------------------------------------------------------- the capacity calculator (§3–§4)
 
 
-def _roofline_na(sweep: Sweep) -> list[str]:
-    return [m for m, mla, moe in zip(sweep.models, sweep.model.mla, sweep.model.moe) if mla or moe]
+def _roofline_attrs(sweep: Sweep) -> dict:
+    """What a roofline-timed variable should say about how it was computed (MODEL.md §4b, §4c)."""
+    attrs = {}
+    variants = {m: "+".join(n for n, on in (("moe", moe), ("mla", mla)) if on)
+                for m, moe, mla in zip(sweep.models, sweep.model.moe, sweep.model.mla)}
+    variants = {m: v for m, v in variants.items() if v}
+    if variants:
+        attrs["roofline_variant"] = json.dumps(variants)
+    if sweep.serving is not None:
+        no_link = [f"{m}/{g}" for i, m in enumerate(sweep.models) for j, g in enumerate(sweep.gpus)
+                   if sweep.serving.n_gpu[i, j] > 1 and not sweep.gpu.link_bytes_per_s[j] > 0]
+        if no_link:
+            attrs["tp_communication"] = (f"n_gpu > 1 without a link figure (interconnect_gbs), so no all-reduce time: "
+                                         f"{', '.join(no_link)}")
+    return attrs
 
 
 def _capacity_inputs(sweep: Sweep) -> dict:
@@ -122,6 +135,7 @@ def _capacity_inputs(sweep: Sweep) -> dict:
            **_coordinates(sweep)}
     if sweep.measured is not None:
         out["measured"] = (("model", "gpu"), astype(sweep.measured, np.float64))
+    out["n_gpu_to_fit"] = (("model", "gpu"), np.asarray(sweep.tp_to_fit, np.float64))
     return out
 
 
@@ -134,16 +148,11 @@ def _capacity_batch(x: dict, cells: dict, out: dict) -> dict:
     B64, I64, O64 = (x[k].astype(F64) for k in ("batch", "input_len", "output_len"))
     result = {k: cap[k] for k in VARIABLES if VARIABLES[k].group == "capacity" and k in cap}
     result.update(service_terms(cap, x.get("measured"), B64, I64, O64))
-    result["_batch_fits"] = B64 <= cap["max_seqs"]  # the advisor recommends only batches the KV cache holds
+    result["fits"] = B64 <= cap["max_seqs"]  # the advisor recommends only batches that fit
+    n = x["serving"].n_gpu
+    result["n_gpu"] = jnp.where(jnp.isnan(n), 0.0, n)
+    result["n_gpu_to_fit"] = x["n_gpu_to_fit"]
     return result
-
-
-def _nan_reason(sweep: Sweep) -> dict:
-    na = _roofline_na(sweep)
-    if not na:
-        return {}
-    return {"nan_reason": f"NaN for {', '.join(na)}: the roofline is a dense-decoder estimate, not "
-                          "applicable to MoE or MLA models; give a measured block to use measured mode"}
 
 
 def _capacity_attrs(sweep: Sweep, name: str) -> dict:
@@ -151,7 +160,7 @@ def _capacity_attrs(sweep: Sweep, name: str) -> dict:
     if name in ROOFLINE_ONLY:
         attrs["mode"] = "roofline only (not measured mode, not used for the queue)"
     if name in ROOFLINE_ONLY or name in SERVICE:
-        attrs.update(_nan_reason(sweep))
+        attrs.update(_roofline_attrs(sweep))
     if name in SERVICE and sweep.measured is not None:
         pairs = [f"{m}/{g}" for i, m in enumerate(sweep.models) for j, g in enumerate(sweep.gpus)
                  if not np.isnan(sweep.measured.batch[i, j])]
@@ -172,7 +181,7 @@ def _queue_batch(x: dict, cells: dict, out: dict) -> dict:
 
 register_group(Group("queue", active=lambda sw: sw.arrival_rate is not None,
                      inputs=lambda sw: {"arrival_rate": (("arrival_rate",), np.asarray(sw.arrival_rate, np.float64))},
-                     batch=_queue_batch, attrs=lambda sw, name: _nan_reason(sw), wide=True, host_callbacks=True))
+                     batch=_queue_batch, attrs=lambda sw, name: _roofline_attrs(sw), wide=True, host_callbacks=True))
 
 # -------------------------------------------------------------- prediction intervals (calibrated store)
 
@@ -227,7 +236,7 @@ def slo_seconds(sweep: Sweep) -> np.ndarray | None:
 def _advisor_batch(x: dict, cells: dict, out: dict) -> dict:
     axis = x["dims"].index("batch")
     B, slo, eps = x["batch"], x["slo_s"], x["epsilon"]
-    allowed = out.get("_batch_fits")
+    allowed = out.get("fits")
     t, e2e, t1 = out["slim_throughput"], out["slim_e2e_s"], out["_slim_at_1"]["slim_throughput"]
 
     def b_cap(tput, latency, tput1):

@@ -62,11 +62,16 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("b_cap_hi", PAIR_LENS, _CAP, "B_cap with throughput and E2E at the optimistic ends of their 90 % intervals",
              "advisor", "int32", ("intervals",)),
     # The capacity calculator (MODEL.md §3–§4), present when a sweep has serving, measured or arrival_rate.
+    Variable("n_gpu", PAIR, "GPUs", "GPUs in the replica group (tensor-parallel degree; 0: no degree in {1, 2, 4, 8} fits)",
+             "capacity", "int32"),
+    Variable("n_gpu_to_fit", PAIR, "GPUs", "smallest tensor-parallel degree in {1, 2, 4, 8} dividing H_q that fits the sweep's "
+             "longest I + O, other settings as given (0: none)", "capacity", "int32"),
     Variable("weights_bytes", PAIR, "bytes", "resident weights of the replica group, M_W = P·b_w", "capacity"),
     Variable("kv_pool_bytes", PAIR, "bytes", "KV-cache pool u·M − M_W − M_R (negative: weights do not fit)", "capacity"),
     Variable("kv_bytes_per_token", PAIR, "bytes", "raw KV-cache bytes per token, L·e_kv", "capacity"),
     Variable("seq_footprint_bytes", PAIR_LENS, "bytes", "KV bytes reserved per sequence of I + O tokens (blocks, window, factors)", "capacity"),
     Variable("max_seqs", PAIR_LENS, "sequences", "concurrent sequences that fit the KV pool, floor(pool / footprint)", "capacity", "int64"),
+    Variable("fits", ALL5, "1", "the batch fits in memory: B ≤ max_seqs (MODEL.md §4c)", "capacity", "bool"),
     Variable("prefill_s", ("model", "gpu", "input_len"), "s", "roofline prefill time of one prompt, chunked", "capacity"),
     Variable("chunk_max_s", ("model", "gpu", "input_len"), "s", "longest prefill chunk", "capacity"),
     Variable("itl_s", ALL5, "s", "inter-token latency at concurrency B", "capacity"),

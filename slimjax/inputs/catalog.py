@@ -28,6 +28,11 @@ _DTYPE_BYTES = {
 # Families whose FFN is two plain matrices (no gate); everything else is treated as gated (3).
 _UNGATED_MODEL_TYPES = {"opt", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "bloom", "falcon", "phi", "mpt"}
 _GPU_KEYS = ("tflops", "bandwidth_tbs", "memory_gib", "price_per_hour")
+# Optional tensor-parallel link figures (MODEL.md §4c): per-GPU one-direction GB/s and µs per all-reduce.
+_LINK_KEYS = ("interconnect_gbs", "allreduce_latency_us")
+DEFAULT_ALLREDUCE_LATENCY_US = 10.0
+# Families whose MoE layers carry one always-on shared expert their config does not count.
+_SHARED_EXPERTS_BY_TYPE = {"llama4_text": 1, "llama4": 1}
 
 
 def configs_dir() -> Path:
@@ -147,9 +152,14 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
     n_experts = _first(cfg, "num_local_experts", "num_experts", "n_routed_experts")
     moe = top_k is not None and n_experts is not None
     d_expert = float(_first(cfg, "moe_intermediate_size") or D_ff)
-    n_shared = float(cfg.get("n_shared_experts") or 0)
+    n_shared = float(_first(cfg, "n_shared_experts", "num_shared_experts") or _SHARED_EXPERTS_BY_TYPE.get(model_type, 0))
+    # gemma-4 style: a dense MLP of intermediate_size runs beside the routed experts in every layer
+    parallel_dense = D_ff if moe and cfg.get("enable_moe_block") and cfg.get("moe_intermediate_size") else 0.0
+    k_dense = float(cfg.get("first_k_dense_replace") or 0) if moe else 0.0  # DeepSeek's first k layers are dense
+    step = float(_first(cfg, "interleave_moe_layer_step", "decoder_sparse_step") or 1) if moe else 1.0
+    L_moe = (len(range(0, int(L - k_dense), int(step))) if step > 1 else L - k_dense) if moe else 0.0
     if moe:
-        D_ff_active = float(top_k) * d_expert + n_shared * d_expert
+        D_ff_active = float(top_k) * d_expert + n_shared * d_expert + parallel_dense
     else:
         D_ff_active = D_ff
 
@@ -193,9 +203,8 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
             attn = q_proj + D * (d_c + d_R) + d_c * H_q * (nope + v_head) + H_q * v_head * D
         else:
             attn = 2 * D * H_q * d_h + 2 * D * H_kv * d_h
-        if moe:  # DeepSeek's first k layers are dense
-            k_dense = float(cfg.get("first_k_dense_replace") or 0)
-            ffn_total = n_ffn * D * ((L - k_dense) * (float(n_experts) + n_shared) * d_expert + k_dense * D_ff)
+        if moe:  # MoE layers: routed + shared experts (+ a parallel dense MLP); the other layers dense
+            ffn_total = n_ffn * D * (L_moe * ((float(n_experts) + n_shared) * d_expert + parallel_dense) + (L - L_moe) * D_ff)
         else:
             ffn_total = L * n_ffn * D * D_ff
         P = V * D * (1 if tied else 2) + L * attn + ffn_total
@@ -206,6 +215,10 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
         n_layers=L, hidden=D, n_heads=H_q, n_kv_heads=H_kv, head_dim=d_h, ffn_dim=D_ff_active,
         n_ffn=n_ffn, vocab=V, n_params=P, bytes_per_weight=b_w, kv_dtype_bytes=b_w, window=float(window),
         n_sliding_layers=L_s, mla=1.0 if mla else 0.0, moe=1.0 if moe else 0.0, kv_lora_rank=d_c, rope_dim=d_R,
+        qk_nope_dim=float(cfg.get("qk_nope_head_dim") or d_h) if mla else 0.0,
+        v_head_dim=float(cfg.get("v_head_dim") or d_h) if mla else 0.0,
+        n_experts=float(n_experts) if moe else 0.0, experts_per_token=float(top_k) if moe else 0.0,
+        expert_ffn_dim=d_expert if moe else 0.0, n_moe_layers=float(L_moe),
     )
 
 
@@ -253,9 +266,9 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
 
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
     """GPUSpec fields in base units from catalog units (TFLOP/s, TB/s, GiB, $/GPU-hour)."""
-    unknown = set(row) - set(_GPU_KEYS) - {"name", "aliases", "source"}
+    unknown = set(row) - set(_GPU_KEYS) - set(_LINK_KEYS) - {"name", "aliases", "source", "link_source"}
     if unknown:
-        raise SlimjaxError(f"{field}.{sorted(unknown)[0]}", f"unknown GPU key; expected {', '.join(_GPU_KEYS)}")
+        raise SlimjaxError(f"{field}.{sorted(unknown)[0]}", f"unknown GPU key; expected {', '.join(_GPU_KEYS + _LINK_KEYS)}")
     values = {}
     for key in _GPU_KEYS:
         value = row.get(key, 0.0 if key == "price_per_hour" else None)
@@ -264,11 +277,17 @@ def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
         free = key == "price_per_hour"  # a price may be 0 (owned hardware); specs may not
         values[key] = checked_number(value, f"{field}.{key}", lambda v, free=free: v > 0 or (free and v == 0),
                                      "a positive number", kind="a positive number")
+    link = row.get("interconnect_gbs")
+    link = 0.0 if link is None else positive_number(link, f"{field}.interconnect_gbs")
+    latency = row.get("allreduce_latency_us", DEFAULT_ALLREDUCE_LATENCY_US)
+    latency = checked_number(latency, f"{field}.allreduce_latency_us", lambda v: v >= 0, "non-negative")
     return dict(
         flops_per_s=values["tflops"] * 1e12,
         bandwidth_bytes_per_s=values["bandwidth_tbs"] * 1e12,
         memory_bytes=values["memory_gib"] * 2.0**30,
         price_per_hour=values["price_per_hour"],
+        link_bytes_per_s=link * 1e9,
+        allreduce_latency_s=latency * 1e-6,
     )
 
 

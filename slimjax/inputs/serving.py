@@ -15,8 +15,12 @@ from typing import Any
 
 import jax.numpy as jnp
 
+import math
+
+from ..config import float64_scope
 from ..errors import SlimjaxError
-from ..model.specs import ServingSpec, stack
+from ..model.calculator import TP_DEGREES, replicated_kv, smallest_fitting_tp
+from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .catalog import dtype_bytes
 from .checks import checked_number, is_integer, split_keyed_block
 
@@ -44,7 +48,8 @@ class ServingKey:
     """One serving key. ``default`` is in the key's units (None: the model's ``model_field``);
     ``check(value, field)`` returns the value as a float in those units or raises SlimjaxError naming
     ``field``; ``to_base`` converts to the spec's base units; ``auto`` (optional) resolves the value
-    ``auto`` from an :class:`AutoContext`."""
+    ``auto`` from an :class:`AutoContext` (NaN when no value works); ``model_check`` (optional) says why
+    a value cannot serve a model (its spec fields), or None."""
 
     key: str
     field: str
@@ -54,7 +59,8 @@ class ServingKey:
     to_base: Callable[[float], float] = _same
     model_field: str | None = None
     cli_type: type = float
-    auto: Callable[[AutoContext], float] | None = None
+    auto: Callable[[AutoContext], float] | None = None  # NaN: no value works (a result: the group cannot run)
+    model_check: Callable[[float, Mapping], str | None] | None = None  # a reason the value cannot serve this model
 
     @property
     def flag(self) -> str:
@@ -67,16 +73,44 @@ def number_rule(ok: Callable[[float], bool], what: str) -> Callable[[Any, str], 
 
 
 _positive_int = number_rule(lambda v: v >= 1 and is_integer(v), "a positive integer")
+
+
+def _group_spec(ctx: AutoContext, **override) -> tuple:
+    """The (model, GPU, serving) specs of one pair from an AutoContext (autos not yet resolved as 1)."""
+    settings = {k: (1.0 if v == "auto" else v) for k, v in {**ctx.settings, **override}.items()}
+    serving = ServingSpec(**{row.field: row.to_base(settings[row.key]) for row in SERVING.values()})
+    return stack(ModelSpec, [ctx.model_fields]), stack(GPUSpec, [ctx.gpu_fields]), serving
+
+
+def _auto_n_gpu(ctx: AutoContext) -> float:
+    """MODEL.md §4c: the smallest n in {1, 2, 4, 8} dividing H_q that fits at the sweep's longest I + O."""
+    with float64_scope():
+        model, gpu, serving = _group_spec(ctx)
+        n = float(smallest_fitting_tp(model, gpu, serving, ctx.max_tokens, ctx.settings.get("kv_replication") == "auto")[0])
+    return n if n > 0 else math.nan
+
+
+def _divides_heads(n: float, model: Mapping) -> str | None:
+    heads = model["n_heads"]
+    return None if heads % n == 0 else f"a tensor-parallel degree of {n:g} does not divide its {heads:g} query heads"
+
+
+def _auto_kv_replication(ctx: AutoContext) -> float:
+    """r = max(1, n / H_kv) (§4c); 1 where no TP degree fits (the group does not run)."""
+    n = ctx.settings["n_gpu"]
+    return 1.0 if math.isnan(n) else float(replicated_kv(n, ctx.model_fields["n_kv_heads"]))
 _unit = number_rule(lambda v: 0 < v <= 1, "in (0, 1]")
 _nonneg = number_rule(lambda v: v >= 0, "non-negative")
 _at_least_1 = number_rule(lambda v: v >= 1, "at least 1")
 
 SERVING: dict[str, ServingKey] = {k.key: k for k in (
-    ServingKey("n_gpu", "n_gpu", 1, _positive_int, "GPUs in the replica group (tensor parallel)", cli_type=int),
+    ServingKey("n_gpu", "n_gpu", 1, _positive_int, "GPUs in the replica group (tensor parallel; auto: smallest of "
+               f"{', '.join(f'{n:g}' for n in TP_DEGREES)} that fits)", cli_type=int, auto=_auto_n_gpu, model_check=_divides_heads),
     ServingKey("gpu_memory_utilization", "memory_utilization", 0.9, _unit, "fraction u of VRAM the server may use"),
     ServingKey("reserved_gib", "reserved_bytes", 0.0, _nonneg, "runtime memory M_R reserved for the group, GiB",
                to_base=lambda v: v * 2.0**30),
-    ServingKey("kv_replication", "kv_replication", 1.0, _at_least_1, "KV replication factor r"),
+    ServingKey("kv_replication", "kv_replication", 1.0, _at_least_1, "KV replication factor r (auto: max(1, n_gpu / H_kv))",
+               auto=_auto_kv_replication),
     ServingKey("kv_overhead", "kv_overhead", 1.0, _at_least_1, "KV overhead factor o (metadata, scales)"),
     ServingKey("block_size", "block_size", 16, _positive_int, "KV cache block size β, tokens", cli_type=int),
     ServingKey("chunk_size", "chunk_size", 0,
@@ -133,27 +167,30 @@ def default_serving(model, **overrides) -> ServingSpec:
     return ServingSpec(**fields)
 
 
-def _resolve(merged: dict, where: dict, ctx: Callable[[dict], AutoContext]) -> dict[str, float]:
+def _resolve(merged: dict, where: dict, arch: Mapping, ctx: Callable[[dict], AutoContext]) -> dict[str, float]:
     checked, autos = {}, []
     for row in SERVING.values():
         if row.key in merged:
             value = check_serving_value(row.key, merged[row.key], where[row.key])
             if value == "auto":
                 autos.append(row)
+                checked[row.key] = "auto"
                 continue
             checked[row.key] = value
         else:
-            checked[row.key] = row.default
+            checked[row.key] = row.default if row.default is not None else arch[row.model_field]
     for row in autos:  # after every explicit value, in table order
-        checked[row.key] = row.check(row.auto(ctx(checked)), f"{where[row.key]} (auto)")
-    return checked
+        value = float(row.auto(ctx(checked)))
+        checked[row.key] = value if math.isnan(value) else row.check(value, f"{where[row.key]} (auto)")
+    return checked, [row.key for row in autos]
 
 
 def serving_block(value: Any, models: list[tuple[str, dict]], gpus: list[tuple[str, dict]], max_tokens: float
                   ) -> tuple[ServingSpec, dict]:
     """The sweep file's ``serving`` block: per (model, GPU) settings, defaults < top level < GPU entry
     < model entry. Returns the ServingSpec (leaves (M, G), base units) and {model: {gpu: {key:
-    value in the key's units}}} for the Dataset's attrs."""
+    value in the key's units, "auto": [keys resolved from auto]}}} for the Dataset's attrs (NaN n_gpu:
+    no TP degree fits)."""
     names, gpu_names = [m for m, _ in models], [g for g, _ in gpus]
     top, by_model, by_gpu = split_keyed_block(value or {}, "serving", tuple(SERVING), names, gpu_names)
     rows, table = [], {}
@@ -164,12 +201,14 @@ def serving_block(value: Any, models: list[tuple[str, dict]], gpus: list[tuple[s
             for source, block in (("serving", top), (f"serving.{g}", by_gpu.get(g, {})), (f"serving.{m}", by_model.get(m, {}))):
                 for k, v in block.items():
                     merged[k], where[k] = v, f"{source}.{k}"
-            checked = _resolve(merged, where, lambda s, m=m, g=g, arch=arch, gpu=gpu: AutoContext(m, g, arch, gpu, dict(s), max_tokens))
+            checked, autos = _resolve(merged, where, arch,
+                               lambda s, m=m, g=g, arch=arch, gpu=gpu: AutoContext(m, g, arch, gpu, dict(s), max_tokens))
             for row in SERVING.values():
-                if checked[row.key] is None:
-                    checked[row.key] = arch[row.model_field]
-            table[m][g] = checked
+                problem = row.model_check(checked[row.key], arch) if row.model_check and not math.isnan(checked[row.key]) else None
+                if problem:
+                    raise SlimjaxError(where.get(row.key, f"serving.{row.key}"), f"{m}: {problem}")
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
+            table[m][g] = {**checked, **({"auto": autos} if autos else {})}
     spec = stack(ServingSpec, rows)
     return ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in spec.fields().items()}), table
 

@@ -7,10 +7,13 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+import jax
 import numpy as np
 import yaml
 
+from ..config import float64_scope
 from ..errors import SlimjaxError, suggest
+from ..model.calculator import smallest_fitting_tp
 from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, SlimCoeffs, stack
 from . import catalog
 from .advisor import Advisor, advisor_block
@@ -45,6 +48,7 @@ class Sweep:
     precision: str
     serving: ServingSpec | None  # leaves (M, G); None: the capacity calculator is off
     serving_table: dict | None  # model -> GPU -> settings as given units, for attrs
+    tp_to_fit: np.ndarray | None  # (M, G) smallest TP degree in {1, 2, 4, 8} that fits the longest I + O; 0: none
     measured: MeasuredSpec | None  # leaves (M, G), NaN where a pair has no measurement
     arrival_rate: np.ndarray | None  # requests/s; None: no queue variables
     source: str  # the sweep file path, or "<dict>"
@@ -125,7 +129,17 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     max_tokens = float(axes["input_len"][-1] + axes["output_len"][-1])
     serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens) if capacity else (None, None)
     measured = measured_block(data["measured"], model_names, gpu_names)[0] if data.get("measured") is not None else None
+    model = stack(ModelSpec, [row for _, row in models])
+    gpu = stack(GPUSpec, [row for _, row in gpus])
+    tp_to_fit = None
+    if serving is not None:
+        auto_r = np.array([["kv_replication" in serving_table[m][g].get("auto", ()) for g in gpu_names] for m in model_names])
+        with float64_scope():
+            tp_to_fit = np.asarray(smallest_fitting_tp(
+                jax.tree_util.tree_map(lambda x: x[:, None], model), jax.tree_util.tree_map(lambda x: x[None, :], gpu),
+                serving, max_tokens, auto_r))
     return Sweep(
+        tp_to_fit=tp_to_fit,
         coeffs_log_cov=coefficients.log_cov,
         coeffs_scatter=coefficients.scatter,
         serving=serving,
@@ -134,8 +148,8 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
         arrival_rate=parse_axis(data["arrival_rate"], "arrival_rate", integer=False) if data.get("arrival_rate") is not None else None,
         models=model_names,
         gpus=gpu_names,
-        model=stack(ModelSpec, [row for _, row in models]),
-        gpu=stack(GPUSpec, [row for _, row in gpus]),
+        model=model,
+        gpu=gpu,
         coeffs=coefficients.coeffs,
         coeffs_table=coefficients.table,
         coeffs_source=coefficients.source,

@@ -2,21 +2,23 @@
 
 ``capacity_cell_terms`` holds what does not depend on the batch (memory, prefill); ``service_terms``
 gives the service proxy at any batch array (roofline, or measured mode where a measurement exists);
-``queue_terms`` the M/M/c queue at m = min(B, max_seqs) slots. Roofline timing is not applicable to
-MoE and MLA models (dense-decoder work estimates): it is NaN there, and measured mode is used when given.
+``queue_terms`` the M/M/c queue at m = min(B, max_seqs) slots. MoE and MLA models get §4b's roofline
+(active parameters, expert weight reads, MLA attention FLOPs), groups of n > 1 GPUs §4c's all-reduce;
+measured mode wins wherever given.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import memory, queue, roofline
+from . import experts, memory, parallel, queue, roofline
 from .rates import request_rate, token_throughput
+from .specs import ServingSpec
 
 
-def roofline_applicable(model):
-    """Dense decoders only (source 001: 'Select measured mode for MoE and MLA')."""
-    return (model.mla == 0) & (model.moe == 0)
+def roofline_variant(model) -> str:
+    """'moe', 'mla', 'moe+mla' or '' (dense): how §4b extends §4 for this model (host side)."""
+    return "+".join(name for name, on in (("moe", model["moe"]), ("mla", model["mla"])) if on)
 
 
 def kv_capacity(model, gpu, serving, input_len, output_len):
@@ -32,34 +34,69 @@ def kv_capacity(model, gpu, serving, input_len, output_len):
                 max_seqs=memory.max_concurrent_seqs(pool, footprint))
 
 
+TP_DEGREES = (1.0, 2.0, 4.0, 8.0)  # the tensor-parallel degrees `n_gpu: auto` considers (§4c)
+
+
+def replicated_kv(n_gpu, n_kv_heads):
+    """r = max(1, n / H_kv): KV heads are replicated when the group has more GPUs than KV heads (§4c)."""
+    return jnp.maximum(1.0, n_gpu / n_kv_heads)
+
+
+def configuration_fits(model, gpu, serving, tokens):
+    """A configuration fits when its pool > 0 and max_seqs ≥ 1 for a sequence of ``tokens`` (§4c)."""
+    kv = kv_capacity(model, gpu, serving, tokens, 0.0)
+    return (kv["pool"] > 0) & (kv["max_seqs"] >= 1)
+
+
+def smallest_fitting_tp(model, gpu, serving, tokens, kv_replication_auto=False):
+    """The smallest n in TP_DEGREES that divides H_q and with which the group fits a sequence of ``tokens``
+    (§4c ``n_gpu: auto``), the other settings as ``serving`` has them (r = max(1, n/H_kv) where
+    ``kv_replication_auto``); 0 where none does."""
+    best = jnp.zeros(jnp.broadcast_shapes(jnp.shape(model.n_heads), jnp.shape(gpu.memory_bytes), jnp.shape(serving.n_gpu)))
+    for n in reversed(TP_DEGREES):
+        r = jnp.where(kv_replication_auto, replicated_kv(n, model.n_kv_heads), serving.kv_replication)
+        trial = ServingSpec(**{**serving.fields(), "n_gpu": n + 0.0 * serving.n_gpu, "kv_replication": r})
+        ok = (jnp.mod(model.n_heads, n) == 0) & configuration_fits(model, gpu, trial, tokens)
+        best = jnp.where(ok, n, best)
+    return best
+
+
 def capacity_cell_terms(model, gpu, serving, input_len, output_len):
     """Memory (§3) per (model, GPU, I, O) and chunked prefill (§4) per (model, GPU, I)."""
     kv = kv_capacity(model, gpu, serving, input_len, output_len)
     e_kv, weights, pool, footprint = kv["e_kv"], kv["weights"], kv["pool"], kv["footprint"]
     per_token = serving.kv_replication * serving.kv_overhead * e_kv
+    p_e = experts.expert_params(model.n_ffn, model.hidden, model.expert_ffn_dim)
+    a_pre, a_dec = experts.attention_flops_coefficients(model.n_layers, model.n_heads, model.head_dim, model.mla,
+                                                        model.kv_lora_rank, model.rope_dim, model.qk_nope_dim, model.v_head_dim)
+    comm_fixed, comm_per_token = parallel.tp_comm_terms(model.n_layers, model.hidden, serving.n_gpu, gpu.link_bytes_per_s,
+                                                       gpu.allreduce_latency_s)
     roof = dict(
-        n_params=model.n_params,
-        attn=roofline.attention_flops_coefficient(model.n_layers, model.n_heads, model.head_dim),
+        active_params=experts.active_params(model.n_params, model.n_moe_layers, model.n_experts, model.experts_per_token, p_e),
         weights=weights,
+        routed_expert_bytes=serving.bytes_per_weight * model.n_moe_layers * p_e,
+        n_experts=model.n_experts,
+        experts_per_token=model.experts_per_token,
         kv_per_token_full=per_token * (model.n_layers - model.n_sliding_layers),
         kv_per_token_sliding=per_token * model.n_sliding_layers,
         window=model.window,
         flops=serving.n_gpu * gpu.flops_per_s * serving.compute_efficiency,
         bandwidth=serving.n_gpu * gpu.bandwidth_bytes_per_s * serving.bandwidth_efficiency,
         launch_overhead_s=serving.launch_overhead_s,
+        comm_fixed_s=comm_fixed,
+        comm_per_token_s=comm_per_token,
     )
-    prefill_s, chunk_max_s, chunks = roofline.prefill_time(input_len, serving.chunk_size, **roof)
-    ok = roofline_applicable(model)
+    prefill_s, chunk_max_s, chunks = roofline.prefill_time(input_len, serving.chunk_size, attn=a_pre, **roof)
     return dict(
         weights_bytes=weights,
         kv_pool_bytes=pool,
         kv_bytes_per_token=memory.kv_bytes_per_token(model.n_layers, e_kv),
         seq_footprint_bytes=footprint,
         max_seqs=kv["max_seqs"],
-        prefill_s=jnp.where(ok, prefill_s, jnp.nan),
-        chunk_max_s=jnp.where(ok, chunk_max_s, jnp.nan),
+        prefill_s=prefill_s,
+        chunk_max_s=chunk_max_s,
         chunks=chunks,
-        roofline=roof,
+        roofline=dict(roof, attn=a_dec),
     )
 
 
@@ -70,6 +107,8 @@ def service_terms(cell, measured, batch, input_len, output_len):
     roofline does not apply, as ``cell['prefill_s']`` is then).
     """
     itl = roofline.decode_itl(batch, input_len, output_len, **cell["roofline"])
+    # NaN wherever prefill is; this select also fixes how XLA fuses (and contracts into FMAs) the decode
+    # sums, which keeps dense figures bit-identical to before §4b/§4c (tests/golden/capacity.json)
     itl = jnp.where(jnp.isnan(cell["prefill_s"]), jnp.nan, itl)
     ttft = roofline.time_to_first_token(batch, output_len, cell["prefill_s"], cell["chunks"], itl)
     service = roofline.service_time(output_len, ttft, itl)

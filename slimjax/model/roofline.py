@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .experts import weights_read_bytes
 from .memory import kv_read_bytes
 
 
@@ -44,7 +45,8 @@ def max_max_linear(a1, b1, a2, b2, lo, hi):
 
 
 def attention_flops_coefficient(n_layers, n_heads, head_dim):
-    """a = 4·L·H_q·d_h: attention FLOPs per (query token × context token), full context on every layer."""
+    """a = 4·L·H_q·d_h: attention FLOPs per (query token × context token), full context on every layer
+    (conventional attention; MLA's are :func:`slimjax.model.experts.attention_flops_coefficients`)."""
     return 4.0 * n_layers * n_heads * head_dim
 
 
@@ -54,62 +56,71 @@ def chunk_count(input_len, chunk_size):
     return jnp.ceil(input_len / s), s
 
 
-def prefill_time(input_len, chunk_size, n_params, attn, weights, kv_per_token_full, kv_per_token_sliding,
-                 window, flops, bandwidth, launch_overhead_s):
-    """Prefill of one prompt in chunks (§4): returns (t_pre, t_chunk_max, K_c), seconds.
+def prefill_time(input_len, chunk_size, active_params, attn, weights, routed_expert_bytes, n_experts, experts_per_token,
+                 kv_per_token_full, kv_per_token_sliding, window, flops, bandwidth, launch_overhead_s,
+                 comm_fixed_s=0.0, comm_per_token_s=0.0):
+    """Prefill of one prompt in chunks (§4, §4b, §4c): returns (t_pre, t_chunk_max, K_c), seconds.
 
     Chunk k has p_k = k·s earlier tokens and n_k = min(s, I − p_k) new ones;
-    t_k = max((2P·n_k + a·(n_k·p_k + n_k²/2))/F, (M_W + K(p_k))/BW) + t_l. ``kv_per_token_full``
-    = r·o·e_kv·L_f and ``kv_per_token_sliding`` = r·o·e_kv·L_s, so K(T) = full·T + sliding·min(T, W).
-    Full chunks are summed in closed form on both sides of the window crossover; the last, shorter
-    chunk is added apart.
+    t_k = max((2·P_act·n_k + a·(n_k·p_k + n_k²/2))/F, (M_W(n_k) + K(p_k))/BW) + t_l + 2·L·t_ar(n_k·D·b_a),
+    with ``attn`` = a_pre, M_W(n) the MoE weight read (:func:`weights_read_bytes`; = M_W for dense) and the
+    all-reduce as ``comm_fixed_s`` + ``comm_per_token_s``·n_k. ``kv_per_token_full`` = r·o·e_kv·L_f and
+    ``kv_per_token_sliding`` = r·o·e_kv·L_s, so K(T) = full·T + sliding·min(T, W). Full chunks are summed in
+    closed form on both sides of the window crossover; the last, shorter chunk is added apart.
     """
     k_c, s = chunk_count(input_len, chunk_size)
     last = k_c - 1.0
+    w_full = weights_read_bytes(s, weights, routed_expert_bytes, n_experts, experts_per_token)
     # full chunks k = 0 … K_c − 2: compute a1 + b1·k; bandwidth a2 + b2·k (inside the window) or a3 + b3·k
-    a1 = (2.0 * n_params * s + attn * s * s / 2.0) / flops
+    a1 = (2.0 * active_params * s + attn * s * s / 2.0) / flops
     b1 = attn * s * s / flops
-    a2 = weights / bandwidth
+    a2 = w_full / bandwidth
     b2 = (kv_per_token_full + kv_per_token_sliding) * s / bandwidth
     tail = jnp.where(kv_per_token_sliding > 0, kv_per_token_sliding * window, 0.0)
-    a3 = (weights + tail) / bandwidth
+    a3 = (w_full + tail) / bandwidth
     b3 = kv_per_token_full * s / bandwidth
     k_window = jnp.floor(window / s)  # chunks whose prefix fits the window: k·s ≤ W
     in_hi = jnp.minimum(last - 1.0, k_window)
     out_lo = jnp.clip(k_window + 1.0, 0.0, last)  # = last (an empty range) when W = inf
-    total = sum_max_linear(a1, b1, a2, b2, 0.0, in_hi) + sum_max_linear(a1, b1, a3, b3, out_lo, last - 1.0)
-    longest = jnp.maximum(max_max_linear(a1, b1, a2, b2, 0.0, in_hi), max_max_linear(a1, b1, a3, b3, out_lo, last - 1.0))
+    comm_full = comm_fixed_s + comm_per_token_s * s
+    total = sum_max_linear(a1, b1, a2, b2, 0.0, in_hi) + sum_max_linear(a1, b1, a3, b3, out_lo, last - 1.0) + last * comm_full
+    longest = jnp.maximum(max_max_linear(a1, b1, a2, b2, 0.0, in_hi), max_max_linear(a1, b1, a3, b3, out_lo, last - 1.0)) + comm_full
     # the last chunk
     p = last * s
     n = input_len - p
-    ops = 2.0 * n_params * n + attn * (n * p + n * n / 2.0)
+    ops = 2.0 * active_params * n + attn * (n * p + n * n / 2.0)
     kv = kv_read_bytes(p, kv_per_token_full, kv_per_token_sliding, window)
-    t_last = jnp.maximum(ops / flops, (weights + kv) / bandwidth)
+    w_last = weights_read_bytes(n, weights, routed_expert_bytes, n_experts, experts_per_token)
+    t_last = jnp.maximum(ops / flops, (w_last + kv) / bandwidth) + (comm_fixed_s + comm_per_token_s * n)
     t_pre = total + t_last + k_c * launch_overhead_s
     t_chunk_max = jnp.maximum(longest, t_last) + launch_overhead_s
     return t_pre, t_chunk_max, k_c
 
 
-def decode_itl(batch, input_len, output_len, n_params, attn, weights, kv_per_token_full, kv_per_token_sliding,
-               window, flops, bandwidth, launch_overhead_s):
-    """ITL = (Σ_{j=1..O−1} t_j)/(O − 1) at concurrency B (§4), seconds; NaN when O = 1.
+def decode_itl(batch, input_len, output_len, active_params, attn, weights, routed_expert_bytes, n_experts, experts_per_token,
+               kv_per_token_full, kv_per_token_sliding, window, flops, bandwidth, launch_overhead_s,
+               comm_fixed_s=0.0, comm_per_token_s=0.0):
+    """ITL = (Σ_{j=1..O−1} t_j)/(O − 1) at concurrency B (§4, §4b, §4c), seconds; NaN when O = 1.
 
-    Step j decodes at context T_j = I + j: t_j = max(B·(2P + a·T_j)/F, (M_W + B·K(T_j))/BW) + t_l,
-    summed in closed form on both sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I).
+    Step j decodes at context T_j = I + j: t_j = max(B·(2·P_act + a·T_j)/F, (M_W(B) + B·K(T_j))/BW) + t_l
+    + 2·L·t_ar(B·D·b_a), with ``attn`` = a_dec; M_W(B) and the all-reduce are constant over the steps, so
+    the sum stays closed form on both sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I).
     """
     steps = output_len - 1.0
-    a1 = batch * (2.0 * n_params + attn * input_len) / flops
+    w_step = weights_read_bytes(batch, weights, routed_expert_bytes, n_experts, experts_per_token)
+    a1 = batch * (2.0 * active_params + attn * input_len) / flops
     b1 = batch * attn / flops
     per_token = kv_per_token_full + kv_per_token_sliding
-    a2 = (weights + batch * per_token * input_len) / bandwidth
+    a2 = (w_step + batch * per_token * input_len) / bandwidth
     b2 = batch * per_token / bandwidth
     tail = jnp.where(kv_per_token_sliding > 0, kv_per_token_sliding * window, 0.0)
-    a3 = (weights + batch * (kv_per_token_full * input_len + tail)) / bandwidth
+    a3 = (w_step + batch * (kv_per_token_full * input_len + tail)) / bandwidth
     b3 = batch * kv_per_token_full / bandwidth
     j_window = jnp.floor(window - input_len)
     total = (sum_max_linear(a1, b1, a2, b2, 1.0, jnp.minimum(steps, j_window))
              + sum_max_linear(a1, b1, a3, b3, jnp.clip(j_window + 1.0, 1.0, jnp.maximum(steps + 1.0, 1.0)), steps))
-    return jnp.where(steps > 0, total / jnp.where(steps > 0, steps, 1.0) + launch_overhead_s, jnp.nan)
+    comm = comm_fixed_s + comm_per_token_s * batch
+    return jnp.where(steps > 0, total / jnp.where(steps > 0, steps, 1.0) + launch_overhead_s + comm, jnp.nan)
 
 
 def time_to_first_token(batch, output_len, prefill_s, chunks, itl_s):

@@ -35,6 +35,12 @@ class ModelSpec(eqx.Module):
     moe: jax.Array  # 1.0 for mixture-of-experts FFNs, else 0.0
     kv_lora_rank: jax.Array  # d_c (MLA)
     rope_dim: jax.Array  # d_R (MLA)
+    qk_nope_dim: jax.Array  # d_nope (MLA, decompressed prefill)
+    v_head_dim: jax.Array  # d_v (MLA)
+    n_experts: jax.Array  # E routed experts per MoE layer (0: dense)
+    experts_per_token: jax.Array  # k
+    expert_ffn_dim: jax.Array  # D_e
+    n_moe_layers: jax.Array  # L_moe
 
 
 class GPUSpec(eqx.Module):
@@ -44,6 +50,8 @@ class GPUSpec(eqx.Module):
     bandwidth_bytes_per_s: jax.Array  # BW_max, bytes/s
     memory_bytes: jax.Array  # M_VRAM, bytes
     price_per_hour: jax.Array  # illustrative $/GPU-hour
+    link_bytes_per_s: jax.Array  # BW_link, per-GPU one-direction tensor-parallel link (0: no figure, no cost)
+    allreduce_latency_s: jax.Array  # τ, per all-reduce
 
 
 class SlimCoeffs(eqx.Module):
