@@ -161,7 +161,9 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, out, over
         frames = [slimjax.load_traces(t, format=fmt) for t in traces]
         for t, f in zip(traces, frames):
             click.echo(f"{t}: {len(f)} rows" + "".join(f"; dropped {n} ({why})" for why, n in f.attrs["dropped"].items()))
-        ds = slimjax.calibrate(pd.concat(frames, ignore_index=True), group_by=[g.strip() for g in group_by.split(",")],
+        combined = pd.concat(frames, ignore_index=True)
+        combined.attrs["dropped"] = _merged_dropped(frames)
+        ds = slimjax.calibrate(combined, group_by=[g.strip() for g in group_by.split(",")],
                                solver=solver, variant=variant, loss=loss, bootstrap=bootstrap)
         store.write_dataset(ds, target)
     except slimjax.SlimjaxError as e:
@@ -194,7 +196,10 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
         for p in paths:
             if not os.path.exists(p):
                 raise slimjax.SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
-        frame = pd.concat([slimjax.load_traces(p, format=fmt) for p in paths], ignore_index=True)
+        frames = [slimjax.load_traces(p, format=fmt) for p in paths]
+        for p, f in zip(paths, frames):
+            click.echo(f"{p}: {len(f)} rows" + "".join(f"; dropped {n} ({why})" for why, n in f.attrs["dropped"].items()))
+        frame = pd.concat(frames, ignore_index=True)
         result = run(frame, methods=_list(methods), scenarios=_list(scenarios), exclude=exclude)
         if out:
             result.predictions.to_csv(out, index=False)
@@ -206,6 +211,14 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     click.echo(markdown_table(result.table))
     if out:
         click.echo(f"\nwrote {out}: {len(result.predictions)} held-out predictions")
+
+
+def _merged_dropped(frames) -> dict:
+    out: dict = {}
+    for f in frames:
+        for why, n in f.attrs.get("dropped", {}).items():
+            out[why] = out.get(why, 0) + n
+    return out
 
 
 def _list(text: str) -> list[str]:

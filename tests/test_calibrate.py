@@ -157,7 +157,8 @@ def test_malformed_and_bad_rows(tmp_path):
                     "Llama-3.1-8B,TPUv9,8,100,50,1\n")
     df = load_traces(path)
     assert len(df) == 1
-    assert df.attrs["dropped"] == {"hardware not in configs/hardware.yaml": 1, "model not in the catalog": 1,
+    assert df.attrs["dropped"] == {"hardware 'TPUv9' unknown (add it to configs/hardware.yaml or the GPU catalog)": 1,
+                                   "model not in the catalog": 1,
                                    "missing values": 1, "non-positive size or time": 1}
     path.write_text("model,gpu,batch\nx,y,1\n")
     with pytest.raises(SlimjaxError, match="unrecognised trace format"):

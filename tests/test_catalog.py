@@ -110,3 +110,36 @@ def test_unknown_names_suggest_close_ones():
         resolve_model("Llama-3.1-8b-instruct", "models[0]")
     with pytest.raises(SlimjaxError, match="did you mean.*H100"):
         resolve_gpu("H10O-SXM", "gpus[1]")
+
+
+@pytest.mark.parametrize("raw, want", [
+    ("Nvidia GH200 GPU", "GH200"), ("AMD MI300X GPU", "MI300X"), ("NVIDIA H200 SXM", "H200"), ("Nvidia A100 GPU", "A100-SXM-40GB"),
+    ("H100 80GB", "H100-SXM"), ("nvidia-h100-sxm5-80gb", "H100-SXM"), ("A100 40GB", "A100-SXM-40GB"),
+    ("NVIDIA H100 PCIe", "H100-PCIe"), ("l40s", "L40S"), ("h100_sxm", "H100-SXM"), ("TPUv9", None),
+])
+def test_trace_hardware_names_resolve_generally(raw, want):
+    from slimjax.inputs.catalog import resolve_hardware
+    from slimjax.inputs.traces import hardware_table
+
+    assert resolve_hardware(raw, hardware_table()) == want
+
+
+def test_an_ambiguous_hardware_name_lists_the_candidates():
+    from slimjax.inputs.catalog import resolve_hardware
+
+    with pytest.raises(SlimjaxError, match=r"'A100 GPU' could mean A100-SXM-40GB, A100-SXM-80GB; say which in configs/hardware.yaml"):
+        resolve_hardware("A100 GPU", {"a100-40": "A100-SXM-40GB"})
+
+
+def test_unmapped_hardware_is_counted_per_name_and_named_when_nothing_is_left(tmp_path):
+    from slimjax import calibrate, load_traces
+
+    path = tmp_path / "t.csv"
+    path.write_text("model,gpu,batch,input_len,output_len,e2e_s\n" + "Llama-3.1-8B,Gaudi3,8,100,50,1.5\n" * 3
+                    + "Llama-3.1-8B,TPUv9,8,100,50,1.5\n" + "Llama-3.1-8B,AMD MI300X GPU,8,100,50,1.5\n")
+    df = load_traces(path)
+    assert df.gpu.tolist() == ["MI300X"]
+    assert df.attrs["dropped"]["hardware 'Gaudi3' unknown (add it to configs/hardware.yaml or the GPU catalog)"] == 3
+    path.write_text("model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,Gaudi3,8,100,50,1.5\n")
+    with pytest.raises(SlimjaxError, match=r"no rows to fit \(1 dropped: hardware 'Gaudi3' unknown"):
+        calibrate(load_traces(path))

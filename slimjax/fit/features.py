@@ -45,7 +45,9 @@ def padded_groups(traces: pd.DataFrame, group_by: list[str]) -> tuple[list, np.n
         if col not in traces.columns:
             raise SlimjaxError("group_by", f"{col!r} is not a trace column ({', '.join(traces.columns)})")
     if traces.empty:
-        raise SlimjaxError("traces", "no rows to fit")
+        dropped = traces.attrs.get("dropped") or {}
+        why = "; ".join(f"{n} dropped: {reason}" for reason, n in dropped.items())
+        raise SlimjaxError("traces", "no rows to fit" + (f" ({why})" if why else ""))
     groups = traces.groupby(group_by, sort=True).indices
     sizes = np.fromiter((len(v) for v in groups.values()), np.int64, len(groups))
     flat = np.concatenate(list(groups.values()))

@@ -59,6 +59,50 @@ def gpu_catalog() -> dict[str, dict]:
     return _load_yaml("gpus.yaml")["gpus"]
 
 
+_VENDOR_WORDS = ("nvidia", "amd", "intel", "gpu", "gpus", "tesla", "instinct", "accelerator")
+
+
+def normalised_hardware(name: str, *, drop_memory: bool = True) -> str:
+    """A hardware name reduced for matching: lower case, vendor words ("Nvidia", "AMD", "GPU", …),
+    punctuation and spaces removed, and (``drop_memory``) a memory size ("80GB", "141 GB")."""
+    import re
+
+    text = str(name).lower()
+    for word in _VENDOR_WORDS:
+        text = re.sub(rf"\b{word}\b", " ", text)
+    if drop_memory:
+        text = re.sub(r"[-_ ]?\d+\s*(gb|gib|g)\b", " ", text)
+    return re.sub(r"[^a-z0-9]", "", text)
+
+
+def resolve_hardware(name: str, table: Mapping[str, str]) -> str | None:
+    """The catalog GPU a trace's hardware name means: ``table`` (configs/hardware.yaml) first, then the
+    GPU catalog's names and aliases (case-insensitive), then a normalised match (:func:`normalised_hardware`)
+    against those and the table's names. None when nothing matches; an error naming the candidates when
+    the normalised name matches several GPUs."""
+    name = str(name)
+    if name in table:
+        return table[name]
+    gpus = gpu_catalog()
+    spellings = {g: [g, *row.get("aliases", [])] for g, row in gpus.items()}
+    for g, names in spellings.items():
+        if any(name.lower() == n.lower() for n in names):
+            return g
+    for drop_memory in (False, True):  # "A100 40GB" is the 40 GB part before it is any A100
+        key = normalised_hardware(name, drop_memory=drop_memory)
+        if not key:
+            return None
+        norm = lambda n: normalised_hardware(n, drop_memory=drop_memory)  # noqa: E731
+        hits = {g for g, names in spellings.items() if any(norm(n) == key for n in names)}
+        hits |= {g for n, g in table.items() if norm(n) == key}
+        if len(hits) > 1:
+            raise SlimjaxError("traces.gpu", f"hardware {name!r} could mean {', '.join(sorted(hits))}; "
+                                             f"say which in configs/hardware.yaml")
+        if hits:
+            return hits.pop()
+    return None
+
+
 def _lookup(name: str, table: Mapping[str, dict], field: str, kind: str) -> tuple[str, dict]:
     if name in table:
         return name, table[name]

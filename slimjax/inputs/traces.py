@@ -160,8 +160,8 @@ def _context_len(model: str) -> float:
 def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) -> pd.DataFrame:
     """The canonical trace table from ``path`` (a file, or a folder of vLLM result JSONs).
 
-    Rows are dropped, with a count per cause in ``df.attrs['dropped']``: hardware not in
-    configs/hardware.yaml (catalog GPU names pass as they are), model not in the catalog, missing
+    Rows are dropped, with a count per cause in ``df.attrs['dropped']``: hardware that neither
+    configs/hardware.yaml nor the GPU catalog (names, aliases, normalised) knows, counted per name; model not in the catalog, missing
     values, non-positive sizes or times, and the known garbage rows whose I + O exceeds the model's
     context. A malformed file is an error naming the file, row and column. ``defaults`` fill
     columns a format lacks (e.g. ``gpu='H100-SXM'`` for vLLM JSONs).
@@ -194,11 +194,15 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
             dropped[reason] = dropped.get(reason, 0) + n
             df = df[~mask].reset_index(drop=True)
 
-    gpus = catalog.gpu_catalog()
     table = hardware_table()
-    known = {g.lower(): g for g in gpus} | {a.lower(): g for g, row in gpus.items() for a in row.get("aliases", [])}
-    df["gpu"] = [table.get(str(g), known.get(str(g).lower())) for g in df["gpu"]]
-    drop(df["gpu"].isna(), "hardware not in configs/hardware.yaml")
+    mapping = {g: catalog.resolve_hardware(g, table) for g in df["gpu"].dropna().astype(str).unique()}
+    names = df["gpu"].astype(str)
+    for raw, gpu in mapping.items():  # counted per name, so the user knows what to add where
+        if gpu is None:
+            drop(names == raw, f"hardware {raw!r} unknown (add it to configs/hardware.yaml or the GPU catalog)")
+            names = df["gpu"].astype(str)
+    df["gpu"] = df["gpu"].astype(str).map(mapping)
+    drop(df["gpu"].isna(), "hardware missing")
     names = {}
     for m in df["model"].dropna().unique():
         try:
