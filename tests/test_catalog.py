@@ -143,3 +143,22 @@ def test_unmapped_hardware_is_counted_per_name_and_named_when_nothing_is_left(tm
     path.write_text("model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,Gaudi3,8,100,50,1.5\n")
     with pytest.raises(SlimjaxError, match=r"no rows to fit \(1 dropped: hardware 'Gaudi3' unknown"):
         calibrate(load_traces(path))
+
+
+def test_catalog_holds_every_shared_config_and_every_verified_model_arch_row(shared_data):
+    import csv
+
+    for path in sorted((shared_data / "models").glob("*_config.json")):
+        alias = path.name.removesuffix("_config.json").replace("--", "/")
+        if alias == "meta-llama/Meta-Llama-3.1-8B" or alias == "meta-llama/Meta-Llama-3.1-70B":
+            alias = alias.replace("Meta-Llama-3.1", "Llama-3.1")
+        from_catalog, from_file = resolve_model(alias)[1], resolve_model(str(path))[1]
+        p_catalog, p_file = from_catalog.pop("n_params"), from_file.pop("n_params")
+        assert from_catalog == from_file, alias
+        assert p_catalog == pytest.approx(p_file, rel=1e-3), alias  # a published total may count norms and routers
+    rows = [r for r in csv.DictReader(open(shared_data / "models" / "model_arch.csv")) if r["verified_verbatim"].startswith("yes")]
+    assert len(rows) >= 20
+    for r in rows:
+        name, arch = resolve_model(r["model"])
+        assert arch["n_layers"] == float(r["layers"]) and arch["hidden"] == float(r["hidden"]), name
+        assert arch["n_heads"] == float(r["heads"]) and arch["n_kv_heads"] == float(r["kv_heads"]), name
