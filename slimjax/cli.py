@@ -113,13 +113,17 @@ class _ServingCommand(click.Command):
 @click.option("--output-len", required=True, type=int)
 @click.option("--batch", required=True, type=int, help="Concurrency B.")
 @click.option("--arrival-rate", type=float, default=None, help="Poisson arrivals, requests/s (adds the queue cards).")
+@click.option("--calibrated", is_flag=True, help="Roofline efficiencies fitted on measured serving data "
+              "(configs/roofline/default.yaml) instead of the plain roofline.")
 @_options(_MEASURED_OPTIONS, prefix="measured_")
-def capacity(model, gpu, input_len, output_len, batch, arrival_rate, **options) -> None:
+def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated, **options) -> None:
     """The capacity calculator's cards at one operating point (same functions as the sweep)."""
     import slimjax
     from slimjax.inputs.serving import SERVING
 
     serving = {k: options[k] for k in SERVING if options.get(k) is not None}
+    if calibrated:
+        serving["efficiency"] = "calibrated"
     measured = {k: options["measured_" + k] for k, _ in _MEASURED_OPTIONS if options["measured_" + k] is not None}
     try:
         result = slimjax.capacity(model, gpu, input_len, output_len, batch, arrival_rate=arrival_rate,

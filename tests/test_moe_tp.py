@@ -205,3 +205,41 @@ def test_capacity_says_first_that_a_configuration_does_not_fit():
     assert not any(ch.isdigit() for ln in timing for ch in ln.split("not runnable")[1])
     ok = CliRunner().invoke(main, args + ["--n-gpu", "auto"]).output
     assert "does not fit" not in ok and "GPUs in the group              4" in ok and "not runnable" not in ok
+
+
+# ------------------------------------------------------------------- calibrated roofline defaults (item 5)
+
+
+def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_win():
+    import json
+
+    import yaml
+
+    from slimjax.inputs.catalog import configs_dir
+
+    doc = yaml.safe_load(open(configs_dir() / "roofline" / "default.yaml"))
+    for row in [doc["default"], *doc["gpus"].values()]:
+        assert 0 < row["compute_efficiency"] <= 1 and 0 < row["bandwidth_efficiency"] <= 1 and row["launch_overhead_s"] >= 0
+    assert "held_out_tp8" in doc["provenance"] and doc["provenance"]["data"]
+    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM", "L40S"], batch=[8], input_len=[512], output_len=[64],
+                advisor=False, precision="float64")
+    plain = slimjax.sweep({**spec, "serving": {}}, quiet=True)
+    cal = slimjax.sweep({**spec, "serving": {"efficiency": "calibrated", "L40S": {"bandwidth_efficiency": 0.5}}}, quiet=True)
+    settings = json.loads(cal.attrs["serving"])["Llama-3.1-8B"]
+    h100 = doc["gpus"]["H100-SXM"]
+    assert settings["H100-SXM"]["bandwidth_efficiency"] == h100["bandwidth_efficiency"]
+    assert settings["L40S"]["bandwidth_efficiency"] == 0.5  # given beats the preset
+    assert settings["L40S"]["compute_efficiency"] == doc["default"]["compute_efficiency"]  # no L40S fit: the pooled one
+    assert plain.itl_s.attrs["efficiency"].startswith("plain roofline")
+    assert "configs/roofline/default.yaml: H100-SXM" in cal.itl_s.attrs["efficiency"]
+    assert (cal.itl_s > plain.itl_s).all()  # e_B < 1 and t_l > 0 only slow it down
+    with pytest.raises(slimjax.SlimjaxError, match="serving.efficiency: must be one of plain, calibrated, got 'fast'"):
+        slimjax.parse({**spec, "serving": {"efficiency": "fast"}})
+    from click.testing import CliRunner
+
+    from slimjax.cli import main
+
+    args = ["capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "512", "--output-len", "64", "--batch", "8"]
+    plain_out, cal_out = (CliRunner().invoke(main, args + extra).output for extra in ([], ["--calibrated"]))
+    itl = lambda out: next(ln for ln in out.splitlines() if ln.strip().startswith("ITL "))  # noqa: E731
+    assert itl(plain_out) != itl(cal_out)

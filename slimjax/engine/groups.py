@@ -161,6 +161,8 @@ def _capacity_attrs(sweep: Sweep, name: str) -> dict:
         attrs["mode"] = "roofline only (not measured mode, not used for the queue)"
     if name in ROOFLINE_ONLY or name in SERVICE:
         attrs.update(_roofline_attrs(sweep))
+        labels = {f"{m}/{g}": sweep.serving_table[m][g]["efficiency"] for m in sweep.models for g in sweep.gpus}
+        attrs["efficiency"] = (next(iter(labels.values())) if len(set(labels.values())) == 1 else json.dumps(labels))
     if name in SERVICE and sweep.measured is not None:
         pairs = [f"{m}/{g}" for i, m in enumerate(sweep.models) for j, g in enumerate(sweep.gpus)
                  if not np.isnan(sweep.measured.batch[i, j])]

@@ -24,18 +24,29 @@ ROOFLINE_PARAMS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhea
 ROOFLINE_STARTS = np.array([[0.5, 0.5, 1e-4], [0.9, 0.9, 1e-5], [0.3, 0.7, 1e-3]])
 
 
-def roofline_service(z, feats):
-    """The capacity roofline's service terms (MODEL.md §4) at e_F, e_B, t_l = exp(z) and the other
+def roofline_coefficients(z):
+    """(e_F, e_B, t_l) from the unconstrained fit parameters: efficiencies σ(z) ∈ (0, 1) (no GPU runs
+    above its peak), t_l = exp(z) > 0."""
+    return jax.nn.sigmoid(z[0]), jax.nn.sigmoid(z[1]), jnp.exp(z[2])
+
+
+def roofline_parameters(e_f, e_b, t_l):
+    """The inverse of :func:`roofline_coefficients` (e_F, e_B in (0, 1), t_l > 0)."""
+    logit = lambda e: np.log(e) - np.log1p(-e)  # noqa: E731
+    return np.stack([logit(np.asarray(e_f, float)), logit(np.asarray(e_b, float)), np.log(np.asarray(t_l, float))], axis=-1)
+
+
+def roofline_service_at(compute_efficiency, bandwidth_efficiency, launch_overhead_s, feats):
+    """The capacity roofline's service terms (MODEL.md §4) at the given e_F, e_B, t_l and the other
     serving settings at their defaults."""
-    e_f, e_b, t_l = (jnp.exp(z[i]) for i in range(3))
-    serving = default_serving(feats["model"], n_gpu=feats["n_gpu"], compute_efficiency=e_f, bandwidth_efficiency=e_b,
-                              launch_overhead_s=t_l)
+    serving = default_serving(feats["model"], n_gpu=feats["n_gpu"], compute_efficiency=compute_efficiency,
+                              bandwidth_efficiency=bandwidth_efficiency, launch_overhead_s=launch_overhead_s)
     cell = capacity_cell_terms(feats["model"], feats["gpu"], serving, feats["input_len"], feats["output_len"])
     return service_terms(cell, None, feats["batch"], feats["input_len"], feats["output_len"])
 
 
 def roofline_predict(z, feats):
-    out = roofline_service(z, feats)
+    out = roofline_service_at(*roofline_coefficients(z), feats)
     return out["itl_s"], out["ttft_s"]
 
 
@@ -52,9 +63,8 @@ def _fit_roofline_groups(z0, feats, itl, ttft, mask_itl, mask_ttft, *, solver):
 @uses_float64
 def roofline_errors(traces: pd.DataFrame, compute_efficiency=1.0, bandwidth_efficiency=1.0, launch_overhead_s=0.0) -> pd.DataFrame:
     """Signed relative errors (pred/meas − 1) of the roofline ITL and TTFT on ``traces``' rows."""
-    feats = row_features(traces)
-    z = jnp.log(jnp.asarray([compute_efficiency, bandwidth_efficiency, max(launch_overhead_s, 1e-300)]))
-    itl, ttft = map(np.asarray, roofline_predict(z, feats))
+    out = roofline_service_at(compute_efficiency, bandwidth_efficiency, launch_overhead_s, row_features(traces))
+    itl, ttft = np.asarray(out["itl_s"]), np.asarray(out["ttft_s"])
     return pd.DataFrame({"itl_error": itl / traces["itl_s"].to_numpy(float) - 1,
                          "ttft_error": ttft / traces["ttft_s"].to_numpy(float) - 1}, index=traces.index)
 
@@ -64,7 +74,8 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
                        solver: str = "lm", iterations: int = 40) -> xr.Dataset:
     """Fit the capacity roofline's e_F, e_B and t_l (MODEL.md §0, §4) to measured ITL and TTFT per
     group, all groups in one batched solve (the same engine as :func:`calibrate`); residuals are
-    the relative ITL and TTFT errors of every row that has them."""
+    the relative ITL and TTFT errors of every row that has them. The efficiencies are bounded to
+    (0, 1) (a logistic parameter): a fit cannot report a GPU running above its datasheet peak."""
     options = solver_options(solver, iterations)
     group_by = list(group_by)
     traces = traces[traces["itl_s"].notna() | traces["ttft_s"].notna()].reset_index(drop=True)
@@ -76,16 +87,18 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
     m_itl, m_ttft = valid & np.isfinite(itl), valid & np.isfinite(ttft)
     itl, ttft = np.where(m_itl, itl, 1.0), np.where(m_ttft, ttft, 1.0)
     z, cost, its, conv, J = map(np.asarray, sharded(
-        _fit_roofline_groups, np.log(ROOFLINE_STARTS), feats, itl, ttft, m_itl, m_ttft, solver=options))
+        _fit_roofline_groups, roofline_parameters(*ROOFLINE_STARTS.T), feats, itl, ttft, m_itl, m_ttft, solver=options))
     n = m_itl.sum(axis=1) + m_ttft.sum(axis=1)
-    cov, identified, _ = gauss_newton(z, cost, J, n)
+    theta = np.stack([np.asarray(c) for c in roofline_coefficients(z.T)], axis=-1)
+    slope = np.concatenate([theta[:, :2] * (1 - theta[:, :2]), theta[:, 2:]], axis=1)  # dθ/dz
+    cov, identified, _ = gauss_newton(z, cost, J, n, slope)
     p_itl, p_ttft = map(np.asarray, jax.vmap(roofline_predict)(jnp.asarray(z), feats))
     mape = lambda pred, meas, m: np.nanmean(np.where(m, np.abs(pred / meas - 1), np.nan), axis=1) * 100
     gdims = tuple(group_by)
     frame = pd.DataFrame([k if isinstance(k, tuple) else (k,) for k in keys], columns=group_by)
     ds = xr.Dataset(
         {
-            "coefficients": (("group", "param"), np.exp(z)),
+            "coefficients": (("group", "param"), theta),
             "standard_error": (("group", "param"), np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0))),
             "identified": (("group", "param"), identified),
             "converged": ("group", conv), "loss": ("group", cost), "n_points": ("group", n),
@@ -95,4 +108,6 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
         coords={"group": np.arange(len(keys)), "param": list(ROOFLINE_PARAMS), **{c: ("group", frame[c].to_numpy()) for c in group_by}},
         attrs={"solver": solver if isinstance(solver, str) else type(solver).__name__, "residual": "ITL_pred/ITL_meas - 1 and TTFT_pred/TTFT_meas - 1", "group_by": list(gdims)},
     )
+    if len(gdims) == 1:  # one column: a plain index, nothing to unstack
+        return ds.set_index(group=gdims[0]).rename(group=gdims[0])
     return ds.set_index(group=list(gdims)).unstack("group")

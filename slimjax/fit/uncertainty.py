@@ -16,8 +16,9 @@ IDENT_TOL = 1e-3
 SENSITIVITY_TOL = 1e-3  # ‖∂r/∂log θ_i‖ / the largest one below which θ_i is unidentified
 
 
-def gauss_newton(z, cost, J, n):
-    """Gauss–Newton covariance of θ = exp(z) and the identifiable coefficients, per group (numpy, batched)."""
+def gauss_newton(z, cost, J, n, slope=None):
+    """Gauss–Newton covariance of θ and the identifiable coefficients, per group (numpy, batched). θ = exp(z)
+    unless ``slope`` gives dθ/dz per group and parameter (another transform)."""
     G, p = z.shape
     H = np.einsum("gni,gnj->gij", J, J)
     scale = np.sqrt(np.maximum(np.diagonal(H, axis1=1, axis2=2), 1e-300))
@@ -33,8 +34,8 @@ def gauss_newton(z, cost, J, n):
     sigma2 = np.where(dof > 0, cost / np.maximum(dof, 1), np.nan)
     inv = np.where(null, 0.0, 1.0 / np.where(null, 1.0, w))
     cov_z = sigma2[:, None, None] * np.einsum("gik,gk,gjk->gij", V, inv, V) / (scale[:, :, None] * scale[:, None, :])
-    theta = np.exp(z)
-    cov = cov_z * theta[:, :, None] * theta[:, None, :]
+    d = np.exp(z) if slope is None else slope
+    cov = cov_z * d[:, :, None] * d[:, None, :]
     bad = ~identified
     cov = np.where(bad[:, :, None] | bad[:, None, :], np.nan, cov)
     return cov, identified, sigma2

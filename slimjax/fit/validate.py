@@ -35,7 +35,7 @@ from ..config import uses_float64
 from ..errors import SlimjaxError, suggest
 from .baselines import BASELINES
 from .features import row_features
-from .roofline import roofline_service
+from .roofline import roofline_service_at
 from .slim import calibrate, predict
 
 SCENARIOS = ("same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined")
@@ -113,8 +113,7 @@ def folds(rows: pd.DataFrame) -> list[Fold]:
 
 
 def _roofline_e2e(rows: pd.DataFrame) -> np.ndarray:
-    z = jnp.log(jnp.asarray([1.0, 1.0, 1e-300]))
-    return np.asarray(roofline_service(z, jax.tree_util.tree_map(jnp.asarray, row_features(rows)))["service_s"])
+    return np.asarray(roofline_service_at(1.0, 1.0, 0.0, jax.tree_util.tree_map(jnp.asarray, row_features(rows)))["service_s"])
 
 
 def _mape(pred, meas) -> float:

@@ -126,6 +126,40 @@ SERVING: dict[str, ServingKey] = {k.key: k for k in (
 )}
 
 
+# `efficiency` picks a preset of the three roofline settings rather than one spec field.
+EFFICIENCY_KEYS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")
+EFFICIENCY_PRESETS = ("plain", "calibrated")
+
+
+def calibrated_efficiency(gpu: str) -> tuple[dict[str, float], str]:
+    """The fitted e_F, e_B, t_l for ``gpu`` from configs/roofline/default.yaml (its own fit, else the
+    pooled ``default``), and where they came from."""
+    import yaml
+
+    from .catalog import configs_dir
+
+    path = configs_dir() / "roofline" / "default.yaml"
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    row, which = (doc["gpus"][gpu], gpu) if gpu in (doc.get("gpus") or {}) else (doc["default"], "default")
+    return {k: float(row[k]) for k in EFFICIENCY_KEYS}, f"configs/roofline/default.yaml: {which}"
+
+
+def _apply_efficiency(merged: dict, where: dict, gpu: str) -> str:
+    """Fill the roofline settings the user left out from the ``efficiency`` preset; returns its label."""
+    preset = merged.pop("efficiency", "plain")
+    field = where.pop("efficiency", "serving.efficiency")
+    if preset not in EFFICIENCY_PRESETS:
+        raise SlimjaxError(field, f"must be one of {', '.join(EFFICIENCY_PRESETS)}, got {preset!r}")
+    if preset == "plain":
+        return "plain roofline (e_F = e_B = 1, t_l = 0 unless given; MODEL.md §0)"
+    values, source = calibrated_efficiency(gpu)
+    for k, v in values.items():
+        if k not in merged:
+            merged[k], where[k] = v, f"{field} ({source})"
+    return f"calibrated ({source})"
+
+
 def register_serving_key(key: ServingKey) -> ServingKey:
     """Add a serving key to the table (the public hook): it is then accepted in sweep files, filled in
     every :class:`ServingSpec`, given its default in calibration and offered by ``slimjax capacity``."""
@@ -192,7 +226,7 @@ def serving_block(value: Any, models: list[tuple[str, dict]], gpus: list[tuple[s
     value in the key's units, "auto": [keys resolved from auto]}}} for the Dataset's attrs (NaN n_gpu:
     no TP degree fits)."""
     names, gpu_names = [m for m, _ in models], [g for g, _ in gpus]
-    top, by_model, by_gpu = split_keyed_block(value or {}, "serving", tuple(SERVING), names, gpu_names)
+    top, by_model, by_gpu = split_keyed_block(value or {}, "serving", (*SERVING, "efficiency"), names, gpu_names)
     rows, table = [], {}
     for m, arch in models:
         table[m] = {}
@@ -201,6 +235,7 @@ def serving_block(value: Any, models: list[tuple[str, dict]], gpus: list[tuple[s
             for source, block in (("serving", top), (f"serving.{g}", by_gpu.get(g, {})), (f"serving.{m}", by_model.get(m, {}))):
                 for k, v in block.items():
                     merged[k], where[k] = v, f"{source}.{k}"
+            efficiency = _apply_efficiency(merged, where, g)
             checked, autos = _resolve(merged, where, arch,
                                lambda s, m=m, g=g, arch=arch, gpu=gpu: AutoContext(m, g, arch, gpu, dict(s), max_tokens))
             for row in SERVING.values():
@@ -208,7 +243,7 @@ def serving_block(value: Any, models: list[tuple[str, dict]], gpus: list[tuple[s
                 if problem:
                     raise SlimjaxError(where.get(row.key, f"serving.{row.key}"), f"{m}: {problem}")
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
-            table[m][g] = {**checked, **({"auto": autos} if autos else {})}
+            table[m][g] = {**checked, "efficiency": efficiency, **({"auto": autos} if autos else {})}
     spec = stack(ServingSpec, rows)
     return ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in spec.fields().items()}), table
 
