@@ -1,15 +1,16 @@
-"""The plain roofline (MODEL.md §4, e_F = e_B = 1, t_l = 0) against measured serving latency.
+"""The capacity roofline against measured serving latency: plain, with and without MODEL.md §4c's
+all-reduce, and calibrated (the shipped pooled default and per-GPU fits of configs/roofline/default.yaml),
+plus a held-out tensor-parallel degree (fit on TP ≤ 4, predict TP 8).
 
 Data (read from ../shared/data or $SLIMJAX_DATA, never copied):
 - serving_h100_trtllm_llama31_8b.csv (NVIDIA aiconfigurator, Apache-2.0): TensorRT-LLM online serving of
   Llama-3.1-8B on H100-SXM, TP 1–8: mean TTFT and TPOT at client concurrency B, ISL, OSL.
-- splitwise_perf_model.csv (splitwise-sim, MIT): Llama-2-70B and BLOOM-176B on DGX-A100/H100, TP 2–8:
-  prompt_time of a batch of B prompts and token_time per generated token.
+- splitwise_perf_model.csv (splitwise-sim, MIT): Llama-2-70B on DGX-A100/H100, TP 2–8: prompt_time of a
+  batch of B prompts (the TTFT screen's batch prefill) and token_time per generated token (its BLOOM rows are
+  not in the catalog).
 
-Compared: ITL (roofline decode at concurrency B, context I … I+O) against TPOT / token_time; the
-batch prefill B·t_pre (the TTFT screen's prefill term) against splitwise's prompt_time; the TTFT
-screen against aiconfigurator's mean TTFT (an online mean, so a loose comparison). A figure, not a
-pass/fail: signed error (pred/meas − 1) quantiles.
+ITL is compared with TPOT / token_time everywhere; TTFT with splitwise's prompt_time only (aiconfigurator's
+TTFT is an online mean under queueing, not the screen). MAPE in %.
 
     python bench/roofline_vs_measured.py
 """
@@ -17,60 +18,73 @@ pass/fail: signed error (pred/meas − 1) quantiles.
 from __future__ import annotations
 
 import json
-import os
+import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+import yaml
 
-import slimjax
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fit_default_roofline as fit  # noqa: E402  (its traces() and held-out fits; it configures slimjax)
 
-slimjax.configure()
-
-DATA = Path(os.environ.get("SLIMJAX_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
-BLOOM = {"name": "BLOOM-176B", "model_type": "bloom", "num_hidden_layers": 70, "hidden_size": 14336,
-         "num_attention_heads": 112, "intermediate_size": 57344, "vocab_size": 250880, "torch_dtype": "bfloat16"}
-LLAMA2_70B = {"name": "Llama-2-70b", "model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192,
-              "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 32000,
-              "tie_word_embeddings": False, "torch_dtype": "float16"}
-HARDWARE = {"a100-80gb": "A100-SXM-80GB", "h100-80gb": "H100-SXM", "h100-80gb-pcap": "H100-SXM"}
+import slimjax.fit.features as features  # noqa: E402
+from slimjax.fit.roofline import roofline_errors  # noqa: E402
+from slimjax.inputs.catalog import configs_dir  # noqa: E402
 
 
-def predict(model, gpu, n_gpu, batch, input_len, output_len) -> dict:
-    return slimjax.capacity(model, gpu, int(input_len), int(output_len), int(batch), serving={"n_gpu": int(n_gpu)})
+def without_all_reduce():
+    """Context: GPUs resolved with no link figure, i.e. the roofline before MODEL.md §4c."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def patched():
+        original = features.resolve_gpu
+
+        def no_link(name, field="gpu"):
+            label, row = original(name, field)
+            return label, {**row, "link_bytes_per_s": 0.0}
+
+        features.resolve_gpu = no_link
+        try:
+            yield
+        finally:
+            features.resolve_gpu = original
+
+    return patched()
 
 
-def quantiles(err: np.ndarray) -> dict:
-    err = np.asarray(err, float)
-    return {"n": int(err.size), "median": float(np.median(err)), "p10": float(np.quantile(err, 0.1)),
-            "p90": float(np.quantile(err, 0.9)), "mape": float(np.mean(np.abs(err)))}
+def mape(e: pd.Series) -> float | None:
+    return round(float(e.abs().mean() * 100), 1) if e.notna().any() else None
 
 
-def aiconfigurator() -> dict:
-    d = pd.read_csv(DATA / "measured" / "serving_h100_trtllm_llama31_8b.csv")
-    itl_err, ttft_err = [], []
-    for r in d.itertuples():
-        p = predict("Llama-3.1-8B", "H100-SXM", r.tp_size, r.batch_size, r.isl, r.osl)
-        itl_err.append(p["itl_s"] * 1e3 / r.silicon_tpot_ms - 1)
-        ttft_err.append(p["ttft_s"] * 1e3 / r.silicon_ttft_ms - 1)
-    return {"rows": len(d), "itl_vs_tpot": quantiles(itl_err), "ttft_screen_vs_mean_ttft": quantiles(ttft_err)}
-
-
-def splitwise() -> dict:
-    d = pd.read_csv(DATA / "measured" / "splitwise_perf_model.csv")
-    d = d.groupby(["model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"], as_index=False)[
-        ["prompt_time", "token_time"]].median()  # 5 repeats each
+def table(t: pd.DataFrame) -> dict:
+    doc = yaml.safe_load(open(configs_dir() / "roofline" / "default.yaml"))
     out = {}
-    for model, spec in (("llama2-70b", LLAMA2_70B), ("bloom-176b", BLOOM)):
-        sub = d[d.model == model]
-        itl_err, pre_err = [], []
-        for r in sub.itertuples():
-            p = predict(spec, HARDWARE[r.hardware], r.tensor_parallel, r.batch_size, r.prompt_size, max(r.token_size, 2))
-            pre_err.append(r.batch_size * p["prefill_s"] * 1e3 / r.prompt_time - 1)
-            itl_err.append(p["itl_s"] * 1e3 / r.token_time - 1)
-        out[model] = {"rows": len(sub), "itl_vs_token_time": quantiles(itl_err), "batch_prefill_vs_prompt_time": quantiles(pre_err)}
+    for (source, gpu), rows in t.groupby(["source", "gpu"]):
+        key = f"{source.split('_')[0]} {gpu}"
+        own = doc["gpus"].get(gpu, doc["default"])
+        with without_all_reduce():
+            before = roofline_errors(rows)
+        plain = roofline_errors(rows)
+        pooled = roofline_errors(rows, *(doc["default"][k] for k in fit.ROOFLINE_PARAMS))
+        per_gpu = roofline_errors(rows, *(own[k] for k in fit.ROOFLINE_PARAMS))
+        out[key] = {"rows": len(rows), **{f"{name} ITL / TTFT": (mape(e.itl_error), mape(e.ttft_error)) for name, e in
+                    (("plain before §4c", before), ("plain", plain), ("calibrated default", pooled), ("calibrated per GPU", per_gpu))}}
+    return out
+
+
+def signed_by_tp(t: pd.DataFrame) -> dict:
+    """Median signed ITL error (pred/meas − 1) of the per-GPU calibrated roofline, per source, GPU and TP."""
+    doc = yaml.safe_load(open(configs_dir() / "roofline" / "default.yaml"))
+    out = {}
+    for (source, gpu, n), rows in t.groupby(["source", "gpu", "n_gpu"]):
+        own = doc["gpus"].get(gpu, doc["default"])
+        e = roofline_errors(rows, *(own[k] for k in fit.ROOFLINE_PARAMS)).itl_error
+        out[f"{source.split('_')[0]} {gpu} TP{n}"] = round(float(e.median() * 100), 1)
     return out
 
 
 if __name__ == "__main__":
-    print(json.dumps({"aiconfigurator_llama31_8b_h100": aiconfigurator(), "splitwise": splitwise()}, indent=1))
+    t = fit.traces()
+    print(json.dumps({"mape_by_source": table(t), "held_out_tp8_per_gpu_fit_on_tp_le_4": fit.held_out(t, t.n_gpu <= 4, t.n_gpu == 8),
+                      "calibrated_itl_median_signed_error_pct_by_tp": signed_by_tp(t)}, indent=1))
