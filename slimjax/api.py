@@ -61,13 +61,14 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
                 return dataset.in_memory_dataset(sw, sink.arrays, attrs, var_attrs)
             variables = {n: (VARIABLES[n].dims, grid.variable_dtype(sw, n), block_plan.chunks(VARIABLES[n].dims), var_attrs[n])
                          for n in names}
-            sink = store.ZarrSink(target, sw.coords, {d: DIMS[d].attrs for d in sw.coords}, variables, attrs)
-            try:
-                grid.evaluate(sw, block_plan, sink, progress=progress)
-                sink.commit()
-            except BaseException:
-                sink.abort()
-                raise
+            with store.sigterm_as_exit():
+                sink = store.ZarrSink(target, sw.coords, {d: DIMS[d].attrs for d in sw.coords}, variables, attrs)
+                try:
+                    grid.evaluate(sw, block_plan, sink, progress=progress)
+                    sink.commit()
+                except BaseException:
+                    sink.abort()
+                    raise
             return dataset.canonical(store.open_store(target))
         finally:
             if progress is not None:
