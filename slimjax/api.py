@@ -82,7 +82,8 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
     columns GPU) keyed by what they hold, and the (I, O) used under ``"at"``. With the capacity
     calculator on, ``runs`` says which (model, GPU) hold at least one sequence of I + O tokens (the
     others are NaN in every table, never a number), ``n_gpu`` the group size, and ``notes`` one line per
-    configuration that does not run, with the smallest TP degree that would fit it.
+    configuration that does not run, with the smallest TP degree that would fit it; ``notes`` also
+    names each model whose context (max_position_embeddings) I + O exceeds.
     """
     def nearest(axis: str, target: float) -> int:
         values = ds[axis].values
@@ -107,10 +108,15 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
         out["b_cap"] = frame(b_cap if runs is None else b_cap.where(runs))
         chosen = tput.sel(batch=xr.where(b_cap > 0, b_cap, ds["batch"].values[0])).where(b_cap > 0)
         out["throughput_at_b_cap"] = frame(chosen)
+    notes = []
+    if "within_context" in ds:
+        for m in models:
+            if not bool(at["within_context"].sel(model=m)):
+                notes.append(f"{m}: I + O = {i + o} tokens is beyond its context (max_position_embeddings); "
+                             "its figures are extrapolated")
     if runs is not None:
         out["runs"] = frame(runs)
         out["n_gpu"] = frame(ds["n_gpu"])
-        notes = []
         for m in models:
             for g in gpus:
                 if bool(runs.sel(model=m, gpu=g)):
@@ -120,7 +126,7 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
                 group = f"{n} GPU{'s' if n > 1 else ''}" if n else "no TP degree up to 8"
                 fix = f"the smallest TP degree that fits is {need}" if need else "no TP degree in 1, 2, 4, 8 fits it"
                 notes.append(f"{m} on {g} ({group}): does not fit weights plus one sequence of {i + o} tokens; {fix}")
-        out["notes"] = pd.DataFrame({"note": notes})
+    out["notes"] = pd.DataFrame({"note": notes})
     return out
 
 

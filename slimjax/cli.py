@@ -53,7 +53,11 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
             raise click.BadParameter(f"{at!r} is not IL,OL", param_hint="--at") from None
     start = time.perf_counter()
     try:
-        ds = slimjax.sweep(sweep_file, out, overwrite=overwrite, memory_budget_bytes=memory_budget, quiet=True if quiet else None)
+        sw = slimjax.parse(sweep_file)
+        for axis, v in (("input_len", il), ("output_len", ol)):  # before any work, not after the store is written
+            if v is not None and v not in getattr(sw, axis):
+                raise slimjax.SlimjaxError("--at", f"{axis} {v} is not on the grid ({', '.join(map(str, getattr(sw, axis)))})")
+        ds = slimjax.sweep(sw, out, overwrite=overwrite, memory_budget_bytes=memory_budget, quiet=True if quiet else None)
         tables = summary(ds, il, ol)
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {e}", err=True)
@@ -250,7 +254,7 @@ def _print_tables(tables, i: int, o: int) -> None:
     click.echo(_cells(tables["plateau_throughput"], runs).to_string())
     notes = tables.get("notes")
     if notes is not None and len(notes):
-        click.echo("\n— does not fit:")
+        click.echo("\nNotes (— = does not fit):")
         for line in notes["note"]:
             click.echo(f"  {line}")
 

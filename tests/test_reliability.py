@@ -93,3 +93,35 @@ def test_sigterm_removes_the_temp_store_and_the_next_run_cleans_a_kill(tmp_path)
     with pytest.warns(RuntimeWarning, match="removed .*big.zarr.tmp-999999999"):
         slimjax.sweep(SPEC, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.zarr"]
+
+
+def test_checks_come_before_work(tmp_path):
+    from click.testing import CliRunner
+
+    from slimjax.cli import main
+
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text("models: [OPT-125m]\ngpus: [H100-SXM]\nbatch: [1, 2]\ninput_len: [8, 16]\noutput_len: [4]\n")
+    out = tmp_path / "s.zarr"
+    r = CliRunner().invoke(main, ["sweep", str(sweep_file), "--out", str(out), "--at", "12,4"])
+    assert r.exit_code == 2 and "--at: input_len 12 is not on the grid (8, 16)" in r.output
+    assert not out.exists() and list(tmp_path.iterdir()) == [sweep_file]  # nothing written
+    # a billion-value axis is refused before it is built (this process stays small)
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(slimjax.SlimjaxError, match=r"batch: has 1,000,000,000 values; at most 1,000,000 per axis"):
+        slimjax.parse(dict(SPEC, batch={"start": 1, "stop": 10**9}))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB
+
+
+def test_context_beyond_the_model_is_flagged_per_cell_and_in_the_summary():
+    ds = slimjax.sweep(dict(models=["Llama-3.1-8B", "OPT-125m"], gpus=["H100-SXM"], batch=[1, 8], input_len=[1024, 200_000],
+                            output_len=[256, 1024]), quiet=True)
+    w = ds.within_context
+    assert bool(w.sel(model="Llama-3.1-8B", input_len=1024, output_len=1024))  # 131072 context
+    assert not bool(w.sel(model="Llama-3.1-8B", input_len=200_000, output_len=256))
+    assert bool(w.sel(model="OPT-125m", input_len=1024, output_len=1024))  # exactly its 2048-token context
+    assert not bool(w.sel(model="OPT-125m", input_len=200_000, output_len=256))
+    notes = slimjax.summary(ds, 200_000, 256)["notes"]["note"].tolist()
+    assert any(n.startswith("Llama-3.1-8B: I + O = 200256 tokens is beyond its context") for n in notes)

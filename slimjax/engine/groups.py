@@ -102,6 +102,7 @@ def _slim_cell(x: dict) -> dict:
 def _slim_batch(x: dict, cells: dict, out: dict) -> dict:
     c, I, O, cell = x["coeffs"], x["input_len"], x["output_len"], cells["slim"]
     return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, c, x["batch"], I, O),
+            "within_context": I + O <= x["model"].max_context,
             # at B = 1, for the advisor's ε and the intervals (XLA drops it if unused)
             "_slim_at_1": slim_batch_terms(cell, c, jnp.ones((), x["batch"].dtype), I, O)}
 

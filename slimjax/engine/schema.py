@@ -53,6 +53,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("slim_decode_s", ALL5, "s", "SLIM decode time T_dec (Eq. 9)", "slim"),
     Variable("slim_e2e_s", ALL5, "s", "SLIM end-to-end batch latency E2E (Eq. 5)", "slim"),
     Variable("slim_throughput", ALL5, "tokens/s", "SLIM total-token throughput B(I+O)/E2E (Eq. 6)", "slim"),
+    Variable("within_context", ("model", "input_len", "output_len"), "1",
+             "I + O within the model's context (max_position_embeddings); False: the figures are extrapolated", "slim", "bool"),
     Variable("b_cap", PAIR_LENS, _CAP, "batch-capacity advisor recommendation B_cap (Eq. 13)", "advisor", "int32"),
     # With coefficients from a calibrated store (covariance known): 90 % prediction intervals.
     Variable("slim_throughput_lo", ALL5, "tokens/s", "lower end of the 90 % prediction interval of slim_throughput", "intervals"),

@@ -11,6 +11,15 @@ from ..errors import SlimjaxError
 from .checks import finite_number
 
 
+# A grid axis longer than this is refused before anything is allocated: the batch axis is held whole
+# in every block (B_cap reduces over it) and every other axis multiplies the grid.
+MAX_AXIS_VALUES = 1_000_000
+
+
+def _too_long(field: str, n: int) -> SlimjaxError:
+    return SlimjaxError(field, f"has {n:,} values; at most {MAX_AXIS_VALUES:,} per axis (sample it with a larger step)")
+
+
 def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
     """An axis: a list, one value, or {start, stop, step} with stop inclusive; strictly increasing.
 
@@ -32,6 +41,11 @@ def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
         start, stop, step = bounds["start"], bounds["stop"], bounds["step"]
         if step <= 0:
             raise SlimjaxError(f"{field}.step", f"must be positive, got {step!r}")
+        for key in ("start", "stop", "step"):
+            finite_number(bounds[key], f"{field}.{key}")
+        count = int((stop - start) // step) + 1 if stop >= start else 0
+        if count > MAX_AXIS_VALUES:
+            raise _too_long(field, count)  # before any value exists
         values = list(range(start, stop + 1, step)) if integer else list(np.arange(start, stop + step * 1e-9, step))
         if not values:
             raise SlimjaxError(field, f"range {dict(value)!r} is empty")
@@ -43,6 +57,8 @@ def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
         raise SlimjaxError(field, f"must be a list of {'integers' if integer else 'numbers'} or {{start, stop, step}}, got {value!r}")
     if not values:
         raise SlimjaxError(field, "is empty")
+    if len(values) > MAX_AXIS_VALUES:
+        raise _too_long(field, len(values))
     for i, v in enumerate(values):
         finite_number(v, f"{field}[{i}]")
         if integer and float(v) != int(v):

@@ -263,6 +263,7 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
         v_head_dim=float(cfg.get("v_head_dim") or d_h) if mla else 0.0,
         n_experts=float(n_experts) if moe else 0.0, experts_per_token=float(top_k) if moe else 0.0,
         expert_ffn_dim=d_expert if moe else 0.0, n_moe_layers=float(L_moe),
+        max_context=float(cfg["max_position_embeddings"]) if cfg.get("max_position_embeddings") else math.inf,
     )
 
 

@@ -41,6 +41,7 @@ class ModelSpec(eqx.Module):
     experts_per_token: jax.Array  # k
     expert_ffn_dim: jax.Array  # D_e
     n_moe_layers: jax.Array  # L_moe
+    max_context: jax.Array  # max_position_embeddings, tokens (inf where the config does not say)
 
 
 class GPUSpec(eqx.Module):
