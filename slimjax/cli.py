@@ -74,13 +74,15 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
 
 
 _MEASURED_OPTIONS = (("batch", int), ("request_rate", float), ("ttft_s", float), ("itl_s", float))
+_MEASURED_HELP = {"batch": "measured mode: the calibration concurrency B_cal", "request_rate": "measured completed requests/s at B_cal",
+                  "ttft_s": "measured time to first token, s", "itl_s": "measured inter-token latency, s"}
 
 
 def _options(options, prefix: str = ""):
     def wrap(fn):
         for name, kind in reversed(options):
             flag = "--" + (prefix + name).replace("_", "-")
-            fn = click.option(flag, f"{prefix}{name}", type=kind, default=None, help=f"{prefix.replace('_', ' ')}{name}")(fn)
+            fn = click.option(flag, f"{prefix}{name}", type=kind, default=None, help=_MEASURED_HELP.get(name, name))(fn)
         return fn
     return wrap
 
@@ -133,7 +135,7 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated,
         result = slimjax.capacity(model, gpu, input_len, output_len, batch, arrival_rate=arrival_rate,
                                   serving=serving, measured=measured or None)
     except slimjax.SlimjaxError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_as_flags(e)}", err=True)
         sys.exit(2)
     click.echo(f"{model} on {gpu}: I={input_len}, O={output_len}, B={batch}"
                + (f", λ={arrival_rate:g} requests/s" if arrival_rate is not None else ""))
@@ -168,7 +170,7 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, out, over
         target = store.check_target(out, overwrite)
         frames = [slimjax.load_traces(t, format=fmt) for t in traces]
         for t, f in zip(traces, frames):
-            click.echo(f"{t}: {len(f)} rows" + "".join(f"; dropped {n} ({why})" for why, n in f.attrs["dropped"].items()))
+            click.echo(_read_line(t, f))
         combined = pd.concat(frames, ignore_index=True)
         combined.attrs["dropped"] = _merged_dropped(frames)
         ds = slimjax.calibrate(combined, group_by=[g.strip() for g in group_by.split(",")],
@@ -206,7 +208,7 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
                 raise slimjax.SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
         frames = [slimjax.load_traces(p, format=fmt) for p in paths]
         for p, f in zip(paths, frames):
-            click.echo(f"{p}: {len(f)} rows" + "".join(f"; dropped {n} ({why})" for why, n in f.attrs["dropped"].items()))
+            click.echo(_read_line(p, f))
         frame = pd.concat(frames, ignore_index=True)
         result = run(frame, methods=_list(methods), scenarios=_list(scenarios), exclude=exclude)
         if out:
@@ -219,6 +221,27 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     click.echo(markdown_table(result.table))
     if out:
         click.echo(f"\nwrote {out}: {len(result.predictions)} held-out predictions")
+
+
+def _as_flags(error) -> str:
+    """A capacity error in the command line's words: sweep-file fields become the flags that set them."""
+    from slimjax.inputs.serving import SERVING
+
+    field, message = error.field, str(error).split(": ", 1)[1] if ": " in str(error) else str(error)
+    names = {"models[0]": "--model", "gpus[0]": "--gpu", "batch": "--batch", "input_len": "--input-len",
+             "output_len": "--output-len", "arrival_rate": "--arrival-rate",
+             **{f"serving.{k}": row.flag for k, row in SERVING.items()},
+             **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in ("batch", "request_rate", "ttft_s", "itl_s")}}
+    for prefix in sorted(names, key=len, reverse=True):
+        if field == prefix or field.startswith(prefix + "[") or field.startswith(prefix + "."):
+            return f"{names[prefix]}{field[len(prefix):]}: {message}"
+    return str(error)
+
+
+def _read_line(path, frame) -> str:
+    dropped = frame.attrs.get("dropped", {})
+    read = len(frame) + sum(dropped.values())
+    return (f"{path}: {len(frame)} rows kept of {read} read" + "".join(f"; dropped {n} ({why})" for why, n in dropped.items()))
 
 
 def _merged_dropped(frames) -> dict:

@@ -125,3 +125,46 @@ def test_context_beyond_the_model_is_flagged_per_cell_and_in_the_summary():
     assert not bool(w.sel(model="OPT-125m", input_len=200_000, output_len=256))
     notes = slimjax.summary(ds, 200_000, 256)["notes"]["note"].tolist()
     assert any(n.startswith("Llama-3.1-8B: I + O = 200256 tokens is beyond its context") for n in notes)
+
+
+BASE = dict(gpus=["H100-SXM"], batch=[1], input_len=[8], output_len=[4])
+
+
+@pytest.mark.parametrize("spec, message", [
+    (dict(BASE, models=["OPT-125m"], gpus=[{"name": "x", "tflops": 100, "bandwidth_tbs": 1, "memory_gib": float("inf")}]),
+     r"gpus\[0\].memory_gib: must be a positive number, got inf"),
+    (dict(BASE, models=[{"name": "m", "num_hidden_layers": 2, "hidden_size": 100, "num_attention_heads": 3,
+                         "intermediate_size": 64, "vocab_size": 10}]),
+     r"models\[0\].num_attention_heads: 3 heads do not divide hidden_size 100; give head_dim"),
+    (dict(BASE, models=[{"name": "m", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                         "intermediate_size": 64, "vocab_size": 10, "num_key_value_head": 2}]),
+     r"models\[0\].num_key_value_head: unknown key; did you mean 'num_key_value_heads'\?"),
+    (dict(BASE, models=["OPT-125m"], serving={"kv_dtype_bytes": 0}),
+     r"serving.kv_dtype_bytes: must be a positive number of bytes per element or a dtype name"),
+])
+def test_small_holes_are_errors_naming_the_field(spec, message):
+    with pytest.raises(slimjax.SlimjaxError, match=message):
+        slimjax.parse(spec)
+
+
+def test_cli_words_and_data_from_any_folder(tmp_path, monkeypatch, shared_data):
+    from click.testing import CliRunner
+
+    from slimjax.cli import main
+    from slimjax.fit.validate import default_trace_paths
+
+    r = CliRunner().invoke(main, ["capacity", "--model", "OPT-125m", "--gpu", "H100-SXM", "--input-len", "8",
+                                  "--output-len", "4", "--batch", "1", "--block-size", "0"])
+    assert r.exit_code == 2 and "--block-size: must be a positive integer, got 0" in r.output  # the flag, not serving.block_size
+    monkeypatch.delenv("SLIMJAX_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert all(p.exists() for p in default_trace_paths())  # no SLIMJAX_DATA, not in the repo root
+    bench = slimjax.load_traces(shared_data / "measured" / "llm_inference_bench.csv")
+    assert bench.attrs["dropped"]["throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)"] > 300
+    assert not (bench.framework == "llama.cpp").any() or (
+        (bench.throughput * bench.e2e_s / (bench.batch * (bench.input_len + bench.output_len)) - 1).abs() < 0.05).all()
+    canonical = tmp_path / "t.csv"
+    canonical.write_text("model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,H100-SXM,8,100,50,1.5\n"
+                         "Llama-3.1-8B,TPUv9,8,100,50,1.5\n")
+    out = CliRunner().invoke(main, ["calibrate", str(canonical), "--out", str(tmp_path / "c.zarr"), "--group-by", "model"]).output
+    assert "1 rows kept of 2 read; dropped 1 (hardware 'TPUv9' unknown" in out

@@ -59,9 +59,15 @@ class Validation(NamedTuple):
 
 
 def default_trace_paths() -> list[Path]:
-    """llm_inference_bench.csv and its TTFT table under $SLIMJAX_DATA, else ../shared/data from the
-    working directory."""
-    root = Path(os.environ.get("SLIMJAX_DATA", Path("..") / "shared" / "data")) / "measured"
+    """llm_inference_bench.csv and its TTFT table under $SLIMJAX_DATA, else ../shared/data beside the
+    working directory, else beside the repository slimjax runs from (so it works from any folder)."""
+    if os.environ.get("SLIMJAX_DATA"):
+        root = Path(os.environ["SLIMJAX_DATA"])
+    else:
+        here = Path("..") / "shared" / "data"
+        beside_repo = Path(__file__).resolve().parents[3] / "shared" / "data"
+        root = here if here.is_dir() or not beside_repo.is_dir() else beside_repo
+    root = root / "measured"
     return [root / "llm_inference_bench.csv", root / "llm_inference_bench_ttft_e2e.csv"]
 
 

@@ -134,8 +134,11 @@ def dtype_bytes(value: Any, field: str) -> float:
             value = float(value)
         except ValueError:
             pass
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value > 0 and math.isfinite(value):
+            return float(value)
+        raise SlimjaxError(field, f"must be a positive number of bytes per element or a dtype name "
+                                  f"({', '.join(sorted(_DTYPE_BYTES))}), got {value!r}")
     key = str(value).lower().replace("torch.", "")
     if key not in _DTYPE_BYTES:
         raise SlimjaxError(field, f"unknown dtype {value!r}{suggest(key, _DTYPE_BYTES)}")
@@ -174,6 +177,9 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
             f"{field}.num_key_value_heads",
             f"num_attention_heads ({int(H_q)}) must be divisible by num_key_value_heads ({int(H_kv)})",
         )
+    if cfg.get("head_dim") is None and D % H_q:
+        raise SlimjaxError(f"{field}.num_attention_heads", f"{int(H_q)} heads do not divide hidden_size {int(D)}; "
+                                                           "give head_dim")
     d_h = _positive(cfg, "head_dim", field) if cfg.get("head_dim") is not None else D / H_q
     if cfg.get("intermediate_size") is None and cfg.get("ffn_dim") is None:
         raise SlimjaxError(f"{field}.intermediate_size", "missing (OPT configs call it ffn_dim); needed to build the model")
@@ -267,6 +273,28 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
     )
 
 
+# Every config key the reader uses (MODEL.md §0, §4b); an inline key that is a near miss of one is a typo.
+READ_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+             "intermediate_size", "ffn_dim", "vocab_size", "model_type", "hidden_act", "activation_function",
+             "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk", "num_local_experts", "num_experts",
+             "n_routed_experts", "moe_intermediate_size", "n_shared_experts", "num_shared_experts", "enable_moe_block",
+             "first_k_dense_replace", "interleave_moe_layer_step", "decoder_sparse_step", "kv_lora_rank", "q_lora_rank",
+             "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "use_sliding_window", "layer_types",
+             "sliding_window_pattern", "torch_dtype", "dtype", "tie_word_embeddings", "max_position_embeddings",
+             "num_parameters", "n_ffn", "text_config", "quantization_config", "config", "aliases", "source")
+
+
+def _check_spelling(body: Mapping, field: str) -> None:
+    import difflib
+
+    for key in body:
+        if key in READ_KEYS:
+            continue
+        close = difflib.get_close_matches(str(key), READ_KEYS, n=1, cutoff=0.85)
+        if close:
+            raise SlimjaxError(f"{field}.{key}", f"unknown key; did you mean {close[0]!r}?")
+
+
 def _read_json(path: Path, field: str) -> dict:
     try:
         with open(path) as f:
@@ -302,6 +330,7 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
             if not path.is_file():
                 raise SlimjaxError(f"{field}.config", f"config file {str(path)!r} not found")
             body = {**_read_json(path, f"{field}.config"), **body}
+        _check_spelling(body, field)
         return str(entry["name"]), model_from_hf(body, field)
     raise SlimjaxError(field, f"must be a catalog name, a config.json path or a mapping, got {entry!r}")
 

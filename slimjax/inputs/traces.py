@@ -223,6 +223,10 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         context = df["model"].map(_context_len)
         garbage = (df["input_len"] + df["output_len"] > context) | (df["output_len"] / df["e2e_s"] > 2000)
         drop(garbage, "input + output beyond the served context (garbage rows, ~0.05 s latency)")
+        # the source's llama.cpp rows report a throughput 16–64x below B·(I + O)/latency: one of the two is
+        # wrong, and a fit cannot tell which
+        consistent = df["throughput"] * df["e2e_s"] / (df["batch"] * (df["input_len"] + df["output_len"]))
+        drop((consistent - 1.0).abs() > 0.05, "throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)")
     for col in ("batch", "input_len", "output_len", "n_gpu"):
         df[col] = df[col].astype(np.int64)
     df.attrs["dropped"] = dropped
