@@ -25,7 +25,7 @@ KEYS = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
         "interleave_moe_layer_step", "decoder_sparse_step", "enable_moe_block", "kv_lora_rank", "q_lora_rank",
         "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "vocab_size", "max_position_embeddings",
         "tie_word_embeddings", "sliding_window", "use_sliding_window", "sliding_window_pattern", "layer_types",
-        "torch_dtype", "dtype", "hidden_act", "hidden_activation")
+        "torch_dtype", "dtype", "hidden_act", "hidden_activation", "quantization_config")
 NAMES = {  # catalog label per config file stem
     "deepseek-ai--DeepSeek-V3": "DeepSeek-V3", "deepseek-ai--DeepSeek-R1": "DeepSeek-R1",
     "Qwen--Qwen3-8B": "Qwen3-8B", "Qwen--Qwen3-32B": "Qwen3-32B", "Qwen--Qwen3-30B-A3B": "Qwen3-30B-A3B",

@@ -168,3 +168,31 @@ def test_cli_words_and_data_from_any_folder(tmp_path, monkeypatch, shared_data):
                          "Llama-3.1-8B,TPUv9,8,100,50,1.5\n")
     out = CliRunner().invoke(main, ["calibrate", str(canonical), "--out", str(tmp_path / "c.zarr"), "--group-by", "model"]).output
     assert "1 rows kept of 2 read; dropped 1 (hardware 'TPUv9' unknown" in out
+
+
+def test_quantized_checkpoints_are_counted_at_their_bytes(shared_data):
+    from slimjax.inputs.catalog import resolve_model
+
+    v3 = resolve_model(str(shared_data / "models" / "deepseek-ai--DeepSeek-V3_config.json"))[1]
+    oss = resolve_model(str(shared_data / "models" / "openai--gpt-oss-120b_config.json"))[1]
+    # fp8 with one float32 scale per 128 x 128 block (embeddings bf16); MXFP4 experts, bf16 attention and embeddings
+    assert 600 < v3["n_params"] * v3["bytes_per_weight"] / 2**30 < 640
+    assert 55 < oss["n_params"] * oss["bytes_per_weight"] / 2**30 < 66  # ~61 GiB, not 217
+    assert v3["kv_dtype_bytes"] == 2 and oss["kv_dtype_bytes"] == 2  # the cache stays at the activations' dtype
+    assert resolve_model("gpt-oss-120b")[1]["bytes_per_weight"] == oss["bytes_per_weight"]  # the catalog agrees
+
+
+@pytest.mark.parametrize("name, bytes_", [("int4", 0.5), ("fp4", 0.5), ("mxfp4", 0.53125), ("nvfp4", 0.5625)])
+def test_four_bit_dtype_names(name, bytes_):
+    sw = slimjax.parse(dict(BASE, models=["Llama-3.1-8B"], serving={"weight_dtype_bytes": name}))
+    assert float(sw.serving.bytes_per_weight[0, 0]) == bytes_
+
+
+def test_low_precision_tensor_core_peaks_where_the_gpu_has_them():
+    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM", "A100-SXM-80GB"], batch=[1], input_len=[16384], output_len=[2],
+                advisor=False, precision="float64")
+    bf16 = slimjax.sweep({**spec, "serving": {}}, quiet=True).prefill_s
+    fp8 = slimjax.sweep({**spec, "serving": {"weight_dtype_bytes": "fp8"}}, quiet=True).prefill_s
+    ratio = (fp8 / bf16).squeeze()
+    assert 0.45 < float(ratio.sel(gpu="H100-SXM")) < 0.55  # compute-bound prefill at 1979 instead of 989 TFLOP/s
+    assert float(ratio.sel(gpu="A100-SXM-80GB")) > 0.95  # no FP8 Tensor Cores: bf16 peak

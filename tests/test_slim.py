@@ -44,7 +44,7 @@ def architectures(draw):
 gpus = st.fixed_dictionaries(dict(
     flops_per_s=st.floats(1e13, 5e15), bandwidth_bytes_per_s=st.floats(1e11, 1e13),
     memory_bytes=st.just(80 * 2.0**30), price_per_hour=st.just(1.0),
-    link_bytes_per_s=st.just(0.0), allreduce_latency_s=st.just(1e-5),
+    flops_fp8_per_s=st.just(0.0), flops_fp4_per_s=st.just(0.0), link_bytes_per_s=st.just(0.0), allreduce_latency_s=st.just(1e-5),
 ))
 coeffs = st.fixed_dictionaries(dict(
     eta_c=st.floats(0.05, 1.0), eta_m=st.floats(0.05, 2.0), B0=st.floats(0, 100),

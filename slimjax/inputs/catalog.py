@@ -24,12 +24,16 @@ _DTYPE_BYTES = {
     "float32": 4, "fp32": 4, "float": 4,
     "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
     "float8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1,
+    # 4-bit formats, scales included: MXFP4 one 8-bit scale per 32, NVFP4 one FP8 scale per 16
+    "int4": 0.5, "fp4": 0.5, "mxfp4": 0.53125, "nvfp4": 0.5625,
 }
 # Families whose FFN is two plain matrices (no gate); everything else is treated as gated (3).
 _UNGATED_MODEL_TYPES = {"opt", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "bloom", "falcon", "phi", "mpt"}
 _GPU_KEYS = ("tflops", "bandwidth_tbs", "memory_gib", "price_per_hour")
 # Optional tensor-parallel link figures (MODEL.md §4c): per-GPU one-direction GB/s and µs per all-reduce.
 _LINK_KEYS = ("interconnect_gbs", "allreduce_latency_us")
+# Optional low-precision dense Tensor Core peaks, TFLOP/s (used for checkpoints quantized to that precision).
+_PEAK_KEYS = ("fp8_tflops", "fp4_tflops")
 DEFAULT_ALLREDUCE_LATENCY_US = 10.0
 # Families whose MoE layers carry one always-on shared expert their config does not count.
 _SHARED_EXPERTS_BY_TYPE = {"llama4_text": 1, "llama4": 1}
@@ -145,6 +149,31 @@ def dtype_bytes(value: Any, field: str) -> float:
     return float(_DTYPE_BYTES[key])
 
 
+def _quantized_bytes_per_weight(qc: Mapping, P: float, embeddings: float, attention: float, base: float, field: str) -> float:
+    """Mean bytes per weight of a quantized checkpoint (HF ``quantization_config``): the quantized linear
+    weights at their format's bytes (scales included), the embeddings and any module the config leaves
+    unconverted (e.g. gpt-oss's attention) at the checkpoint's own dtype."""
+    method = str(qc.get("quant_method", "")).lower()
+    if method in ("fp8", "fbgemm_fp8"):
+        block = qc.get("weight_block_size")
+        q = 1.0 + (4.0 / (block[0] * block[1]) if block else 0.0)  # one float32 scale per block
+    elif method in ("mxfp4", "nvfp4"):
+        q = _DTYPE_BYTES[method]
+    elif method in ("awq", "gptq"):
+        bits, group = float(qc.get("bits", 4)), float(qc.get("group_size", 128) or 128)
+        q = bits / 8.0 + 2.0 / group  # a float16 scale per group
+    elif method == "bitsandbytes":
+        q = 0.5 + 4.0 / 64.0 if qc.get("load_in_4bit") else 1.0
+    else:
+        raise SlimjaxError(f"{field}.quant_method", f"unknown quantization {method!r} (known: fp8, mxfp4, nvfp4, awq, gptq, "
+                                                    "bitsandbytes); set serving weight_dtype_bytes instead")
+    kept = embeddings
+    if any("attn" in str(m) for m in qc.get("modules_to_not_convert") or ()):
+        kept += attention
+    kept = min(kept, P)
+    return ((P - kept) * q + kept * base) / P
+
+
 def _first(cfg: Mapping, *keys: str):
     for k in keys:
         if cfg.get(k) is not None:
@@ -240,30 +269,33 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
     else:
         window = math.inf
 
-    b_w = dtype_bytes(_first(cfg, "torch_dtype", "dtype"), f"{field}.torch_dtype")
+    b_w = b_kv = dtype_bytes(_first(cfg, "torch_dtype", "dtype"), f"{field}.torch_dtype")  # KV stays at the model's dtype
+    tied = bool(cfg.get("tie_word_embeddings", True))  # HF's default when the key is absent
+    if mla:
+        nope = float(cfg.get("qk_nope_head_dim") or d_h)
+        v_head = float(cfg.get("v_head_dim") or d_h)
+        q_rank = cfg.get("q_lora_rank")
+        q_proj = (D * q_rank + q_rank * H_q * (nope + d_R)) if q_rank else D * H_q * (nope + d_R)
+        attn = q_proj + D * (d_c + d_R) + d_c * H_q * (nope + v_head) + H_q * v_head * D
+    else:
+        attn = 2 * D * H_q * d_h + 2 * D * H_kv * d_h
+    embeddings = V * D * (1 if tied else 2)
     if cfg.get("num_parameters") is not None:
         P = _positive(cfg, "num_parameters", field)
     else:
-        tied = bool(cfg.get("tie_word_embeddings", True))  # HF's default when the key is absent
-        if mla:
-            nope = float(cfg.get("qk_nope_head_dim") or d_h)
-            v_head = float(cfg.get("v_head_dim") or d_h)
-            q_rank = cfg.get("q_lora_rank")
-            q_proj = (D * q_rank + q_rank * H_q * (nope + d_R)) if q_rank else D * H_q * (nope + d_R)
-            attn = q_proj + D * (d_c + d_R) + d_c * H_q * (nope + v_head) + H_q * v_head * D
-        else:
-            attn = 2 * D * H_q * d_h + 2 * D * H_kv * d_h
         if moe:  # MoE layers: routed + shared experts (+ a parallel dense MLP); the other layers dense
             ffn_total = n_ffn * D * (L_moe * ((float(n_experts) + n_shared) * d_expert + parallel_dense) + (L - L_moe) * D_ff)
         else:
             ffn_total = L * n_ffn * D * D_ff
-        P = V * D * (1 if tied else 2) + L * attn + ffn_total
+        P = embeddings + L * attn + ffn_total
         if model_type == "opt":
             P += float(cfg.get("max_position_embeddings", 0)) * D  # learned positions
+    if isinstance(cfg.get("quantization_config"), Mapping):
+        b_w = _quantized_bytes_per_weight(cfg["quantization_config"], P, embeddings, L * attn, b_w, f"{field}.quantization_config")
 
     return dict(
         n_layers=L, hidden=D, n_heads=H_q, n_kv_heads=H_kv, head_dim=d_h, ffn_dim=D_ff_active,
-        n_ffn=n_ffn, vocab=V, n_params=P, bytes_per_weight=b_w, kv_dtype_bytes=b_w, window=float(window),
+        n_ffn=n_ffn, vocab=V, n_params=P, bytes_per_weight=b_w, kv_dtype_bytes=b_kv, window=float(window),
         n_sliding_layers=L_s, mla=1.0 if mla else 0.0, moe=1.0 if moe else 0.0, kv_lora_rank=d_c, rope_dim=d_R,
         qk_nope_dim=float(cfg.get("qk_nope_head_dim") or d_h) if mla else 0.0,
         v_head_dim=float(cfg.get("v_head_dim") or d_h) if mla else 0.0,
@@ -340,9 +372,10 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
 
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
     """GPUSpec fields in base units from catalog units (TFLOP/s, TB/s, GiB, $/GPU-hour)."""
-    unknown = set(row) - set(_GPU_KEYS) - set(_LINK_KEYS) - {"name", "aliases", "source", "link_source"}
+    unknown = set(row) - set(_GPU_KEYS) - set(_LINK_KEYS) - set(_PEAK_KEYS) - {"name", "aliases", "source", "link_source"}
     if unknown:
-        raise SlimjaxError(f"{field}.{sorted(unknown)[0]}", f"unknown GPU key; expected {', '.join(_GPU_KEYS + _LINK_KEYS)}")
+        raise SlimjaxError(f"{field}.{sorted(unknown)[0]}", f"unknown GPU key; expected {', '.join(_GPU_KEYS + _LINK_KEYS + _PEAK_KEYS)}")
+    peaks = {k: (0.0 if row.get(k) is None else positive_number(row[k], f"{field}.{k}")) for k in _PEAK_KEYS}
     values = {}
     for key in _GPU_KEYS:
         value = row.get(key, 0.0 if key == "price_per_hour" else None)
@@ -360,6 +393,8 @@ def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
         bandwidth_bytes_per_s=values["bandwidth_tbs"] * 1e12,
         memory_bytes=values["memory_gib"] * 2.0**30,
         price_per_hour=values["price_per_hour"],
+        flops_fp8_per_s=peaks["fp8_tflops"] * 1e12,
+        flops_fp4_per_s=peaks["fp4_tflops"] * 1e12,
         link_bytes_per_s=link * 1e9,
         allreduce_latency_s=latency * 1e-6,
     )

@@ -34,6 +34,15 @@ def kv_capacity(model, gpu, serving, input_len, output_len):
                 max_seqs=memory.max_concurrent_seqs(pool, footprint))
 
 
+def tensor_core_peak(gpu, bytes_per_weight):
+    """F_max for the checkpoint's weights: the dense FP4 peak for 4-bit weights (≤ 0.6 bytes with
+    scales) and the FP8 peak for 8-bit ones (≤ 1.01 bytes) where the GPU has that peak; the dense bf16
+    peak otherwise (§0), as kernels that dequantize to bf16 do."""
+    fp4 = (bytes_per_weight <= 0.6) & (gpu.flops_fp4_per_s > 0)
+    fp8 = (bytes_per_weight > 0.6) & (bytes_per_weight <= 1.01) & (gpu.flops_fp8_per_s > 0)
+    return jnp.where(fp4, gpu.flops_fp4_per_s, jnp.where(fp8, gpu.flops_fp8_per_s, gpu.flops_per_s))
+
+
 TP_DEGREES = (1.0, 2.0, 4.0, 8.0)  # the tensor-parallel degrees `n_gpu: auto` considers (§4c)
 
 
@@ -80,7 +89,7 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         kv_per_token_full=per_token * (model.n_layers - model.n_sliding_layers),
         kv_per_token_sliding=per_token * model.n_sliding_layers,
         window=model.window,
-        flops=serving.n_gpu * gpu.flops_per_s * serving.compute_efficiency,
+        flops=serving.n_gpu * tensor_core_peak(gpu, serving.bytes_per_weight) * serving.compute_efficiency,
         bandwidth=serving.n_gpu * gpu.bandwidth_bytes_per_s * serving.bandwidth_efficiency,
         launch_overhead_s=serving.launch_overhead_s,
         comm_fixed_s=comm_fixed,

@@ -51,6 +51,8 @@ class GPUSpec(eqx.Module):
     bandwidth_bytes_per_s: jax.Array  # BW_max, bytes/s
     memory_bytes: jax.Array  # M_VRAM, bytes
     price_per_hour: jax.Array  # illustrative $/GPU-hour
+    flops_fp8_per_s: jax.Array  # dense FP8 Tensor Core peak (0: none)
+    flops_fp4_per_s: jax.Array  # dense FP4 Tensor Core peak (0: none)
     link_bytes_per_s: jax.Array  # BW_link, per-GPU one-direction tensor-parallel link (0: no figure, no cost)
     allreduce_latency_s: jax.Array  # τ, per all-reduce
 
