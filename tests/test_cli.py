@@ -63,7 +63,7 @@ def test_memory_budget_and_at_options(tmp_path):
     r = run("sweep", str(spec), "--out", str(tmp_path / "t.zarr"), "--memory-budget", "lots")
     assert r.returncode != 0 and "memory-budget" in r.stderr
     r = run("sweep", str(spec), "--out", str(tmp_path / "u.zarr"), "--at", "100,64")
-    assert r.returncode == 2 and "input_len: 100 is not on the grid" in r.stderr
+    assert r.returncode == 2 and "--at: input_len 100 is not on the grid" in r.stderr
 
 
 def test_quickstart_file_is_valid_and_large():
@@ -97,9 +97,10 @@ def test_capacity_unbounded_and_errors():
     r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "2048", "--output-len", "512",
             "--batch", "64", "--arrival-rate", "300")
     assert r.returncode == 0 and "Wait                           Unbounded" in r.stdout
-    for flags, message in ((("--chunk-size", "-3"), "serving.chunk_size: must be a non-negative integer"),
-                           (("--gpu-memory-utilization", "1.5"), "gpu_memory_utilization: must be in (0, 1]"),
-                           (("--arrival-rate", "-1"), "arrival_rate[0]: must be non-negative")):
+    # errors name the command line's flags, not the sweep file's fields
+    for flags, message in ((("--chunk-size", "-3"), "--chunk-size: must be a non-negative integer"),
+                           (("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization: must be in (0, 1]"),
+                           (("--arrival-rate", "-1"), "--arrival-rate[0]: must be non-negative")):
         r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
                 "--batch", "4", *flags)
         assert r.returncode == 2 and message in r.stderr, flags

@@ -161,7 +161,7 @@ def test_a_serving_key_added_in_one_place_reaches_sweep_spec_cli_and_calibration
     ok = runner.invoke(main, args + ["--test-spare-fraction", "auto"])
     assert ok.exit_code == 0, ok.output
     bad = runner.invoke(main, args + ["--test-spare-fraction", "3"])
-    assert bad.exit_code == 2 and "test_spare_fraction: must be in [0, 1), got 3" in bad.output
+    assert bad.exit_code == 2 and "--test-spare-fraction: must be in [0, 1), got 3" in bad.output
 
 
 def test_registering_a_key_twice_is_refused(extra_key):

@@ -37,7 +37,7 @@ def architectures(draw):
         kv_lora_rank=float(draw(st.sampled_from([128, 512]))) if mla else 0.0,
         rope_dim=64.0 if mla else 0.0,
         qk_nope_dim=128.0 if mla else 0.0, v_head_dim=128.0 if mla else 0.0,  # §4b fields SLIM does not read
-        n_experts=0.0, experts_per_token=0.0, expert_ffn_dim=0.0, n_moe_layers=0.0,
+        n_experts=0.0, experts_per_token=0.0, expert_ffn_dim=0.0, n_moe_layers=0.0, max_context=np.inf,
     )
 
 
