@@ -42,7 +42,7 @@ CAPACITY_SWEEP = dict(
     gpus=["H100-SXM", "A100-SXM-80GB", "L40S"],
     batch=[1, 2, 8, 32, 64], input_len=[128, 1000, 4096, 8192], output_len=[1, 64, 512],
     serving={"chunk_size": 512, "launch_overhead_s": 2e-5, "L40S": {"kv_dtype_bytes": "fp8"}},
-    arrival_rate=[0.5, 2.0, 8.0], advisor=False, precision="float64",
+    arrival_rate=[0.5, 2.0, 8.0], advisor=False, precision="float64", slim="per-gpu",  # the sets recorded with it
 )
 
 

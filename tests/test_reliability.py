@@ -196,3 +196,33 @@ def test_low_precision_tensor_core_peaks_where_the_gpu_has_them():
     ratio = (fp8 / bf16).squeeze()
     assert 0.45 < float(ratio.sel(gpu="H100-SXM")) < 0.55  # compute-bound prefill at 1979 instead of 989 TFLOP/s
     assert float(ratio.sel(gpu="A100-SXM-80GB")) > 0.95  # no FP8 Tensor Cores: bf16 peak
+
+
+def test_default_coefficients_keep_gpu_order_consistent_with_specs():
+    """Across the catalog: a GPU with at least the compute and bandwidth of another is never predicted
+    slower by the shipped defaults (SLIM throughput; roofline ITL where its link is no slower either).
+    The per-GPU sets (slim: per-gpu) break this, which is why they are opt-in."""
+    from slimjax.inputs.catalog import gpu_catalog, resolve_gpu
+
+    gpus = list(gpu_catalog())
+    ds = slimjax.sweep(dict(models=["Llama-3.1-8B", "Llama-3.1-70B", "OPT-125m"], gpus=gpus, batch=[1, 16, 64],
+                            input_len=[128, 2048], output_len=[64, 512], advisor=False, serving={"n_gpu": 4},
+                            precision="float64"), quiet=True)
+    spec = {g: resolve_gpu(g)[1] for g in gpus}
+    pairs = [(a, b) for a in gpus for b in gpus if a != b and spec[a]["flops_per_s"] >= spec[b]["flops_per_s"]
+             and spec[a]["bandwidth_bytes_per_s"] >= spec[b]["bandwidth_bytes_per_s"]]
+    assert len(pairs) > 10
+    for a, b in pairs:
+        assert (ds.slim_throughput.sel(gpu=a) >= ds.slim_throughput.sel(gpu=b) * (1 - 1e-12)).all(), (a, b)
+        if spec[a]["link_bytes_per_s"] >= spec[b]["link_bytes_per_s"]:  # at TP 4 the link counts too (§4c)
+            assert (ds.itl_s.sel(gpu=a) <= ds.itl_s.sel(gpu=b) * (1 + 1e-12)).all(), (a, b)
+
+
+def test_per_gpu_sets_are_opt_in_and_break_gpu_order():
+    spec = dict(models=["Llama-3.1-70B"], gpus=["H100-SXM", "H200"], batch=[1], input_len=[1024], output_len=[256],
+                advisor=False, precision="float64")
+    shared = slimjax.sweep(spec, quiet=True).slim_throughput.squeeze()
+    per_gpu = slimjax.sweep({**spec, "slim": "per-gpu"}, quiet=True)
+    assert float(shared.sel(gpu="H200")) >= float(shared.sel(gpu="H100-SXM"))
+    assert float(per_gpu.slim_throughput.squeeze().sel(gpu="H200")) < float(per_gpu.slim_throughput.squeeze().sel(gpu="H100-SXM"))
+    assert "not comparable" in per_gpu.attrs["slim_coefficients_source"]

@@ -84,10 +84,11 @@ def _per_gpu(value: Any, gpus: list[str]) -> tuple[dict[str, dict[str, float]], 
         g: check_coefficients(v, f"configs/slim/default.yaml: gpus.{g}", base)
         for g, v in (shipped.get("gpus") or {}).items()
     }
-    if value is None:
-        return {g: per_gpu.get(g, base) for g in gpus}, "configs/slim/default.yaml"
-    if value == "shared":  # one set for every GPU, so GPUs differ only through their specs
+    if value is None or value == "shared":  # one set for every GPU, so GPUs differ only through their specs
         return {g: base for g in gpus}, "configs/slim/default.yaml (shared default)"
+    if value == "per-gpu":  # fitted per GPU where available: better near their data, not comparable across GPUs
+        return ({g: per_gpu.get(g, base) for g in gpus},
+                "configs/slim/default.yaml (per-GPU sets where fitted; GPUs are not comparable far from their data)")
     if not isinstance(value, Mapping):
         raise SlimjaxError("slim", f"must be a mapping of coefficients (optionally keyed by GPU), got {value!r}")
     if all(k in SLIM_PARAMS for k in value):
@@ -110,7 +111,7 @@ def _per_gpu(value: Any, gpus: list[str]) -> tuple[dict[str, dict[str, float]], 
 
 def store_ref(value: Any) -> StoreRef | None:
     """The store a ``slim`` value names, or None (coefficients given inline, ``shared`` or omitted)."""
-    if isinstance(value, str) and value != "shared":
+    if isinstance(value, str) and value not in ("shared", "per-gpu"):
         return StoreRef(value, {}, "slim")
     if isinstance(value, Mapping) and "coefficients" in value:
         path, select = value.get("coefficients"), value.get("select") or {}
