@@ -226,3 +226,34 @@ def test_per_gpu_sets_are_opt_in_and_break_gpu_order():
     assert float(shared.sel(gpu="H200")) >= float(shared.sel(gpu="H100-SXM"))
     assert float(per_gpu.slim_throughput.squeeze().sel(gpu="H200")) < float(per_gpu.slim_throughput.squeeze().sel(gpu="H100-SXM"))
     assert "not comparable" in per_gpu.attrs["slim_coefficients_source"]
+
+
+def test_coefficients_a_sweep_can_trust(tmp_path):
+    import pandas as pd
+
+    from slimjax import calibrate
+    from slimjax.store import write_dataset
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for b in (1, 4, 16, 64):
+        for il in (128, 512, 2048):
+            rows.append(dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=4, framework="x", batch=b, input_len=il, output_len=128,
+                             e2e_s=0.5 + 0.01 * b * rng.uniform(0.9, 1.1), throughput=np.nan, ttft_s=np.nan, itl_s=np.nan))
+    rows.append(dict(rows[0], model="OPT-125m"))  # one point for six coefficients
+    traces = pd.DataFrame(rows)
+    ds = calibrate(traces, group_by=["model", "gpu", "n_gpu"])
+    one = ds.sel(model="OPT-125m", gpu="H100-SXM", n_gpu=4)
+    assert not bool(one.converged) and np.isnan(one.coefficients.values).all() and np.isnan(float(one.mape_throughput))
+    path = tmp_path / "c.zarr"
+    write_dataset(ds, path)
+    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1, 256], input_len=[128], output_len=[128])
+    # fitted at n_gpu = 4: a sweep at n_gpu = 1 is refused, not silently 3.7x off
+    with pytest.raises(slimjax.SlimjaxError, match=r"slim.select.n_gpu: the coefficients were fitted at n_gpu = 4, but the sweep "
+                                                   r"runs Llama-3.1-8B on H100-SXM with n_gpu = 1"):
+        slimjax.parse({**spec, "slim": {"coefficients": str(path), "select": {"n_gpu": 4}}})
+    with pytest.warns(RuntimeWarning, match=r"Llama-3.1-8B/H100-SXM .*extrapolates batch 1–256 beyond the fitted 1–64"):
+        out = slimjax.sweep({**spec, "serving": {"n_gpu": 4}, "slim": {"coefficients": str(path), "select": {"n_gpu": 4}}})
+    assert "extrapolates batch" in __import__("json").loads(out.attrs["slim_coefficients_warnings"])["Llama-3.1-8B/H100-SXM"]
+    with pytest.raises(slimjax.SlimjaxError, match="no fit for OPT-125m on H100-SXM"):
+        slimjax.parse(dict(spec, models=["OPT-125m"], serving={"n_gpu": 4}, slim={"coefficients": str(path)}))

@@ -232,11 +232,11 @@ def test_sweeps_use_the_shipped_per_gpu_coefficients():
     shipped = yaml.safe_load((configs_dir() / "slim" / "default.yaml").read_text())
     assert {"H100-SXM", "A100-SXM-40GB"} <= set(shipped["gpus"]) and "rows" in shipped["provenance"]
     spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM", "H200"], batch=[1, 8], input_len=[512], output_len=[128])
-    ds = slimjax.sweep(spec)
+    ds = slimjax.sweep({**spec, "slim": "per-gpu"})  # opt-in since issue 15; omitted means shared
     for gpu, want in (("H100-SXM", shipped["gpus"]["H100-SXM"]), ("H200", shipped["default"])):
         got = slimjax.point("Llama-3.1-8B", gpu, 8, 512, 128, slim=want)["slim_e2e_s"]
         assert float(ds.slim_e2e_s.sel(gpu=gpu, batch=8, input_len=512, output_len=128, model="Llama-3.1-8B")) == pytest.approx(got, rel=1e-5)
-    shared = slimjax.sweep({**spec, "slim": "shared"})
+    shared = slimjax.sweep(spec)  # omitted: the shared default for every GPU
     want = slimjax.point("Llama-3.1-8B", "H100-SXM", 8, 512, 128, slim=shipped["default"])["slim_e2e_s"]
     assert float(shared.slim_e2e_s.sel(gpu="H100-SXM", batch=8, input_len=512, output_len=128, model="Llama-3.1-8B")) == pytest.approx(want, rel=1e-5)
 

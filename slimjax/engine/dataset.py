@@ -40,6 +40,7 @@ def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
         "sweep_spec": yaml.safe_dump(sweep.spec, sort_keys=False),
         "slim_coefficients": json.dumps(sweep.coeffs_table),
         "slim_coefficients_source": sweep.coeffs_source,
+        "slim_coefficients_warnings": json.dumps(sweep.coeffs_notes),
         "advisor": json.dumps(advisor),
         "serving": json.dumps(sweep.serving_table),
         "measured": json.dumps(None if measured is None else {

@@ -11,6 +11,7 @@ directions the design cannot identify are reported, not silently filled. The sto
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -162,6 +163,12 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     z, cost, its, conv, J = map(np.asarray, sharded(fit_groups, np.log(spec.starts), feats, t_meas, ttft, mask, mask_ttft, **fit_options))
     n = mask.sum(axis=1) + mask_ttft.sum(axis=1)
     cov, identified, sigma2 = gauss_newton(z, cost, J, n)
+    # fewer residuals than coefficients: any curve fits them exactly, and that is not a calibration
+    underdetermined = n < len(spec.params)
+    conv = np.where(underdetermined, False, conv)
+    z = np.where(underdetermined[:, None], np.nan, z)
+    cov = np.where(underdetermined[:, None, None], np.nan, cov)
+    identified = identified & ~underdetermined[:, None]
     t_pred, e_pred, pre_pred = map(np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats))
     z_boot = None
     if bootstrap:
@@ -169,9 +176,10 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
         cov = bootstrap_covariance(z_boot, z, cov)
     e_meas = np.where(np.isfinite(traces["e2e_s"].to_numpy(float)), traces["e2e_s"].to_numpy(float),
                       (traces["batch"] * (traces["input_len"] + traces["output_len"])).to_numpy(float) / t_all)[index]
-    mape_t = np.nanmean(np.where(mask, np.abs(t_pred / t_meas - 1), np.nan), axis=1) * 100
-    mape_e = np.nanmean(np.where(mask, np.abs(e_pred / e_meas - 1), np.nan), axis=1) * 100
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an underdetermined group has no MAPE, only NaN
+        mape_t = np.nanmean(np.where(mask, np.abs(t_pred / t_meas - 1), np.nan), axis=1) * 100
+        mape_e = np.nanmean(np.where(mask, np.abs(e_pred / e_meas - 1), np.nan), axis=1) * 100
         mape_ttft = np.sum(np.where(mask_ttft, np.abs(pre_pred / ttft - 1), 0.0), axis=1) / mask_ttft.sum(axis=1) * 100
 
     levels = {c: sorted(traces[c].unique().tolist()) for c in group_by}
@@ -185,10 +193,21 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
         group_by, levels, spec.params, where, theta=theta, se=se, cov=cov, identified=identified, converged=conv,
         iterations=its, loss=cost, mape_throughput=mape_t, mape_e2e=mape_e, mape_ttft=mape_ttft, n_points=n,
         residual_variance=sigma2, z=z, z_boot=z_boot,
+        ranges=_fitted_ranges(traces, index, valid),
         attrs={"variant": variant, "solver": solver_name, "loss": loss, "bootstrap": int(bootstrap),
                "iterations_max": options.iterations, "residual": "T_pred / T_meas - 1", "group_by": list(group_by),
                "source": traces.attrs.get("source", "")},
     )
+
+
+def _fitted_ranges(traces, index, valid) -> dict:
+    """Per group, the smallest and largest batch, input and output length it was fitted on."""
+    out = {}
+    for a in layout.RANGE_AXES:
+        v = traces[a].to_numpy(float)[index]
+        out[f"{a}_min"] = np.min(np.where(valid, v, np.inf), axis=1)
+        out[f"{a}_max"] = np.max(np.where(valid, v, -np.inf), axis=1)
+    return out
 
 
 def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd.DataFrame:

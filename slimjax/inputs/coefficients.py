@@ -36,6 +36,9 @@ class StoredCoefficients:
     pairs: dict
     uncertainty: dict
     source: str
+    notes: dict = dataclasses.field(default_factory=dict)  # {(model, gpu): what is wrong with its fit}
+    ranges: dict = dataclasses.field(default_factory=dict)  # {(model, gpu): {axis: (min, max) fitted}}
+    n_gpu: float | None = None  # the tensor-parallel degree the coefficients were fitted at
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -47,6 +50,7 @@ class SweepCoefficients:
     source: str
     log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ
     scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
+    stored: StoredCoefficients | None = None  # what a calibrated store said about its fits
 
 
 StoreReader = Callable[[StoreRef, list, list], StoredCoefficients]
@@ -140,7 +144,7 @@ def coefficients_block(value: Any, models: list[str], gpus: list[str], read_stor
             log_cov = np.stack([np.stack([unc[(m, g)][0] for g in gpus]) for m in models])
             scatter = np.array([[unc[(m, g)][1] for g in gpus] for m in models])
         coeffs = SlimCoeffs(**{p: np.asarray([[pairs[(m, g)][p] for g in gpus] for m in models]) for p in SLIM_PARAMS})
-        return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter)
+        return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter, stored)
     table, source = _per_gpu(value, gpus)
     coeffs = SlimCoeffs(**{
         p: np.broadcast_to(np.asarray([table[g][p] for g in gpus]), (len(models), len(gpus))).copy() for p in SLIM_PARAMS

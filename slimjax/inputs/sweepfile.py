@@ -49,6 +49,7 @@ class Sweep:
     serving: ServingSpec | None  # leaves (M, G); None: the capacity calculator is off
     serving_table: dict | None  # model -> GPU -> settings as given units, for attrs
     tp_to_fit: np.ndarray | None  # (M, G) smallest TP degree in {1, 2, 4, 8} that fits the longest I + O; 0: none
+    coeffs_notes: dict  # "model/gpu" -> what a calibrated store says is wrong with the fit the sweep uses
     measured: MeasuredSpec | None  # leaves (M, G), NaN where a pair has no measurement
     arrival_rate: np.ndarray | None  # requests/s; None: no queue variables
     source: str  # the sweep file path, or "<dict>"
@@ -99,6 +100,35 @@ def _labels(items: list[tuple[str, dict]], field: str) -> None:
         seen.add(label)
 
 
+def _check_stored(coefficients, serving, models, gpus, axes, value) -> dict:
+    """What a sweep from a calibrated store must say or refuse: coefficients fitted at another n_gpu than
+    the sweep runs (an error), and groups that did not converge, left coefficients unidentified or were
+    fitted on a narrower range than the sweep asks for (a warning, recorded in attrs)."""
+    import warnings
+
+    stored = coefficients.stored
+    if stored is None:
+        return {}
+    field = "slim.select.n_gpu" if isinstance(value, Mapping) and "n_gpu" in (value.get("select") or {}) else "slim"
+    notes = {}
+    for i, m in enumerate(models):
+        for j, g in enumerate(gpus):
+            runs = 1.0 if serving is None else float(serving.n_gpu[i, j])
+            if stored.n_gpu is not None and runs != stored.n_gpu and not np.isnan(runs):
+                raise SlimjaxError(field, f"the coefficients were fitted at n_gpu = {stored.n_gpu:g}, but the sweep runs {m} on "
+                                          f"{g} with n_gpu = {runs:g}; set serving n_gpu to {stored.n_gpu:g} or select the "
+                                          f"n_gpu the sweep runs")
+            problems = [stored.notes[(m, g)]] if (m, g) in stored.notes else []
+            for a, (lo, hi) in stored.ranges.get((m, g), {}).items():
+                if axes[a][0] < lo or axes[a][-1] > hi:
+                    problems.append(f"extrapolates {a} {axes[a][0]:g}–{axes[a][-1]:g} beyond the fitted {lo:g}–{hi:g}")
+            if problems:
+                notes[f"{m}/{g}"] = "; ".join(problems)
+    for pair, text in notes.items():
+        warnings.warn(f"slim: the calibrated fit for {pair} {text}", RuntimeWarning, stacklevel=4)
+    return notes
+
+
 def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) -> Sweep:
     """Validate a sweep file (path) or mapping into a :class:`Sweep`; raises SlimjaxError naming the field.
 
@@ -129,6 +159,8 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     max_tokens = float(axes["input_len"][-1] + axes["output_len"][-1])
     serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens) if capacity else (None, None)
     measured = measured_block(data["measured"], model_names, gpu_names)[0] if data.get("measured") is not None else None
+    coefficient_notes = _check_stored(coefficients, serving, model_names, gpu_names,
+                                      {a: axes[a] for a in AXES}, data.get("slim"))
     model = stack(ModelSpec, [row for _, row in models])
     gpu = stack(GPUSpec, [row for _, row in gpus])
     tp_to_fit = None
@@ -139,6 +171,7 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
                 jax.tree_util.tree_map(lambda x: x[:, None], model), jax.tree_util.tree_map(lambda x: x[None, :], gpu),
                 serving, max_tokens, auto_r))
     return Sweep(
+        coeffs_notes=coefficient_notes,
         tp_to_fit=tp_to_fit,
         coeffs_log_cov=coefficients.log_cov,
         coeffs_scatter=coefficients.scatter,

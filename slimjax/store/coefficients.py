@@ -22,12 +22,13 @@ from ..model.specs import SLIM_PARAMS
 from .sink import open_store
 
 COEFFICIENTS, COVARIANCE, LOG_COEFFICIENTS = "coefficients", "covariance", "log_coefficients"
+RANGE_AXES = ("batch", "input_len", "output_len")  # the fitted data's range per group: {axis}_min, {axis}_max
 RESIDUAL_VARIANCE, BOOTSTRAP = "residual_variance", "bootstrap_log_coefficients"
 
 
 def coefficient_dataset(group_by: Sequence[str], levels: dict, params: Sequence[str], where: tuple, *, theta, se, cov,
                         identified, converged, iterations, loss, mape_throughput, mape_e2e, mape_ttft, n_points,
-                        residual_variance, z, z_boot=None, attrs: dict) -> xr.Dataset:
+                        residual_variance, z, z_boot=None, ranges: dict | None = None, attrs: dict) -> xr.Dataset:
     """The store's Dataset from per-fitted-group arrays (leading axis: fitted groups, placed at
     ``where`` in the dense group grid; groups absent from the data are NaN with n_points 0)."""
     shape = tuple(len(levels[c]) for c in group_by)
@@ -54,6 +55,8 @@ def coefficient_dataset(group_by: Sequence[str], levels: dict, params: Sequence[
         RESIDUAL_VARIANCE: (gdims, dense(residual_variance), {"long_name": "σ² = loss / (n_points − identified coefficients)"}),
         LOG_COEFFICIENTS: (gdims + ("param",), dense(z, (p,)), {"long_name": "z = log θ at the optimum"}),
     }
+    for name, values in (ranges or {}).items():  # e.g. batch_min: the smallest batch the group was fitted on
+        variables[name] = (gdims, dense(values), {"long_name": f"{name.replace('_', ' ')} of the fitted rows"})
     if z_boot is not None:
         replicates = z_boot.shape[0]
         variables[BOOTSTRAP] = (gdims + ("replicate", "param"), dense(np.moveaxis(z_boot, 0, 1), (replicates, p)),
@@ -86,7 +89,9 @@ def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
 
 def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredCoefficients:
     """Coefficients per swept (model, GPU) from a ``slimjax calibrate`` store; ``ref.select`` picks one
-    value of every group dim beyond model and GPU (framework, n_gpu) that has several."""
+    value of every group dim beyond model and GPU (framework, n_gpu) that has several. Groups that did
+    not converge, left coefficients unidentified, or were fitted on a narrower range than the sweep are
+    noted (``notes``; the sweep warns and records them); the n_gpu they were fitted at is returned."""
     path, select = ref.path, ref.select
     stored = open_store(path)
     variant = stored.attrs.get("variant", "slim")
@@ -94,43 +99,52 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
         raise SlimjaxError("slim", f"{path} holds {variant!r} coefficients; sweeps evaluate MODEL.md §1 SLIM "
                                    "(calibrate with --variant slim), the variant is for predict and validate")
     coeffs = stored[COEFFICIENTS]
-    cov = stored[COVARIANCE] if COVARIANCE in stored else None
-    scatter = stored[RESIDUAL_VARIANCE] if RESIDUAL_VARIANCE in stored else None
     for dim, v in select.items():
         if dim not in coeffs.dims or v not in coeffs[dim].values:
             raise SlimjaxError(f"slim.select.{dim}", f"{v!r} not in the store ({dim}: {list(coeffs[dim].values) if dim in coeffs.dims else 'no such dim'})")
-        coeffs = coeffs.sel({dim: v})
-        cov = None if cov is None else cov.sel({dim: v})
-        scatter = None if scatter is None else scatter.sel({dim: v})
-    extra = [d for d in coeffs.dims if d not in ("model", "gpu", "param")]
+    extra = [d for d in coeffs.dims if d not in ("model", "gpu", "param") and d not in select]
     for d in extra:
         if coeffs.sizes[d] != 1:
             raise SlimjaxError("slim.select", f"the store has {coeffs.sizes[d]} values of {d!r}; choose one with select: {{{d}: …}}")
-        coeffs = coeffs.isel({d: 0})
-        cov = None if cov is None else cov.isel({d: 0})
-        scatter = None if scatter is None else scatter.isel({d: 0})
-    table, uncertainty = {}, {}
+    n_gpu = (float(select["n_gpu"]) if "n_gpu" in select else
+             float(coeffs["n_gpu"].values[0]) if "n_gpu" in coeffs.dims else None)
+
+    def at(name: str, m: str, g: str):
+        da = stored[name]
+        for dim, v in select.items():
+            da = da.sel({dim: v}) if dim in da.dims else da
+        for d in extra:
+            da = da.isel({d: 0}) if d in da.dims else da
+        for dim, label in (("model", m), ("gpu", g)):
+            if dim in da.dims:
+                if label not in da[dim].values:
+                    raise SlimjaxError("slim", f"the coefficient store has no {dim} {label!r}")
+                da = da.sel({dim: label})
+        return da
+
+    table, uncertainty, notes, ranges = {}, {}, {}, {}
     for m in models:
         for g in gpus:
-            at = coeffs
-            for dim, label in (("model", m), ("gpu", g)):
-                if dim in at.dims:
-                    if label not in at[dim].values:
-                        raise SlimjaxError("slim", f"the coefficient store has no {dim} {label!r}")
-                    at = at.sel({dim: label})
-            values = dict(zip(at["param"].values.tolist(), at.values.tolist()))
+            c = at(COEFFICIENTS, m, g)
+            values = dict(zip(c["param"].values.tolist(), c.values.tolist()))
             if any(not np.isfinite(v) for v in values.values()):
                 raise SlimjaxError("slim", f"the coefficient store has no fit for {m} on {g}")
             table[(m, g)] = check_coefficients(values, f"slim ({path}: {m}, {g})")
-            if cov is not None and scatter is not None:
-                c, sc = cov, scatter
-                for dim, label in (("model", m), ("gpu", g)):
-                    c = c.sel({dim: label}) if dim in c.dims else c
-                    sc = sc.sel({dim: label}) if dim in sc.dims else sc
+            if COVARIANCE in stored and RESIDUAL_VARIANCE in stored:
                 theta = np.array([table[(m, g)][p] for p in SLIM_PARAMS])
                 safe = np.where(theta > 0, theta, 1.0)
-                c = np.asarray(c.transpose("param", "param_").values, float) / np.outer(safe, safe)
-                uncertainty[(m, g)] = (np.where(np.isfinite(c), c, 0.0), float(sc))
-    return StoredCoefficients(table, uncertainty, f"calibrated store {path}")
-
-
+                cv = np.asarray(at(COVARIANCE, m, g).transpose("param", "param_").values, float) / np.outer(safe, safe)
+                uncertainty[(m, g)] = (np.where(np.isfinite(cv), cv, 0.0), float(at(RESIDUAL_VARIANCE, m, g)))
+            problems = []
+            if "converged" in stored and not bool(at("converged", m, g)):
+                problems.append("did not converge")
+            if "identified" in stored:
+                ident = at("identified", m, g)
+                missing = [p for p, ok in zip(ident["param"].values.tolist(), ident.values.tolist()) if not ok]
+                if missing:
+                    problems.append(f"left {', '.join(missing)} unidentified")
+            if problems:
+                notes[(m, g)] = " and ".join(problems)
+            if all(f"{a}_{e}" in stored for a in RANGE_AXES for e in ("min", "max")):
+                ranges[(m, g)] = {a: (float(at(f"{a}_min", m, g)), float(at(f"{a}_max", m, g))) for a in RANGE_AXES}
+    return StoredCoefficients(table, uncertainty, f"calibrated store {path}", notes, ranges, n_gpu)
