@@ -231,3 +231,14 @@ def test_sweep_intervals_from_store_match_predict(tmp_path):
         np.testing.assert_allclose(got, p[f"pred_throughput_{k}"].to_numpy(), rtol=1e-9)
     assert out.b_cap_lo.dtype == np.int32 and out.b_cap_hi.dtype == np.int32
     assert (out.slim_throughput_lo < out.slim_throughput).all() and (out.slim_throughput < out.slim_throughput_hi).all()
+
+
+def test_eta_c_is_bounded_to_a_fraction_of_peak():
+    """Issue 15: a prefill measured faster than the GPU's peak cannot fit η_c > 1 (it once fit 1e13,
+    "prefill free"); the fit stays in (0, 1] and says how well it did."""
+    fast = synthetic(["Llama-3.1-8B"], ["H100-SXM"], dict(TRUE, eta_c=3.0), noise=0.0, rows=30, seed=4)
+    ds = calibrate(fast, group_by=("model", "gpu"))
+    eta_c = float(ds.coefficients.sel(param="eta_c").squeeze())
+    assert 0 < eta_c <= 1
+    slow = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, noise=0.0, rows=30, seed=4)
+    assert float(calibrate(slow, group_by=("model", "gpu")).coefficients.sel(param="eta_c").squeeze()) == pytest.approx(0.45, rel=1e-3)

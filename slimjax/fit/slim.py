@@ -39,6 +39,29 @@ STARTS = np.array([
     [0.9, 1.0, 1.0, 1e-3, 1e-7, 0.01],
 ])
 _FLOOR = 1e-12  # θ = exp(z) never reaches 0; coefficients below this read as 0
+# Fractions of a peak are bounded: η_c = σ(z) ∈ (0, 1) (a prefill cannot beat the GPU's FLOP/s). η_m is
+# not: in Eq. 9 it scales (B + B0)·[T_d + M_dec/BW] together with B0, and MODEL.md §1 asks only η_m > 0.
+BOUNDED = ("eta_c",)
+
+
+def coefficients_from(z, params):
+    """θ from the fit parameters z (last axis): σ(z) for BOUNDED coefficients, exp(z) for the others."""
+    z = jnp.asarray(z)
+    return jnp.stack([jax.nn.sigmoid(z[..., i]) if p in BOUNDED else jnp.exp(z[..., i]) for i, p in enumerate(params)], axis=-1)
+
+
+def parameters_from(theta, params):
+    """The inverse of :func:`coefficients_from` (numpy)."""
+    theta = np.asarray(theta, float)
+    return np.stack([np.log(theta[..., i]) - np.log1p(-theta[..., i]) if p in BOUNDED else np.log(theta[..., i])
+                     for i, p in enumerate(params)], axis=-1)
+
+
+def coefficient_slopes(z, params):
+    """dθ/dz per coefficient (numpy): θ(1 − θ) for BOUNDED ones, θ for the others."""
+    theta = np.asarray(coefficients_from(z, params))
+    bounded = np.array([p in BOUNDED for p in params])
+    return np.where(bounded, theta * (1.0 - theta), theta)
 
 
 def _slim(theta, f):
@@ -75,7 +98,8 @@ def _variant(name: str) -> Variant:
 
 
 def _predict(z, feats, variant="slim"):
-    theta = [jnp.exp(z[i]) for i in range(len(VARIANTS[variant].params))]
+    params = VARIANTS[variant].params
+    theta = [jax.nn.sigmoid(z[i]) if p in BOUNDED else jnp.exp(z[i]) for i, p in enumerate(params)]
     return VARIANTS[variant].predict(theta, feats)
 
 
@@ -160,9 +184,9 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     mask, mask_ttft = valid & np.isfinite(t_meas), valid & np.isfinite(ttft)
     t_meas, ttft = np.where(mask, t_meas, 1.0), np.where(mask_ttft, ttft, 1.0)
     fit_options = dict(solver=options, variant=variant, loss=loss, with_ttft=bool(mask_ttft.any()))
-    z, cost, its, conv, J = map(np.asarray, sharded(fit_groups, np.log(spec.starts), feats, t_meas, ttft, mask, mask_ttft, **fit_options))
+    z, cost, its, conv, J = map(np.asarray, sharded(fit_groups, parameters_from(spec.starts, spec.params), feats, t_meas, ttft, mask, mask_ttft, **fit_options))
     n = mask.sum(axis=1) + mask_ttft.sum(axis=1)
-    cov, identified, sigma2 = gauss_newton(z, cost, J, n)
+    cov, identified, sigma2 = gauss_newton(z, cost, J, n, coefficient_slopes(z, spec.params))
     # fewer residuals than coefficients: any curve fits them exactly, and that is not a calibration
     underdetermined = n < len(spec.params)
     conv = np.where(underdetermined, False, conv)
@@ -173,7 +197,7 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     z_boot = None
     if bootstrap:
         z_boot = _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, bootstrap, seed, fit_options)
-        cov = bootstrap_covariance(z_boot, z, cov)
+        cov = bootstrap_covariance(z_boot, z, cov, coefficient_slopes(z, spec.params))
     e_meas = np.where(np.isfinite(traces["e2e_s"].to_numpy(float)), traces["e2e_s"].to_numpy(float),
                       (traces["batch"] * (traces["input_len"] + traces["output_len"])).to_numpy(float) / t_all)[index]
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -186,7 +210,7 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     position = {c: {v: i for i, v in enumerate(levels[c])} for c in group_by}
     where = tuple(np.array([position[c][(key if isinstance(key, tuple) else (key,))[j]] for key in keys])
                   for j, c in enumerate(group_by))
-    theta = np.exp(z)
+    theta = np.asarray(coefficients_from(z, spec.params))
     theta = np.where(theta < _FLOOR, 0.0, theta)
     se = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
     return layout.coefficient_dataset(
@@ -234,8 +258,8 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
             # delta method: gradient of log T and log E2E with respect to z, per point
             glt = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[0])))(jnp.asarray(z), feats))
             gle = np.asarray(jax.vmap(jax.grad(lambda zz, f: jnp.log(pred(zz, f)[1])))(jnp.asarray(z), feats))
-            theta = np.exp(z)
-            cov_z = cov / np.einsum("pi,pj->pij", theta, theta)
+            slope = coefficient_slopes(z, VARIANTS[variant].params)
+            cov_z = cov / np.einsum("pi,pj->pij", slope, slope)
             cov_z = np.where(np.isfinite(cov_z), cov_z, 0.0)
             sd_t, sd_e = np.asarray(log_sd(glt, cov_z, scatter)), np.asarray(log_sd(gle, cov_z, scatter))
         t_lo, t_hi = map(np.asarray, log_interval(t, sd_t, level))

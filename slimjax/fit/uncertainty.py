@@ -41,11 +41,11 @@ def gauss_newton(z, cost, J, n, slope=None):
     return cov, identified, sigma2
 
 
-def bootstrap_covariance(z_boot, z, cov):
-    """Covariance of θ = exp(z) from bootstrap refits ``z_boot`` (replicates × groups × p), NaN where
-    the Gauss–Newton ``cov`` marks a coefficient unidentified."""
+def bootstrap_covariance(z_boot, z, cov, slope=None):
+    """Covariance of θ from bootstrap refits ``z_boot`` (replicates × groups × p), θ = exp(z) unless
+    ``slope`` gives dθ/dz; NaN where the Gauss–Newton ``cov`` marks a coefficient unidentified."""
     replicates = z_boot.shape[0]
     centred = z_boot - z_boot.mean(0)
     cov_z = np.einsum("rgi,rgj->gij", centred, centred) / (replicates - 1)
-    theta = np.exp(z)
-    return np.where(np.isnan(cov), np.nan, cov_z * theta[:, :, None] * theta[:, None, :])
+    d = np.exp(z) if slope is None else slope  # dθ/dz
+    return np.where(np.isnan(cov), np.nan, cov_z * d[:, :, None] * d[:, None, :])

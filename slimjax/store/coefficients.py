@@ -53,7 +53,7 @@ def coefficient_dataset(group_by: Sequence[str], levels: dict, params: Sequence[
         "mape_ttft": (gdims, dense(mape_ttft), {"units": "%", "long_name": "MAPE of T_pre against measured TTFT (NaN: none)"}),
         "n_points": (gdims, dense(n_points, fill=0, dtype=np.int64), {"long_name": "residuals fitted (throughput and TTFT)"}),
         RESIDUAL_VARIANCE: (gdims, dense(residual_variance), {"long_name": "σ² = loss / (n_points − identified coefficients)"}),
-        LOG_COEFFICIENTS: (gdims + ("param",), dense(z, (p,)), {"long_name": "z = log θ at the optimum"}),
+        LOG_COEFFICIENTS: (gdims + ("param",), dense(z, (p,)), {"long_name": "fit parameters z at the optimum (θ = exp(z); η_c = σ(z), bounded to (0, 1))"}),
     }
     for name, values in (ranges or {}).items():  # e.g. batch_min: the smallest batch the group was fitted on
         variables[name] = (gdims, dense(values), {"long_name": f"{name.replace('_', ' ')} of the fitted rows"})
