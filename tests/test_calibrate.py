@@ -240,5 +240,7 @@ def test_eta_c_is_bounded_to_a_fraction_of_peak():
     ds = calibrate(fast, group_by=("model", "gpu"))
     eta_c = float(ds.coefficients.sel(param="eta_c").squeeze())
     assert 0 < eta_c <= 1
+    kv = calibrate(fast, group_by=("model", "gpu"), variant="slim-kv")  # there η_m is the KV reads' bandwidth fraction
+    assert 0 < float(kv.coefficients.sel(param="eta_m").squeeze()) <= 1 and 0 < float(kv.coefficients.sel(param="eta_c").squeeze()) <= 1
     slow = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, noise=0.0, rows=30, seed=4)
     assert float(calibrate(slow, group_by=("model", "gpu")).coefficients.sel(param="eta_c").squeeze()) == pytest.approx(0.45, rel=1e-3)
