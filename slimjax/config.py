@@ -4,6 +4,7 @@ calls (:func:`float64_scope`), so a host program's JAX settings stay its own."""
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -73,8 +74,6 @@ def warn_if_one_cpu_device(devices) -> None:
 
 def uses_float64(fn):
     """Run ``fn`` inside :func:`float64_scope` (for entry points whose arithmetic is float64)."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with float64_scope():

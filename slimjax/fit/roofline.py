@@ -17,23 +17,23 @@ from ..errors import SlimjaxError
 from ..inputs.serving import default_serving
 from ..model.calculator import capacity_cell_terms, service_terms
 from .features import padded_groups, row_features
-from .solver import fit_batched, sharded, solver_options
+from .solver import coefficient_slopes, coefficients_from, fit_batched, parameters_from, sharded, solver_options
 from .uncertainty import gauss_newton
 
 ROOFLINE_PARAMS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")
 ROOFLINE_STARTS = np.array([[0.5, 0.5, 1e-4], [0.9, 0.9, 1e-5], [0.3, 0.7, 1e-3]])
+ROOFLINE_BOUNDED = ("compute_efficiency", "bandwidth_efficiency")  # no GPU runs above its peak
 
 
 def roofline_coefficients(z):
-    """(e_F, e_B, t_l) from the unconstrained fit parameters: efficiencies σ(z) ∈ (0, 1) (no GPU runs
-    above its peak), t_l = exp(z) > 0."""
-    return jax.nn.sigmoid(z[0]), jax.nn.sigmoid(z[1]), jnp.exp(z[2])
+    """(e_F, e_B, t_l) from the fit parameters: efficiencies σ(z) ∈ (0, 1), t_l = exp(z) > 0."""
+    theta = coefficients_from(z, ROOFLINE_PARAMS, ROOFLINE_BOUNDED)
+    return theta[..., 0], theta[..., 1], theta[..., 2]
 
 
 def roofline_parameters(e_f, e_b, t_l):
     """The inverse of :func:`roofline_coefficients` (e_F, e_B in (0, 1), t_l > 0)."""
-    logit = lambda e: np.log(e) - np.log1p(-e)  # noqa: E731
-    return np.stack([logit(np.asarray(e_f, float)), logit(np.asarray(e_b, float)), np.log(np.asarray(t_l, float))], axis=-1)
+    return parameters_from(np.stack(np.broadcast_arrays(e_f, e_b, t_l), axis=-1), ROOFLINE_PARAMS, ROOFLINE_BOUNDED)
 
 
 def roofline_service_at(compute_efficiency, bandwidth_efficiency, launch_overhead_s, feats):
@@ -87,11 +87,11 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
     m_itl, m_ttft = valid & np.isfinite(itl), valid & np.isfinite(ttft)
     itl, ttft = np.where(m_itl, itl, 1.0), np.where(m_ttft, ttft, 1.0)
     z, cost, its, conv, J = map(np.asarray, sharded(
-        _fit_roofline_groups, roofline_parameters(*ROOFLINE_STARTS.T), feats, itl, ttft, m_itl, m_ttft, solver=options))
+        _fit_roofline_groups, parameters_from(ROOFLINE_STARTS, ROOFLINE_PARAMS, ROOFLINE_BOUNDED), feats, itl, ttft,
+        m_itl, m_ttft, solver=options))
     n = m_itl.sum(axis=1) + m_ttft.sum(axis=1)
-    theta = np.stack([np.asarray(c) for c in roofline_coefficients(z.T)], axis=-1)
-    slope = np.concatenate([theta[:, :2] * (1 - theta[:, :2]), theta[:, 2:]], axis=1)  # dθ/dz
-    cov, identified, _ = gauss_newton(z, cost, J, n, slope)
+    theta = np.asarray(coefficients_from(z, ROOFLINE_PARAMS, ROOFLINE_BOUNDED))
+    cov, identified, _ = gauss_newton(z, cost, J, n, coefficient_slopes(z, ROOFLINE_PARAMS, ROOFLINE_BOUNDED))
     p_itl, p_ttft = map(np.asarray, jax.vmap(roofline_predict)(jnp.asarray(z), feats))
     mape = lambda pred, meas, m: np.nanmean(np.where(m, np.abs(pred / meas - 1), np.nan), axis=1) * 100
     gdims = tuple(group_by)

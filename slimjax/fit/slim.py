@@ -29,7 +29,7 @@ from ..model.slim_kv import slim_kv_variables
 from ..model.specs import SLIM_PARAMS, SlimCoeffs
 from ..store import coefficients as layout
 from .features import measured_throughput, padded_groups, row_features
-from .solver import LOSSES, cauchy_residual, fit_batched, sharded, solver_options
+from .solver import LOSSES, cauchy_residual, coefficient_slopes, coefficients_from, fit_batched, parameters_from, sharded, solver_options
 from .uncertainty import bootstrap_covariance, gauss_newton
 
 # Deterministic starting points (η_c, η_m, B0, α, γ, t_fixed); the best end point wins.
@@ -44,33 +44,6 @@ _FLOOR = 1e-12  # θ = exp(z) never reaches 0; coefficients below this read as 0
 # divides the KV reads' bandwidth alone; in MODEL.md §1's Eq. 9 it scales (B + B0)·[T_d + M_dec/BW] together
 # with B0 and the contract asks only η_m > 0 (bounding it there moved validate's E2E MAPE 27.5 → 39.4 %
 # on length transfer, 43.7 → 55.3 % combined: it is a shape parameter, not a fraction of peak).
-
-
-def coefficients_from(z, params, bounded):
-    """θ from the fit parameters z (last axis): σ(z) for ``bounded`` coefficients, exp(z) for the others."""
-    z = jnp.asarray(z)
-    return jnp.stack([jax.nn.sigmoid(z[..., i]) if p in bounded else jnp.exp(z[..., i]) for i, p in enumerate(params)], axis=-1)
-
-
-def parameters_from(theta, params, bounded):
-    """The inverse of :func:`coefficients_from` (numpy); a bounded start at 1 is taken as 0.95."""
-    theta = np.asarray(theta, float)
-    out = []
-    for i, p in enumerate(params):
-        t = theta[..., i]
-        if p in bounded:
-            t = np.clip(t, 1e-9, 0.95)
-            out.append(np.log(t) - np.log1p(-t))
-        else:
-            out.append(np.log(t))
-    return np.stack(out, axis=-1)
-
-
-def coefficient_slopes(z, params, bounded):
-    """dθ/dz per coefficient (numpy): θ(1 − θ) for ``bounded`` ones, θ for the others."""
-    theta = np.asarray(coefficients_from(z, params, bounded))
-    mask = np.array([p in bounded for p in params])
-    return np.where(mask, theta * (1.0 - theta), theta)
 
 
 def _slim(theta, f):
@@ -110,7 +83,8 @@ def _variant(name: str) -> Variant:
 
 def _predict(z, feats, variant="slim"):
     spec = VARIANTS[variant]
-    theta = [jax.nn.sigmoid(z[i]) if p in spec.bounded else jnp.exp(z[i]) for i, p in enumerate(spec.params)]
+    theta = coefficients_from(z, spec.params, spec.bounded)
+    theta = [theta[i] for i in range(len(spec.params))]
     return VARIANTS[variant].predict(theta, feats)
 
 

@@ -95,6 +95,38 @@ class Adam:
         return z, cost, jnp.asarray(self.iterations), converged
 
 
+# ------------------------------------------------------------- parameter transforms
+# A problem fits unconstrained z: coefficients that are fractions of a peak as θ = σ(z) ∈ (0, 1), every
+# other (positive) coefficient as θ = exp(z).
+
+
+def coefficients_from(z, params, bounded):
+    """θ from the fit parameters z (last axis): σ(z) for ``bounded`` coefficients, exp(z) for the others."""
+    z = jnp.asarray(z)
+    return jnp.stack([jax.nn.sigmoid(z[..., i]) if p in bounded else jnp.exp(z[..., i]) for i, p in enumerate(params)], axis=-1)
+
+
+def parameters_from(theta, params, bounded):
+    """The inverse of :func:`coefficients_from` (numpy); a bounded start at 1 is taken as 0.95."""
+    theta = np.asarray(theta, float)
+    out = []
+    for i, p in enumerate(params):
+        t = theta[..., i]
+        if p in bounded:
+            t = np.clip(t, 1e-9, 0.95)
+            out.append(np.log(t) - np.log1p(-t))
+        else:
+            out.append(np.log(t))
+    return np.stack(out, axis=-1)
+
+
+def coefficient_slopes(z, params, bounded):
+    """dθ/dz per coefficient (numpy): θ(1 − θ) for ``bounded`` ones, θ for the others."""
+    theta = np.asarray(coefficients_from(z, params, bounded))
+    mask = np.array([p in bounded for p in params])
+    return np.where(mask, theta * (1.0 - theta), theta)
+
+
 SOLVERS = {"lm": LevenbergMarquardt, "adam": Adam}
 
 
