@@ -28,7 +28,7 @@ import slimjax
 from slimjax.api import DEFAULT_MEMORY_BUDGET, parse
 from slimjax.engine import grid
 from slimjax.model import calculator as capacity_mod
-from slimjax.model import memory, queue, roofline
+from slimjax.model import experts, memory, parallel, queue, roofline
 
 slimjax.configure()
 
@@ -53,7 +53,7 @@ def numpy_formulas():
     """Run the formula modules on numpy: rebind their ``jnp`` and the queue's special functions."""
     from scipy.special import gammaincc, gammaln
 
-    saved = [(m, m.jnp) for m in (memory, roofline, capacity_mod, queue)]
+    saved = [(m, m.jnp) for m in (memory, roofline, capacity_mod, queue, experts, parallel)]
     saved_q = (queue.regularized_upper_gamma, queue.jax)
     try:
         for m, _ in saved:
