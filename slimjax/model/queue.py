@@ -69,3 +69,17 @@ def mmc(servers, service_s, arrival_rate):
         response_s=jnp.where(stable, response, jnp.where(nan, jnp.nan, jnp.inf)),
         in_system=jnp.where(stable, arrival_rate * response, jnp.where(nan, jnp.nan, jnp.inf)),
     )
+
+
+def wait_quantile(p_wait, servers, service_s, arrival_rate, quantile):
+    """The ``quantile``-th quantile of the M/M/c wait (MODEL.md §5, "Wait quantiles"), seconds.
+
+    P(W_q > t) = P_wait·exp(−(m/S − λ)·t), so W_p = max(0, ln(P_wait/(1 − p)) / (m/S − λ)): 0 where
+    P_wait ≤ 1 − p, +inf without a steady state (m = 0 or λ ≥ m/S).
+    """
+    safe_m = jnp.where(servers > 0, servers, 1.0)
+    drain = safe_m / service_s - arrival_rate  # m/S − λ, 1/s
+    stable = (servers > 0) & (drain > 0)
+    ratio = jnp.where(stable & (p_wait > 0), p_wait / (1.0 - quantile), 1.0)
+    wait = jnp.maximum(0.0, jnp.log(ratio) / jnp.where(stable, drain, 1.0))
+    return jnp.where(stable, wait, jnp.where(jnp.isnan(service_s), jnp.nan, jnp.inf))

@@ -1,0 +1,258 @@
+"""Procurement files (MODEL.md §8): YAML (or a dict) in, a validated :class:`Study` out.
+
+A study names workloads (fixed lengths or a request trace cut into length classes), total rates
+(absolute and/or multiples of each trace's own rate), models, GPUs, tensor-parallel degrees, batch
+(concurrency) limits, SLOs, serving settings (as in sweeps, default ``efficiency: calibrated`` and
+``kv_replication: auto``), measured operating points and price overrides. Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SlimjaxError, suggest
+from ..model.calculator import TP_DEGREES, replicated_kv
+from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
+from . import catalog
+from .axes import parse_axis
+from .checks import checked_number, positive_number
+from .measured import MEASURED_KEYS
+from .requests import TRACE_FORMATS, LengthClasses, length_classes, load_requests
+from .serving import serving_block
+from .sweepfile import load_spec
+
+KEYS = ("workloads", "rates", "rate_scale", "models", "gpus", "tp", "batch", "slo", "serving", "measured", "prices")
+REQUIRED = ("workloads", "models", "gpus", "slo")
+SLO_KEYS = ("ttft_s", "quantile", "itl_s", "e2e_s")
+DEFAULT_BATCH = tuple(sorted({2**k for k in range(10)} | {3 * 2**k for k in range(8)}))  # 1 … 512 and 3·2^k
+DEFAULT_CLASSES = 4
+DEFAULT_QUANTILE = 0.9
+DEFAULT_SERVING = {"efficiency": "calibrated", "kv_replication": "auto"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    classes: LengthClasses
+    trace_rate: float | None  # Λ_tr, requests/s (None: fixed lengths, or a trace without timestamps)
+    source: str  # "fixed" or the trace file and its format
+    requests: int  # requests in the trace (0 for fixed lengths)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Study:
+    """A validated procurement study: labels beside stacked specs (serving and measured per (model, GPU, TP))."""
+
+    workloads: list[Workload]
+    rate_labels: list[str]
+    total_rate: np.ndarray  # (workload, rate) requests/s; NaN where a scale has no trace rate to multiply
+    models: list[str]
+    gpus: list[str]
+    model: ModelSpec  # leaves (M,)
+    gpu: GPUSpec  # leaves (G,), prices overridden
+    tp: np.ndarray
+    batch: np.ndarray
+    slo: dict[str, float]  # ttft_s, itl_s, e2e_s (+inf where not set) and quantile
+    serving: ServingSpec  # leaves (M, G, N)
+    serving_table: dict
+    measured: MeasuredSpec  # leaves (M, G, N), NaN where none
+    price_source: dict[str, str]  # GPU -> where its price came from
+    source: str
+    spec: dict
+
+    @property
+    def n_classes(self) -> int:
+        return max(len(w.classes.count) for w in self.workloads)
+
+
+def _path(value: Any, field: str, base_dir: Path | None) -> Path:
+    if not isinstance(value, str) or not value:
+        raise SlimjaxError(field, f"must be a file path, got {value!r}")
+    path = Path(os.path.expandvars(os.path.expanduser(value)))
+    return path if path.is_absolute() or base_dir is None else base_dir / path
+
+
+def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
+    field = f"workloads[{i}]"
+    if not isinstance(entry, Mapping):
+        raise SlimjaxError(field, f"must be a mapping with name and input_len/output_len or trace, got {entry!r}")
+    allowed = ("name", "input_len", "output_len", "trace", "format", "classes")
+    bad = [k for k in entry if k not in allowed]
+    if bad:
+        raise SlimjaxError(f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), allowed)}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise SlimjaxError(f"{field}.name", f"must be a non-empty string, got {name!r}")
+    if "trace" in entry:
+        for k in ("input_len", "output_len"):
+            if k in entry:
+                raise SlimjaxError(f"{field}.{k}", "give either a trace or fixed input_len/output_len, not both")
+        fmt = entry.get("format")
+        if fmt is not None and fmt not in TRACE_FORMATS:
+            raise SlimjaxError(f"{field}.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
+        path = _path(entry["trace"], f"{field}.trace", base_dir)
+        if not path.is_file():
+            raise SlimjaxError(f"{field}.trace", f"trace file {str(path)!r} not found")
+        trace = load_requests(path, fmt)
+        k = entry.get("classes", DEFAULT_CLASSES)
+        classes = length_classes(trace.input_len, trace.output_len, k, f"{field}.classes")
+        return Workload(name, classes, trace.rate, f"{path} ({trace.format})", trace.n_requests)
+    for k in ("input_len", "output_len"):
+        if k not in entry:
+            raise SlimjaxError(f"{field}.{k}", "missing: a workload is {name, input_len, output_len} or {name, trace, format, classes}")
+    if "classes" in entry or "format" in entry:
+        raise SlimjaxError(f"{field}.{'classes' if 'classes' in entry else 'format'}", "only a trace workload has classes or a format")
+    i_len = positive_number(entry["input_len"], f"{field}.input_len", integer=True)
+    o_len = positive_number(entry["output_len"], f"{field}.output_len", integer=True)
+    one = np.ones(1)
+    return Workload(name, LengthClasses(one, one, one * i_len, one * o_len), None, "fixed", 0)
+
+
+def _rates(data: Mapping, workloads: list[Workload]) -> tuple[list[str], np.ndarray]:
+    absolute = parse_axis(data["rates"], "rates", integer=False) if data.get("rates") is not None else np.zeros(0)
+    scales = parse_axis(data["rate_scale"], "rate_scale", integer=False) if data.get("rate_scale") is not None else np.zeros(0)
+    if absolute.size + scales.size == 0:
+        raise SlimjaxError("rates", "give absolute rates (requests/s) and/or rate_scale (multiples of each trace's rate)")
+    for field, values in (("rates", absolute), ("rate_scale", scales)):
+        if (values <= 0).any():
+            raise SlimjaxError(f"{field}[{int(np.argmax(values <= 0))}]", "must be positive")
+    if scales.size and all(w.trace_rate is None for w in workloads):
+        raise SlimjaxError("rate_scale", "no workload has a trace with timestamps to scale; give absolute rates")
+    labels = [f"{s:g}x" for s in scales] + [f"{r:g}/s" for r in absolute]
+    total = np.array([[s * w.trace_rate if w.trace_rate is not None else np.nan for s in scales] + list(absolute)
+                      for w in workloads])
+    return labels, total
+
+
+def _slo(value: Any) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise SlimjaxError("slo", f"must be a mapping of {', '.join(SLO_KEYS)}, got {value!r}")
+    bad = [k for k in value if k not in SLO_KEYS]
+    if bad:
+        raise SlimjaxError(f"slo.{bad[0]}", f"unknown key{suggest(str(bad[0]), SLO_KEYS)}")
+    if not any(k in value for k in ("ttft_s", "itl_s", "e2e_s")):
+        raise SlimjaxError("slo", "give at least one of ttft_s, itl_s, e2e_s (seconds)")
+    out = {k: positive_number(value[k], f"slo.{k}") if k in value else np.inf for k in ("ttft_s", "itl_s", "e2e_s")}
+    out["quantile"] = checked_number(value.get("quantile", DEFAULT_QUANTILE), "slo.quantile", lambda v: 0 < v < 1, "in (0, 1)")
+    return out
+
+
+def _prices(value: Any, gpus: list[str], entries: list) -> tuple[dict[str, float], dict[str, str]]:
+    given = {} if value is None else value
+    if not isinstance(given, Mapping):
+        raise SlimjaxError("prices", f"must be a mapping of GPU name to $/GPU-hour, got {value!r}")
+    for k in given:
+        if k not in gpus:
+            raise SlimjaxError(f"prices.{k}", f"not a GPU of this study{suggest(str(k), gpus)}")
+    prices, where = {}, {}
+    for g, entry in zip(gpus, entries):
+        if g in given:
+            prices[g] = checked_number(given[g], f"prices.{g}", lambda v: v >= 0, "a non-negative $/GPU-hour")
+            where[g] = "procurement file"
+            continue
+        row = entry if isinstance(entry, Mapping) else catalog._lookup(entry, catalog.gpu_catalog(), "gpus", "GPU")[1]
+        if row.get("price_per_hour") is None:
+            raise SlimjaxError(f"prices.{g}", f"{g} has no price: add price_per_hour to its entry in configs/gpus.yaml "
+                                              f"or give prices: {{{g}: <$/GPU-hour>}} in the procurement file")
+        where[g] = f"configs/gpus.yaml, illustrative, dated {catalog.PRICE_DATE}" if isinstance(entry, str) else "inline GPU"
+    return prices, where
+
+
+def _measured(value: Any, models: list[str], gpus: list[str], tp: np.ndarray) -> MeasuredSpec:
+    arr = {k: np.full((len(models), len(gpus), len(tp)), np.nan) for k in MEASURED_KEYS}
+    if value is None:
+        return MeasuredSpec(**arr)
+    if not isinstance(value, list):
+        raise SlimjaxError("measured", f"must be a list of {{model, gpu, tp, {', '.join(MEASURED_KEYS)}}}, got {value!r}")
+    allowed = ("model", "gpu", "tp", *MEASURED_KEYS)
+    for i, entry in enumerate(value):
+        field = f"measured[{i}]"
+        if not isinstance(entry, Mapping):
+            raise SlimjaxError(field, f"must be a mapping, got {entry!r}")
+        bad = [k for k in entry if k not in allowed]
+        if bad:
+            raise SlimjaxError(f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), allowed)}")
+        for key, labels in (("model", models), ("gpu", gpus)):
+            if entry.get(key) not in labels:
+                raise SlimjaxError(f"{field}.{key}", f"must name one of the study's {key}s ({', '.join(labels)}), got {entry.get(key)!r}")
+        n = positive_number(entry.get("tp", 1), f"{field}.tp", integer=True)
+        if n not in tp:
+            raise SlimjaxError(f"{field}.tp", f"{n:g} is not among the study's tp degrees {list(tp)}")
+        for k in MEASURED_KEYS:
+            if k not in entry:
+                raise SlimjaxError(f"{field}.{k}", f"missing: a measured point needs {', '.join(MEASURED_KEYS)}")
+            arr[k][models.index(entry["model"]), gpus.index(entry["gpu"]), int(np.flatnonzero(tp == n)[0])] = \
+                positive_number(entry[k], f"{field}.{k}", integer=k == "batch")
+    return MeasuredSpec(**arr)
+
+
+def _serving(value: Any, models, gpus, tp: np.ndarray, max_tokens: float) -> tuple[ServingSpec, dict]:
+    """Serving per (model, GPU) as sweeps read it (n_gpu is the study's tp axis), then per TP degree n:
+    n_gpu = n and, where kv_replication is auto, r = max(1, n / H_kv) (§4c)."""
+    block = dict(value or {})
+    if "n_gpu" in block or any(isinstance(v, Mapping) and "n_gpu" in v for v in block.values()):
+        raise SlimjaxError("serving.n_gpu", "a study sweeps the group size: list the degrees under tp instead")
+    if not any(k in block for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")):
+        block.setdefault("efficiency", DEFAULT_SERVING["efficiency"])
+    block.setdefault("kv_replication", DEFAULT_SERVING["kv_replication"])
+    base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens)
+    fields = base.fields()
+    n = tp[None, None, :]
+    kv_auto = np.array([[["kv_replication" in table[m][g].get("auto", ())] for g, _ in gpus] for m, _ in models])
+    n_kv = np.array([arch["n_kv_heads"] for _, arch in models])[:, None, None]
+    out = {k: np.broadcast_to(np.asarray(v)[..., None], (*np.shape(v), len(tp))).astype(float) for k, v in fields.items()}
+    out["n_gpu"] = np.broadcast_to(n, out["n_gpu"].shape).astype(float)
+    out["kv_replication"] = np.where(kv_auto, np.asarray(replicated_kv(n, n_kv)), out["kv_replication"])
+    for m in table:
+        for g in table[m]:
+            table[m][g].pop("n_gpu", None)
+            table[m][g]["tp"] = [int(x) for x in tp]
+    return ServingSpec(**out), table
+
+
+def parse(spec: str | os.PathLike | Mapping) -> Study:
+    """Validate a procurement file (path) or mapping into a :class:`Study`; errors name the field."""
+    data, source, base_dir = load_spec(spec)
+    unknown = [k for k in data if k not in KEYS]
+    if unknown:
+        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), KEYS)}")
+    for key in REQUIRED:
+        if data.get(key) is None:
+            raise SlimjaxError(key, f"missing (a study needs {', '.join(REQUIRED)} and rates and/or rate_scale)")
+    for key in ("workloads", "models", "gpus"):
+        if not isinstance(data[key], list) or not data[key]:
+            raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
+    workloads = [_workload(w, i, base_dir) for i, w in enumerate(data["workloads"])]
+    names = [w.name for w in workloads]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise SlimjaxError(f"workloads[{i}].name", f"{n!r} appears twice")
+    rate_labels, total_rate = _rates(data, workloads)
+    models = [catalog.resolve_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
+    gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
+    for field, items in (("models", models), ("gpus", gpus)):
+        labels = [label for label, _ in items]
+        for i, label in enumerate(labels):
+            if labels.index(label) != i:
+                raise SlimjaxError(f"{field}[{i}]", f"{label!r} appears twice")
+    gpu_names = [g for g, _ in gpus]
+    prices, price_source = _prices(data.get("prices"), gpu_names, data["gpus"])
+    gpu_rows = [{**row, **({"price_per_hour": prices[g]} if g in prices else {})} for g, row in gpus]
+    tp = parse_axis(data.get("tp", list(TP_DEGREES)), "tp").astype(float)
+    batch = parse_axis(data.get("batch", list(DEFAULT_BATCH)), "batch").astype(float)
+    max_tokens = max(float(np.max(w.classes.input_len + w.classes.output_len)) for w in workloads)
+    serving, serving_table = _serving(data.get("serving"), models, gpus, tp, max_tokens)
+    return Study(
+        workloads=workloads, rate_labels=rate_labels, total_rate=total_rate,
+        models=[m for m, _ in models], gpus=gpu_names,
+        model=stack(ModelSpec, [row for _, row in models]), gpu=stack(GPUSpec, gpu_rows),
+        tp=tp, batch=batch, slo=_slo(data["slo"]), serving=serving, serving_table=serving_table,
+        measured=_measured(data.get("measured"), [m for m, _ in models], gpu_names, tp),
+        price_source=price_source, source=source, spec=data,
+    )
