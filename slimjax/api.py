@@ -1,4 +1,5 @@
-"""The library entry points: ``sweep`` (grid → Dataset/zarr), ``point`` (one scalar evaluation), ``summary``."""
+"""The library entry points: ``sweep`` (grid → Dataset/zarr), ``point`` (one scalar evaluation), ``summary``,
+``procure`` (a procurement study, MODEL.md §8)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from .engine import dataset, grid
 from .engine.groups import variable_names
 from .engine.schema import DIMS, VARIABLES
 from .errors import SlimjaxError
-from .inputs import sweepfile
+from .inputs import procurefile, sweepfile
 from .inputs.sweepfile import Sweep
 from .store import coefficients as coefficient_store
 from .store import sink as store
+from .studies import procure as procurement
 
 DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
 
@@ -73,6 +75,25 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
         finally:
             if progress is not None:
                 progress.close()
+
+
+def procure(spec: str | os.PathLike | Mapping | procurefile.Study, out: str | os.PathLike | None = None, *,
+            overwrite: bool = False) -> xr.Dataset:
+    """A procurement study (MODEL.md §8) from a procurement file (path), mapping or parsed
+    :class:`~slimjax.inputs.procurefile.Study`: every (GPU, TP, batch limit) candidate per workload,
+    rate and model, the cheapest feasible choice and the per-class mix. With ``out`` the Dataset is
+    also written to a zarr store (atomically; an existing one replaced only with ``overwrite``).
+    Print it with :func:`procure_tables`."""
+    target = store.check_target(out, overwrite) if out is not None else None
+    with float64_scope():
+        study = spec if isinstance(spec, procurefile.Study) else procurefile.parse(spec)
+        ds = procurement.evaluate(study)
+    if target is not None:
+        store.write_dataset(ds, target)
+    return ds
+
+
+procure_tables = procurement.ranked_tables
 
 
 def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None = None) -> dict[str, pd.DataFrame]:

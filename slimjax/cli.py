@@ -73,6 +73,25 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
     with_pd_options(lambda: _print_tables(tables, i, o))
 
 
+@main.command()
+@click.argument("study_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out", default=None, type=click.Path(), help="zarr store to write the study to (STUDY.zarr).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@click.option("--top", default=5, show_default=True, type=click.IntRange(1), help="Feasible (GPU, TP) groups per table.")
+def procure(study_file: str, out: str | None, overwrite: bool, top: int) -> None:
+    """Size and price a fleet for STUDY_FILE's workloads under its SLOs (MODEL.md §8)."""
+    import slimjax
+
+    try:
+        ds = slimjax.procure(study_file, out, overwrite=overwrite)
+    except slimjax.SlimjaxError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    click.echo(slimjax.procure_tables(ds, top=top))
+    if out is not None:
+        click.echo(f"\nwrote {out}")
+
+
 _MEASURED_OPTIONS = (("batch", int), ("request_rate", float), ("ttft_s", float), ("itl_s", float))
 _MEASURED_HELP = {"batch": "measured mode: the calibration concurrency B_cal", "request_rate": "measured completed requests/s at B_cal",
                   "ttft_s": "measured time to first token, s", "itl_s": "measured inter-token latency, s"}

@@ -62,7 +62,7 @@ def max_rate_per_replica(weights, slots, mean_service_s, ttft_s, itl_s, service_
 
     def meets(rate):
         ttft_p, e2e, _ = latency_at_rate(weights, slots, mean_service_s, ttft_s, service_s, rate, quantile)
-        return (ttft_p <= slo_ttft_s) & (e2e <= slo_e2e_s)
+        return (ttft_p <= slo_ttft_s) & (e2e <= slo_e2e_s) & (rate < capacity)  # a steady state even with no wait SLO
 
     def halve(_, bracket):
         lo, hi = bracket

@@ -98,6 +98,8 @@ def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix
         ttft_unloaded_s=jnp.where(slots[:, 0] >= 1, ttft_w[:, 0], jnp.nan),
         e2e_unloaded_s=jnp.where(slots[:, 0] >= 1, service_w[:, 0], jnp.nan),
         infeasible_reason=reason[:, 0],
+        weights_bytes=jnp.broadcast_to(cell["weights_bytes"][0, 0, ..., 0, 0], pool.shape[2:5]),
+        kv_pool_bytes=pool[0, 0, ..., 0],
         fits=divides[:, 0, ..., 0] & (memory.max_concurrent_seqs(pool[:, 0, ..., 0], footprint[:, 0, ..., 0]) >= 1),
         memory_headroom=jnp.where(slots[:, 0] >= 1, proc.memory_headroom(slots[:, 0], footprint[:, 0], pool[:, 0]), jnp.nan),
         feasible=feasible, replicas=replicas, gpus_total=gpus_total, cost_per_hour=cost,
@@ -160,6 +162,8 @@ VARIABLES = {
     "class_input_len": (("workload", "class"), "tokens", "class prompt length I_k (rounded mean)"),
     "class_output_len": (("workload", "class"), "tokens", "class output length O_k (rounded mean)"),
     "class_weight": (("workload", "class"), "1", "class weight w_k = n_k/N (0: no such class)"),
+    "weights_bytes": (("model", "gpu", "tp"), "bytes", "weights M_W of the group"),
+    "kv_pool_bytes": (("model", "gpu", "tp"), "bytes", "KV pool u·M − M_W − M_R of the group"),
     "fits": (("workload", "model", "gpu", "tp"), "1", "the group holds its weights and one mixture sequence (max_seqs ≥ 1, TP divides H_q)"),
     "slots": (_CANDIDATE, "sequences", "slots m = min(B, ⌊pool / F̄⌋)"),
     "service_s": (_CANDIDATE, "s", "mixture service time S̄ = Σ w_k S_k(m)"),
@@ -228,7 +232,7 @@ def evaluate(study: Study, steps: int = proc.BISECTION_STEPS) -> xr.Dataset:
     furthest = raw["infeasible_reason"].max(axis=(2, 3, 4))  # (W, M): the deepest check any candidate reached
     data = dict(
         total_rate=study.total_rate, class_input_len=class_in * (weight > 0), class_output_len=class_out * (weight > 0),
-        class_weight=weight, **{k: raw[k] for k in ("fits", "slots", "service_s", "max_rate_per_replica", "itl_s",
+        class_weight=weight, **{k: raw[k] for k in ("weights_bytes", "kv_pool_bytes", "fits", "slots", "service_s", "max_rate_per_replica", "itl_s",
                                                     "ttft_unloaded_s", "e2e_unloaded_s", "infeasible_reason",
                                                     "memory_headroom", "feasible", "replicas", "gpus_total", "cost_per_hour",
                                                     "cost_per_mtok", "ttft_p_s", "e2e_mean_s", "utilization")},
@@ -295,6 +299,11 @@ def _why(ds: xr.Dataset, at: xr.Dataset, slo: dict) -> str:
         return f"TTFT {_ms(float(np.nanmin(at['ttft_unloaded_s'])))} unloaded at best > {_ms(slo['ttft_s'])} SLO"
     if name == "e2e":
         return f"E2E {_ms(float(np.nanmin(at['e2e_unloaded_s'])))} unloaded at best > {_ms(slo['e2e_s'])} SLO"
+    if name == "memory":
+        pool, weights = float(at["kv_pool_bytes"]), float(at["weights_bytes"])
+        if pool <= 0:
+            return f"does not fit: weights {weights / 2**30:,.0f} GiB exceed the usable {(pool + weights) / 2**30:,.0f} GiB"
+        return f"does not fit: the KV pool ({pool / 2**30:,.1f} GiB) holds no mixture sequence"
     return REASON_TEXT[name]
 
 
