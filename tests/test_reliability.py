@@ -1,13 +1,11 @@
 """Nothing lost: replacing a store survives a kill at every step, a killed run's leftovers are cleaned by
 the next one, SIGTERM removes the temp store (issue 15, items 1–2)."""
 
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest

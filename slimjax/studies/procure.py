@@ -223,7 +223,7 @@ def evaluate(study: Study, steps: int = proc.BISECTION_STEPS) -> xr.Dataset:
         raw = _evaluate(study.model, study.gpu, study.serving, study.measured, study.tp, study.batch, class_in, class_out,
                         mix, study.total_rate, slo, steps)
         raw = {k: np.asarray(v) for k, v in raw.items()}
-    G, N, B = len(study.gpus), len(study.tp), len(study.batch)
+    N, B = len(study.tp), len(study.batch)
     gpu_of = lambda i: np.asarray(study.gpus)[i // (N * B)]  # noqa: E731
     tp_of = lambda i: study.tp[(i // B) % N]  # noqa: E731
     b_of = lambda i: study.batch[i % B]  # noqa: E731
