@@ -96,6 +96,19 @@ def procure(spec: str | os.PathLike | Mapping | procurefile.Study, out: str | os
 procure_tables = procurement.ranked_tables
 
 
+def advise(data_dir: str | os.PathLike | None = None, *, epsilon: float = 0.5):
+    """The batch-capacity advisor evaluated as the SLIM paper does (source 000 §VII-B) on the shared
+    measured curves in ``data_dir`` (default ``$SLIMJAX_DATA``, else ``../shared/data``): returns an
+    :class:`~slimjax.studies.advise.AdviseResult` (per-curve rows, a summary per SLO and method, knees)."""
+    from .studies import advise as advise_study
+
+    if data_dir is None:
+        data_dir = os.environ.get("SLIMJAX_DATA", os.path.join("..", "shared", "data"))
+    if not (isinstance(epsilon, (int, float)) and 0 < epsilon < 1):
+        raise SlimjaxError("epsilon", f"must be in (0, 1), got {epsilon!r}")
+    return advise_study.evaluate(data_dir, epsilon)
+
+
 def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None = None) -> dict[str, pd.DataFrame]:
     """Per model × GPU at one (I, O): ``b_cap``, the throughput there, and the plateau throughput
     (the best SLIM throughput over the batches that fit). (I, O) default to the grid values closest

@@ -92,6 +92,36 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int) -> None
         click.echo(f"\nwrote {out}")
 
 
+@main.command()
+@click.option("--data", "data_dir", default=None, type=click.Path(file_okay=False),
+              help="Shared data folder (default: $SLIMJAX_DATA, else ../shared/data).")
+@click.option("--epsilon", default=0.5, show_default=True, type=float, help="Plateau threshold ε of MODEL.md §2.")
+@click.option("--out", "out", default=None, type=click.Path(dir_okay=False), help="CSV of every curve's truth and recommendations.")
+def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
+    """Evaluate the batch-capacity advisor on measured curves as the SLIM paper does (§VII-B)."""
+    import slimjax
+    from slimjax.studies.advise import knee_summary
+
+    try:
+        result = slimjax.advise(data_dir, epsilon=epsilon)
+    except slimjax.SlimjaxError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    s = result.summary
+    n = int(s["curves"].iloc[0])
+    click.echo(f"B_cap on {n} measured curves (ε = {epsilon:g}; SLO = factor × the curve's measured E2E at B = 32)")
+    table = s.assign(**{c: s[c].map(lambda v: f"{v:.0%}") for c in ("exact_match", "within_one_step", "slo_violations",
+                                                                       "in_plateau", "profiling_effort", "kv_saving_mean")},
+                     **{c: s[c].map(lambda v: f"{v:+.1%}") for c in ("throughput_lost_mean", "throughput_shortfall_mean",
+                                                                       "throughput_lost_worst")})
+    with_pd_options(lambda: click.echo(table.drop(columns="curves").to_string(index=False)))
+    click.echo("\nknee (T/(B·T(1)) = ε), predicted vs measured:")
+    with_pd_options(lambda: click.echo(knee_summary(result.knees).to_string(index=False, float_format=lambda v: f"{v:.3g}")))
+    if out is not None:
+        result.per_curve.to_csv(out, index=False)
+        click.echo(f"\nwrote {out}")
+
+
 _MEASURED_OPTIONS = (("batch", int), ("request_rate", float), ("ttft_s", float), ("itl_s", float))
 _MEASURED_HELP = {"batch": "measured mode: the calibration concurrency B_cal", "request_rate": "measured completed requests/s at B_cal",
                   "ttft_s": "measured time to first token, s", "itl_s": "measured inter-token latency, s"}
