@@ -362,3 +362,16 @@ def test_shipped_example_parses(shared_data):
     study = procurefile.parse("sweeps/procure_azure.yaml")
     assert [w.name for w in study.workloads] == ["conversation", "code"]
     assert study.rate_labels == ["1x", "4x", "16x"] and len(study.gpus) == 6
+
+
+def test_ties_go_to_fewer_gpus_then_smaller_tp_then_smaller_batch_then_the_first_gpu():
+    twin = dict(tflops=989, bandwidth_tbs=3.35, memory_gib=80, price_per_hour=2.0)
+    spec = dict(workloads=[dict(name="w", input_len=512, output_len=128)], rates=[0.2], models=["Llama-3.1-8B"],
+                gpus=[dict(name="first", **twin), dict(name="second", **twin)], tp=[1, 2], batch=[4, 8, 16],
+                slo=dict(itl_s=1.0))
+    ds = slimjax.procure(spec).isel(workload=0, rate=0, model=0)
+    # one replica of one GPU serves 0.2 requests/s at every batch: the cheapest cost is shared by six
+    # candidates (2 GPUs × 3 batches at TP 1); the tie goes to the smallest batch on the first GPU
+    cheapest = ds.cost_per_hour.where(ds.feasible).min()
+    assert int((ds.cost_per_hour == cheapest).sum()) == 6
+    assert (str(ds.best_gpu.values), int(ds.best_tp), int(ds.best_batch), int(ds.best_gpus)) == ("first", 1, 4, 1)
