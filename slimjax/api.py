@@ -161,7 +161,36 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
                 fix = f"the smallest TP degree that fits is {need}" if need else "no TP degree in 1, 2, 4, 8 fits it"
                 notes.append(f"{m} on {g} ({group}): does not fit weights plus one sequence of {i + o} tokens; {fix}")
     out["notes"] = pd.DataFrame({"note": notes})
+    if "agent_local_s" in ds:
+        out["agents"] = agent_table(at)
     return out
+
+
+def agent_table(at: xr.Dataset) -> pd.DataFrame:
+    """Per model, GPU and agent graph at one (I, O): the local batch limit with the shortest T_local
+    (ties: smaller), its time and cost, the API's time, binding limit and cost, and who is faster and
+    cheaper there. A configuration that does not fit reads "does not fit", never a number."""
+    rows = []
+    for m in at["model"].values:
+        for g in at["gpu"].values:
+            for a in at["agent"].values:
+                c = at.sel(model=m, gpu=g, agent=a)
+                local = c["agent_local_s"].values
+                fits = np.isfinite(local).any()
+                k = int(np.argmin(local)) if fits else 0
+                best = c.isel(batch=k)
+                api_s = float(best["agent_api_s"])
+                rows.append({"model": m, "gpu": g, "agent": a,
+                             "n_gpu": int(at["n_gpu"].sel(model=m, gpu=g)) if "n_gpu" in at else 1,
+                             "batch": int(at["batch"].values[k]) if fits else "—",
+                             "local": _quantity(float(best["agent_local_s"]), "s") if fits else "does not fit",
+                             "dependency bound": _quantity(float(best["agent_dependency_bound_s"]), "s") if fits else "—",
+                             "API": _quantity(api_s, "s"), "API bound by": API_LIMIT_NAMES[int(best["agent_api_limit"])],
+                             "local $": f"{float(best['agent_local_cost_usd']):.4f}" if fits else "—",
+                             "API $": f"{float(best['agent_api_cost_usd']):.4f}",
+                             "faster": WINNER_NAMES[int(best["agent_faster"])],
+                             "cheaper": WINNER_NAMES[int(best["agent_cheaper"])]})
+    return pd.DataFrame(rows)
 
 
 def point(model, gpu, batch: int, input_len: int, output_len: int, *, slim: Mapping | None = None,
@@ -193,6 +222,86 @@ def capacity(model, gpu, input_len: int, output_len: int, batch: int, *, arrival
         spec["measured"] = dict(measured)
     ds = sweep(spec, quiet=True)
     return {k: ds[k].values.reshape(-1)[0].item() for k in ds.data_vars}
+
+
+def agent(model, gpu, input_len: int, output_len: int, graph: Mapping, *, api: Mapping | None = None,
+          batch: int | None = None, serving: Mapping | None = None, measured: Mapping | None = None) -> dict:
+    """One agent graph (MODEL.md §6) at one (model, GPU, I, O), through the same jitted grid as :func:`sweep`,
+    with where the winner flips: the graph itself, then the same graph over calls per stage
+    (1 … 8192) and over the API's RPM (1 … 10^6 and unlimited), all as one agent axis.
+
+    ``graph`` takes the sweep file's graph keys (stages, calls_per_stage, parallelism, tool_delay_s, and
+    API overrides), ``api`` the API keys, ``batch`` the local slot limit (default: the graph's
+    parallelism). Returns {"at": {variable: value}, "calls": DataFrame, "rpm": DataFrame, "flips": {...}}.
+    """
+    from .inputs.agents import agents_block
+
+    base = agents_block({"api": dict(api or {}), "g": dict(graph)})
+    settings = base.table["g"]
+    n, p = int(settings["calls_per_stage"]), settings["parallelism"]
+    given_p = "parallelism" in graph
+    calls = np.unique(np.concatenate([np.round(np.geomspace(1, 8192, 60)), [n]])).astype(int)
+    rpms = np.concatenate([np.geomspace(1, 1e6, 61), [np.inf]])
+    graphs = {"at": dict(graph)}
+    for c in calls:
+        graphs[f"calls={c}"] = {**graph, "calls_per_stage": int(c), **({} if given_p else {"parallelism": int(c)})}
+    for r in rpms:
+        graphs[f"rpm={r:g}"] = {**graph, "api": {**dict(graph.get("api") or {}), "rpm": float(r)}}
+    limit = int(batch) if batch is not None else int(min(p, 1 << 20)) if np.isfinite(p) else n
+    spec = dict(models=[model], gpus=[gpu], batch=[limit], input_len=[input_len], output_len=[output_len], advisor=False,
+                precision="float64", serving=dict(serving or {}), agents={"api": dict(api or {}), **graphs})
+    if measured is not None:
+        spec["measured"] = dict(measured)
+    ds = sweep(spec, quiet=True).isel(model=0, gpu=0, batch=0, input_len=0, output_len=0)
+    names = [v for v in ds.data_vars if v.startswith("agent_")]
+    at = {k: ds[k].sel(agent="at").item() for k in names}
+    at.update({k: ds[k].item() for k in ("n_gpu", "max_seqs", "weights_bytes", "kv_pool_bytes")})
+    at["slots"] = min(limit, at["max_seqs"])
+
+    def frame(prefix, values, column):
+        labels = [f"{prefix}={v:g}" if prefix == "rpm" else f"{prefix}={v}" for v in values]
+        sub = ds.sel(agent=labels)
+        return pd.DataFrame({column: values, **{k: sub[k].values for k in names}})
+
+    by_calls, by_rpm = frame("calls", calls, "calls_per_stage"), frame("rpm", rpms, "rpm")
+
+    def flip(df, key, column):
+        change = np.flatnonzero(np.diff(df[key].to_numpy()) != 0)
+        return None if not change.size else (df[column].iloc[change[0]], df[column].iloc[change[0] + 1],
+                                             WINNER_NAMES[int(df[key].iloc[change[0] + 1])])
+
+    flips = {"faster_by_calls": flip(by_calls, "agent_faster", "calls_per_stage"),
+             "cheaper_by_calls": flip(by_calls, "agent_cheaper", "calls_per_stage"),
+             "faster_by_rpm": flip(by_rpm, "agent_faster", "rpm")}
+    return {"at": at, "calls": by_calls, "rpm": by_rpm, "flips": flips, "settings": settings, "batch": limit}
+
+
+WINNER_NAMES = ("local", "api")
+API_LIMIT_NAMES = ("spacing", "parallelism", "service")
+
+
+def agent_cards(result: Mapping) -> list[tuple[str, str]]:
+    """(label, text) cards of :func:`agent`'s result (MODEL.md §6); +inf reads "does not fit"."""
+    from .inputs.agents import API_PRICE_DATE
+
+    at, flips = result["at"], result["flips"]
+    local_fits = np.isfinite(at["agent_local_s"])
+    cards = [("Local replica", f"{int(at['n_gpu'])} GPU(s), {int(at['slots'])} slots (batch limit {result['batch']}, "
+                               f"max_seqs {int(at['max_seqs'])})" if local_fits else "does not fit (no slots)"),
+             ("Local time T_local", _quantity(at["agent_local_s"], "s") if local_fits else "not runnable (does not fit)"),
+             ("Dependency bound", _quantity(at["agent_dependency_bound_s"], "s") if local_fits else "not runnable (does not fit)"),
+             ("API time T_api", f"{_quantity(at['agent_api_s'], 's')} (bound by {API_LIMIT_NAMES[int(at['agent_api_limit'])]})"),
+             ("Local cost", f"${at['agent_local_cost_usd']:,.4f}" if local_fits else "not runnable (does not fit)"),
+             ("API cost", f"${at['agent_api_cost_usd']:,.4f}"),
+             ("Faster", WINNER_NAMES[int(at["agent_faster"])]), ("Cheaper", WINNER_NAMES[int(at["agent_cheaper"])])]
+    for key, label, unit in (("faster_by_calls", "Faster flips", "calls per stage"),
+                             ("cheaper_by_calls", "Cheaper flips", "calls per stage"),
+                             ("faster_by_rpm", "Faster flips", "API RPM")):
+        f = flips[key]
+        cards.append((f"{label} ({unit})", "never over the range searched" if f is None else
+                      f"between {f[0]:g} and {f[1]:g} {unit}: {f[2]} from there on"))
+    cards.append(("Prices", f"illustrative, dated {API_PRICE_DATE} (GPU catalog, API defaults; editable)"))
+    return cards
 
 
 def _quantity(value: float, unit: str) -> str:

@@ -195,6 +195,46 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated,
         click.echo(f"  {label:<30} {value}")
 
 
+@main.command(cls=_ServingCommand)
+@click.option("--model", required=True, help="Catalog name, config.json path.")
+@click.option("--gpu", required=True, help="Catalog name.")
+@click.option("--input-len", required=True, type=int, help="Prompt tokens per call.")
+@click.option("--output-len", required=True, type=int, help="Output tokens per call.")
+@click.option("--stages", required=True, type=int, help="Stages of the fork-join graph.")
+@click.option("--calls", "calls_per_stage", required=True, type=int, help="Calls per stage.")
+@click.option("--parallelism", type=int, default=None, help="Calls requested at once (default: all of a stage).")
+@click.option("--tool-delay-s", type=float, default=0.0, show_default=True, help="Tool delay between stages, s.")
+@click.option("--batch", type=int, default=None, help="Local slot limit (default: the parallelism).")
+@click.option("--api-rpm", type=float, default=None, help="API requests per minute (default 500).")
+@click.option("--api-tpm", type=float, default=None, help="API tokens per minute (default 2,000,000).")
+@click.option("--api-service-s", type=float, default=None, help="API service time per call, s (default 4).")
+@click.option("--api-parallelism", type=float, default=None, help="API calls in flight (default 16).")
+@click.option("--api-price-in", type=float, default=None, help="API USD per million input tokens (default 3).")
+@click.option("--api-price-out", type=float, default=None, help="API USD per million output tokens (default 15).")
+@click.option("--calibrated", is_flag=True, help="Calibrated roofline efficiencies (configs/roofline/default.yaml).")
+def agents(model, gpu, input_len, output_len, stages, calls_per_stage, parallelism, tool_delay_s, batch, calibrated,
+           api_rpm, api_tpm, api_service_s, api_parallelism, api_price_in, api_price_out, **options) -> None:
+    """One agent graph on a local replica vs a rate-limited API (MODEL.md §6), with where the winner flips."""
+    import slimjax
+    from slimjax.inputs.serving import SERVING
+
+    serving = {k: options[k] for k in SERVING if options.get(k) is not None}
+    if calibrated:
+        serving["efficiency"] = "calibrated"
+    api = {k: v for k, v in (("rpm", api_rpm), ("tpm", api_tpm), ("service_s", api_service_s), ("parallelism", api_parallelism),
+                             ("price_in_per_mtok", api_price_in), ("price_out_per_mtok", api_price_out)) if v is not None}
+    graph = {"stages": stages, "calls_per_stage": calls_per_stage, "tool_delay_s": tool_delay_s,
+             **({"parallelism": parallelism} if parallelism is not None else {})}
+    try:
+        result = slimjax.agent(model, gpu, input_len, output_len, graph, api=api, batch=batch, serving=serving)
+    except slimjax.SlimjaxError as e:
+        click.echo(f"error: {_as_flags(e)}", err=True)
+        sys.exit(2)
+    click.echo(f"{model} on {gpu}: {stages} stage(s) × {calls_per_stage} call(s), I={input_len}, O={output_len}")
+    for label, value in slimjax.agent_cards(result):
+        click.echo(f"  {label:<36} {value}")
+
+
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--format", "fmt", default=None, help="Trace format (default: detected).")
@@ -324,6 +364,10 @@ def _print_tables(tables, i: int, o: int) -> None:
         click.echo(_cells(tables["throughput_at_b_cap"].fillna(0), runs).to_string())
     click.echo(f"\nPlateau throughput (best over the batches that fit), tokens/s, at input_len={i}, output_len={o}:")
     click.echo(_cells(tables["plateau_throughput"], runs).to_string())
+    if "agents" in tables:
+        click.echo(f"\nAgent graphs at input_len={i}, output_len={o} per call (local: the batch limit with the shortest time; "
+                   "prices illustrative, dated 2026-10-27):")
+        click.echo(tables["agents"].to_string(index=False))
     notes = tables.get("notes")
     if notes is not None and len(notes):
         click.echo("\nNotes (— = does not fit):")

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..inputs.sweepfile import Sweep
 from ..model import advisor as advisor_mod
+from ..model import agents as agents_mod
 from ..model.calculator import capacity_cell_terms, queue_terms, service_terms
 from ..model.intervals import log_interval, log_sd
 from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms, slim_variables
@@ -279,3 +280,57 @@ def _advisor_attrs(sweep: Sweep, name: str) -> dict:
 
 register_group(Group("advisor", active=lambda sw: sw.advisor is not None, inputs=_advisor_inputs, batch=_advisor_batch,
                      attrs=_advisor_attrs))
+
+# ------------------------------------------------------------------------------------------ agents (§6)
+
+
+def _agent_inputs(sweep: Sweep) -> dict:
+    return {"agents": (("agent",), astype(sweep.agents.spec, np.float64))}
+
+
+def _agent_batch(x: dict, cells: dict, out: dict) -> dict:
+    cap, a = cells["capacity"], x["agents"]
+    B64, I64, O64 = (x[k].astype(F64) for k in ("batch", "input_len", "output_len"))
+    slots = jnp.minimum(B64, cap["max_seqs"])
+    width = agents_mod.wave_width(a.parallelism, slots)
+    at_width = service_terms(cap, x.get("measured"), width, I64, O64)["service_s"]
+    at_one = service_terms(cap, x.get("measured"), jnp.ones((), F64), I64, O64)["service_s"]
+    local = agents_mod.local_time(a.stages, a.calls, a.tool_delay_s, width, at_width, slots)
+    spacing = agents_mod.api_spacing(a.api_rpm, a.api_tpm, I64, O64)
+    api = agents_mod.api_time(a.stages, a.calls, a.tool_delay_s, spacing, a.api_service_s, a.api_parallelism)
+    n_gpu, price = x["serving"].n_gpu, x["gpu64"].price_per_hour
+    local_cost = jnp.where(slots >= 1, agents_mod.rental_cost(price, n_gpu, local), jnp.inf)
+    api_cost = agents_mod.api_cost(a.stages, a.calls, I64, O64, a.api_price_in, a.api_price_out)
+    return {
+        "agent_local_s": local,
+        "agent_dependency_bound_s": agents_mod.dependency_bound(a.stages, a.tool_delay_s, at_one, slots),
+        "agent_api_s": api,
+        "agent_local_cost_usd": local_cost,
+        "agent_api_cost_usd": api_cost,
+        "agent_api_limit": agents_mod.api_binding_limit(a.stages, a.calls, a.tool_delay_s, spacing, a.api_service_s,
+                                                        a.api_parallelism),
+        "agent_faster": agents_mod.winner(local, api),
+        "agent_cheaper": agents_mod.winner(local_cost, api_cost),
+    }
+
+
+def _agent_attrs(sweep: Sweep, name: str) -> dict:
+    from ..inputs.agents import API_PRICE_DATE
+
+    attrs = {}
+    if name == "agent_api_limit":
+        attrs.update(flag_values=list(range(len(agents_mod.API_LIMITS))), flag_meanings=" ".join(agents_mod.API_LIMITS))
+    if name in ("agent_faster", "agent_cheaper"):
+        attrs.update(flag_values=list(range(len(agents_mod.WINNERS))), flag_meanings=" ".join(agents_mod.WINNERS))
+    if name in ("agent_local_cost_usd", "agent_api_cost_usd", "agent_cheaper"):
+        attrs["price_date"] = API_PRICE_DATE
+        attrs["prices"] = "illustrative, editable (GPU catalog / agents.api)"
+    if name in ("agent_api_s", "agent_api_cost_usd", "agent_api_limit"):
+        attrs["agents"] = json.dumps(sweep.agents.table, default=float)
+    if name in ("agent_local_s", "agent_dependency_bound_s", "agent_local_cost_usd"):
+        attrs.update(_roofline_attrs(sweep))
+    return attrs
+
+
+register_group(Group("agents", active=lambda sw: sw.agents is not None, inputs=_agent_inputs, batch=_agent_batch,
+                     attrs=_agent_attrs, wide=True))

@@ -25,6 +25,7 @@ DIMS: dict[str, Dim] = {d.name: d for d in (
     Dim("batch", {"units": "sequences", "long_name": "batch size / concurrency B"}, False),  # B_cap reduces over it
     Dim("input_len", {"units": "tokens", "long_name": "input (prompt) length I"}, True),
     Dim("output_len", {"units": "tokens", "long_name": "output length O"}, True),
+    Dim("agent", {"long_name": "agent graph (MODEL.md §6)"}, True),
     Dim("arrival_rate", {"units": "requests/s", "long_name": "Poisson arrival rate λ"}, False),
 )}
 
@@ -44,6 +45,8 @@ ALL5 = ("model", "gpu", "batch", "input_len", "output_len")
 PAIR = ("model", "gpu")
 PAIR_LENS = ("model", "gpu", "input_len", "output_len")
 QUEUE = (*ALL5, "arrival_rate")
+AGENT = (*ALL5, "agent")
+AGENT_API = ("input_len", "output_len", "agent")
 _CAP = "batch size (0 = none)"
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in (
@@ -88,6 +91,15 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("wait_s", QUEUE, "s", "mean queueing delay W_q (+inf: unbounded)", "queue"),
     Variable("response_s", QUEUE, "s", "mean response time W_q + S (+inf: unbounded)", "queue"),
     Variable("in_system", QUEUE, "requests", "mean requests in system, λ·R (+inf: unbounded)", "queue"),
+    # Agent graphs (MODEL.md §6), present when a sweep has agents; batch is the local replica's slot limit.
+    Variable("agent_local_s", AGENT, "s", "graph time on one local replica, T_local (+inf: does not fit)", "agents"),
+    Variable("agent_dependency_bound_s", AGENT, "s", "dependency bound n_st·S(1) + (n_st − 1)·d (+inf: does not fit)", "agents"),
+    Variable("agent_api_s", AGENT_API, "s", "graph time on the API, T_api (MODEL.md §6 schedule)", "agents"),
+    Variable("agent_local_cost_usd", AGENT, "USD", "rental cost of T_local on the replica group (illustrative prices)", "agents"),
+    Variable("agent_api_cost_usd", AGENT_API, "USD", "API cost of the graph's tokens (illustrative prices)", "agents"),
+    Variable("agent_api_limit", AGENT_API, "1", "which limit sets T_api", "agents", "int8"),
+    Variable("agent_faster", AGENT, "1", "faster side (ties: local)", "agents", "int8"),
+    Variable("agent_cheaper", AGENT, "1", "cheaper side (ties: local)", "agents", "int8"),
 )}
 
 ROOFLINE_ONLY = ("prefill_s", "chunk_max_s", "itl_chunk_s")

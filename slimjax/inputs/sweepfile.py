@@ -17,13 +17,14 @@ from ..model.calculator import smallest_fitting_tp
 from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, SlimCoeffs, stack
 from . import catalog
 from .advisor import Advisor, advisor_block
+from .agents import Agents, agents_block
 from .axes import parse_axis
 from .coefficients import StoreReader, coefficients_block
 from .measured import measured_block
 from .serving import serving_block
 
 REQUIRED_KEYS = ("models", "gpus", "batch", "input_len", "output_len")
-OPTIONAL_KEYS = ("slim", "advisor", "precision", "serving", "arrival_rate", "measured")
+OPTIONAL_KEYS = ("slim", "advisor", "precision", "serving", "arrival_rate", "measured", "agents")
 AXES = ("batch", "input_len", "output_len")
 PRECISIONS = ("float32", "float64")
 
@@ -52,15 +53,18 @@ class Sweep:
     coeffs_notes: dict  # "model/gpu" -> what a calibrated store says is wrong with the fit the sweep uses
     measured: MeasuredSpec | None  # leaves (M, G), NaN where a pair has no measurement
     arrival_rate: np.ndarray | None  # requests/s; None: no queue variables
+    agents: Agents | None  # fork-join graphs (MODEL.md §6); None: no agent variables
     source: str  # the sweep file path, or "<dict>"
     spec: dict  # the spec as given (for provenance)
 
     @property
     def coords(self) -> dict[str, np.ndarray]:
-        """The grid's dims and their labels, in order: model, gpu, batch, input_len, output_len, and
-        arrival_rate when the sweep has one."""
+        """The grid's dims and their labels, in order: model, gpu, batch, input_len, output_len, then
+        agent and arrival_rate when the sweep has them."""
         out = {"model": np.asarray(self.models, dtype=str), "gpu": np.asarray(self.gpus, dtype=str),
                "batch": self.batch, "input_len": self.input_len, "output_len": self.output_len}
+        if self.agents is not None:
+            out["agent"] = np.asarray(self.agents.names, dtype=str)
         if self.arrival_rate is not None:
             out["arrival_rate"] = self.arrival_rate
         return out
@@ -155,7 +159,7 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     gpu_names = [g for g, _ in gpus]
     model_names = [m for m, _ in models]
     coefficients = coefficients_block(data.get("slim"), model_names, gpu_names, read_store)
-    capacity = any(k in data for k in ("serving", "arrival_rate", "measured"))
+    capacity = any(k in data for k in ("serving", "arrival_rate", "measured", "agents"))
     max_tokens = float(axes["input_len"][-1] + axes["output_len"][-1])
     serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens) if capacity else (None, None)
     measured = measured_block(data["measured"], model_names, gpu_names)[0] if data.get("measured") is not None else None
@@ -178,6 +182,7 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
         serving=serving,
         serving_table=serving_table,
         measured=measured,
+        agents=agents_block(data["agents"]) if data.get("agents") is not None else None,
         arrival_rate=parse_axis(data["arrival_rate"], "arrival_rate", integer=False) if data.get("arrival_rate") is not None else None,
         models=model_names,
         gpus=gpu_names,

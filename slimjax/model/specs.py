@@ -117,6 +117,21 @@ class MeasuredSpec(eqx.Module):
     itl_s: jax.Array
 
 
+class AgentSpec(eqx.Module):
+    """Fork-join agent graphs and the API each is compared with (MODEL.md §6); one entry per graph."""
+
+    stages: jax.Array  # n_st
+    calls: jax.Array  # n_call per stage
+    parallelism: jax.Array  # p, calls requested at once (inf: no limit)
+    tool_delay_s: jax.Array  # d between stages
+    api_rpm: jax.Array  # requests per minute (inf: no limit)
+    api_tpm: jax.Array  # tokens per minute (inf: no limit)
+    api_service_s: jax.Array  # s_api, one call's service time (queue excluded)
+    api_parallelism: jax.Array  # p_api, calls in flight (inf: no limit)
+    api_price_in: jax.Array  # USD per million input tokens
+    api_price_out: jax.Array  # USD per million output tokens
+
+
 SLIM_PARAMS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SlimCoeffs))
 
 
