@@ -2,12 +2,16 @@
 
 import math
 
+import jax
+import jax.numpy as jnp
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference as ref
+from slimjax.config import float64_scope
 from slimjax.model import memory, queue, roofline
 from slimjax.inputs.catalog import resolve_model
 from slimjax.model.specs import ModelSpec, stack
@@ -174,6 +178,31 @@ def test_erlang_b_closed_form_vs_recurrence(m, rho):
         assert got < 1e-250
     else:
         assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_erlang_b_static_recurrence_matches_the_reference_and_the_closed_form():
+    """The pure-JAX recurrence run to a static bound (queue sweeps: the largest batch) on many m at once."""
+    rng = np.random.default_rng(5)
+    m = rng.integers(1, 513, 400).astype(float)
+    A = m * rng.choice([0.01, 0.3, 0.7, 0.9, 0.99, 0.999], 400)
+    with float64_scope():
+        got = np.asarray(queue.erlang_b(jnp.asarray(m), jnp.asarray(A), max_servers=512))
+        closed = np.asarray(queue.erlang_b(jnp.asarray(m), jnp.asarray(A)))
+    want = np.array([ref.erlang_b_recurrence(int(k), a) for k, a in zip(m, A)])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)  # XLA flushes subnormals to 0
+    np.testing.assert_allclose(closed, want, rtol=1e-9, atol=1e-300)
+    assert queue.queue_bound([3, 200]) == 256 and queue.queue_bound([1]) == 1
+
+
+def test_the_queue_calls_no_host_callback():
+    """Pure JAX: no callback primitive in the M/M/c graph, either Erlang path (GPU-ready, every device)."""
+    for bound in (None, 64):
+        jaxpr = str(jax.make_jaxpr(lambda m, s, lam: queue.mmc(m, s, lam, bound))(4.0, 2.0, 1.0))
+        assert "callback" not in jaxpr
+    import pathlib
+
+    source = "".join(p.read_text() for p in pathlib.Path(queue.__file__).parent.parent.rglob("*.py"))
+    assert "pure_callback" not in source
 
 
 @settings(max_examples=100, deadline=None)

@@ -21,6 +21,7 @@ from ..inputs.sweepfile import Sweep
 from .dispatch import compute_devices, pipelined
 from .groups import GROUPS, active_groups, batch_phase, variable_names
 from .plan import Block, BlockPlan, plan_blocks
+from ..model.queue import queue_bound
 from .schema import DIMS, VARIABLES
 
 class Layout(NamedTuple):
@@ -33,6 +34,7 @@ class Layout(NamedTuple):
     input_dims: tuple[tuple[str, tuple[str, ...]], ...]
     groups: tuple[str, ...]
     dtypes: tuple[tuple[str, str], ...]  # variable -> dtype name
+    static: tuple[tuple[str, int], ...] = ()  # static facts groups may use (e.g. the largest batch)
 
 
 # Peak working memory per output byte: the block's outputs, XLA temporaries, one block in flight.
@@ -82,7 +84,8 @@ def _cell_block(inputs, starts, *, layout):
 @functools.partial(jax.jit, static_argnames=("layout",))
 def _batch_block(x, cells, inputs, *, layout):
     grid = layout.grid
-    x = {**x, **{k: _shape_input(inputs[k], dims, grid, {}) for k, dims in layout.input_dims if batch_phase(dims)}, "dims": grid}
+    x = {**x, **{k: _shape_input(inputs[k], dims, grid, {}) for k, dims in layout.input_dims if batch_phase(dims)}, "dims": grid,
+         "static": dict(layout.static)}
     out: dict = {}
     for g in layout.groups:
         out.update(GROUPS[g].batch(x, cells, out))
@@ -134,6 +137,12 @@ def host_inputs(sweep: Sweep) -> tuple[dict, tuple]:
     return arrays, tuple(dims.items())
 
 
+def static_facts(sweep: Sweep) -> tuple[tuple[str, int], ...]:
+    """What the groups may use as compile-time constants: with a queue, a bound on its m from the largest
+    batch (only then: it is part of the compile key)."""
+    return (("max_batch", queue_bound(sweep.batch)),) if sweep.arrival_rate is not None else ()
+
+
 def evaluate(sweep: Sweep, block_plan: BlockPlan, sink, *, progress=None) -> None:
     """Evaluate the whole grid block by block, handing each block's variables to ``sink.write``."""
     host, input_dims = host_inputs(sweep)
@@ -141,7 +150,8 @@ def evaluate(sweep: Sweep, block_plan: BlockPlan, sink, *, progress=None) -> Non
     names = variable_names(sweep)
     layout = Layout(block_plan.dims, block_plan.blocked, block_plan.extents,
                     tuple(block_plan.block.get(d, block_plan.sizes[d]) for d in block_plan.dims), input_dims,
-                    tuple(g.name for g in groups), tuple((n, variable_dtype(sweep, n).name) for n in names))
+                    tuple(g.name for g in groups), tuple((n, variable_dtype(sweep, n).name) for n in names),
+                    static_facts(sweep))
     devices = compute_devices(host_callbacks=any(g.host_callbacks for g in groups))
     # the sweep's small input arrays go to each device once; blocks are picked out on the device
     on_device = [jax.device_put(host, d) for d in devices]

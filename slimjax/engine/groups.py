@@ -7,7 +7,8 @@ grid order; trailing axes ride along). The grid gathers each input for the block
 grid's rank. ``cell(x)`` computes per-cell terms from the gathered inputs that have no batch-phase dim
 (materialised once per block: fused into the grid kernel XLA would re-derive them at every point);
 ``batch(x, cells, out)`` returns its variables (and private ``_terms`` later groups may read) from all
-inputs, every group's cell terms, and what earlier groups returned. ``x["dims"]`` is the grid's dims.
+inputs, every group's cell terms, and what earlier groups returned. ``x["dims"]`` is the grid's dims,
+``x["static"]`` compile-time facts (``grid.static_facts``: the largest batch).
 """
 
 from __future__ import annotations
@@ -180,12 +181,12 @@ register_group(Group("capacity", active=lambda sw: sw.serving is not None, input
 
 def _queue_batch(x: dict, cells: dict, out: dict) -> dict:
     B64, I64, O64 = (x[k].astype(F64) for k in ("batch", "input_len", "output_len"))
-    return queue_terms(cells["capacity"], x.get("measured"), B64, I64, O64, x["arrival_rate"])
+    return queue_terms(cells["capacity"], x.get("measured"), B64, I64, O64, x["arrival_rate"], x["static"].get("max_batch"))
 
 
 register_group(Group("queue", active=lambda sw: sw.arrival_rate is not None,
                      inputs=lambda sw: {"arrival_rate": (("arrival_rate",), np.asarray(sw.arrival_rate, np.float64))},
-                     batch=_queue_batch, attrs=lambda sw, name: _roofline_attrs(sw), wide=True, host_callbacks=True))
+                     batch=_queue_batch, attrs=lambda sw, name: _roofline_attrs(sw), wide=True))
 
 # -------------------------------------------------------------- prediction intervals (calibrated store)
 

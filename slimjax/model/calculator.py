@@ -137,9 +137,9 @@ def service_terms(cell, measured, batch, input_len, output_len):
     )
 
 
-def queue_terms(cell, measured, batch, input_len, output_len, arrival_rate):
+def queue_terms(cell, measured, batch, input_len, output_len, arrival_rate, max_batch: int | None = None):
     """M/M/c at m = min(B, max_seqs) slots with S = S(m) (§5); ``arrival_rate`` broadcasts against the
-    others (give it an axis of its own)."""
+    others (give it an axis of its own); ``max_batch`` a static bound on B where known (then m ≤ it)."""
     slots = jnp.minimum(batch, cell["max_seqs"])
     service = service_terms(cell, measured, jnp.maximum(slots, 1.0), input_len, output_len)["service_s"]
-    return queue.mmc(slots, service, arrival_rate)
+    return queue.mmc(slots, service, arrival_rate, max_batch)

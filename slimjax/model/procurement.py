@@ -42,7 +42,7 @@ def static_slos_hold(weights, ttft_s, itl_s, service_s, slo_ttft_s, slo_itl_s, s
             & (worst_class(weights, service_s) <= slo_e2e_s))
 
 
-def latency_at_rate(weights, slots, mean_service_s, ttft_s, service_s, arrival_rate, quantile):
+def latency_at_rate(weights, slots, mean_service_s, ttft_s, service_s, arrival_rate, quantile, max_slots: int | None = None):
     """(TTFT at quantile p, mean E2E) of the worst class at per-replica rate λ (§8 "SLOs"):
     W_p(λ) + max_k TTFT_k(m) and W_q(λ) + max_k S_k(m), on the §5 queue with m slots of S̄."""
     q = queue.mmc(slots, mean_service_s, arrival_rate)
@@ -51,7 +51,7 @@ def latency_at_rate(weights, slots, mean_service_s, ttft_s, service_s, arrival_r
 
 
 def max_rate_per_replica(weights, slots, mean_service_s, ttft_s, itl_s, service_s, slo_ttft_s, slo_itl_s, slo_e2e_s,
-                         quantile, steps: int = BISECTION_STEPS):
+                         quantile, steps: int = BISECTION_STEPS, max_slots: int | None = None):
     """λ*, the largest per-replica rate in [0, m/S̄) meeting every SLO (§8), by bisection.
 
     The SLOs are non-decreasing in λ, so the lower end of the bracket always meets them and the upper
@@ -61,7 +61,7 @@ def max_rate_per_replica(weights, slots, mean_service_s, ttft_s, itl_s, service_
     capacity = jnp.where(slots > 0, slots / mean_service_s, 0.0)
 
     def meets(rate):
-        ttft_p, e2e, _ = latency_at_rate(weights, slots, mean_service_s, ttft_s, service_s, rate, quantile)
+        ttft_p, e2e, _ = latency_at_rate(weights, slots, mean_service_s, ttft_s, service_s, rate, quantile, max_slots)
         return (ttft_p <= slo_ttft_s) & (e2e <= slo_e2e_s) & (rate < capacity)  # a steady state even with no wait SLO
 
     def halve(_, bracket):

@@ -22,6 +22,7 @@ from ..inputs.procurefile import Study
 from ..model import memory
 from ..model import procurement as proc
 from ..model.calculator import capacity_cell_terms, service_terms
+from ..model.queue import queue_bound
 
 # Why a candidate is infeasible, checked in this order (the first failing check is reported).
 REASONS = ("feasible", "tp_does_not_divide_heads", "memory", "itl", "ttft", "e2e", "unbounded_queue")
@@ -43,8 +44,21 @@ def _axes(x, *positions, ndim=7):
     return jnp.reshape(x, shape)
 
 
-@functools.partial(jax.jit, static_argnames=("steps",))
-def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix_weight, total_rate, slo, steps):
+def batch_buckets(batch) -> tuple[tuple[int, int, int], ...]:
+    """(start, stop, static bound on m) over the sorted batch axis, one bucket per power-of-four bound:
+    the queue's recurrence runs to each bucket's own bound, not the largest batch's."""
+    out, start = [], 0
+    bounds = [queue_bound(b) for b in batch]
+    bounds = [max(4, int(4 ** np.ceil(np.log(b) / np.log(4)))) for b in bounds]
+    for i in range(1, len(batch) + 1):
+        if i == len(batch) or bounds[i] != bounds[start]:
+            out.append((start, i, bounds[start]))
+            start = i
+    return tuple(out)
+
+
+@functools.partial(jax.jit, static_argnames=("steps", "buckets"))
+def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix_weight, total_rate, slo, steps, buckets):
     """The candidate grid. Shapes: model leaves (M,), gpu (G,), serving and measured (M, G, N), tp (N,),
     batch (B,), class_in/out (W, K), mix_weight (W, X, K), total_rate (W, R)."""
     G, N = gpu.flops_per_s.shape[0], tp.shape[0]
@@ -66,8 +80,11 @@ def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix
     ttft = jnp.where(has_measured, measured7.ttft_s, proc.study_ttft(cell["prefill_s"], per_class["itl_s"]))
     itl, service = per_class["itl_s"], per_class["service_s"]
     mean_service = proc.mixture_mean(w, service)  # S̄
-    lam = proc.max_rate_per_replica(w, slots, mean_service, ttft, itl, service, slo["ttft_s"], slo["itl_s"], slo["e2e_s"],
-                                    slo["quantile"], steps)
+    max_batch = buckets[-1][2]
+    lam = jnp.concatenate([  # slots ≤ B, so each batch bucket's queue runs to its own bound
+        proc.max_rate_per_replica(w, slots[..., a:b], mean_service[..., a:b], ttft[..., a:b, :], itl[..., a:b, :],
+                                  service[..., a:b, :], slo["ttft_s"], slo["itl_s"], slo["e2e_s"], slo["quantile"], steps, bound)
+        for a, b, bound in buckets], axis=-1)
 
     itl_w, ttft_w, service_w = (proc.worst_class(w, x) for x in (itl, ttft, service))
     reason = jnp.select(
@@ -91,7 +108,7 @@ def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix
     per_replica = jnp.where(feasible, rate / jnp.where(feasible, replicas, 1.0), jnp.nan)
     w0 = w[:, 0][:, None]
     ttft_p, e2e_mean, utilization = proc.latency_at_rate(w0, slots0, mean_s0, row0(ttft), row0(service), per_replica,
-                                                        slo["quantile"])
+                                                        slo["quantile"], max_batch)
     out = dict(
         slots=slots[:, 0], service_s=jnp.where(slots[:, 0] >= 1, mean_service[:, 0], jnp.nan),
         max_rate_per_replica=lam[:, 0], itl_s=jnp.where(slots[:, 0] >= 1, itl_w[:, 0], jnp.nan),
@@ -221,7 +238,7 @@ def evaluate(study: Study, steps: int = proc.BISECTION_STEPS) -> xr.Dataset:
     class_in, class_out, weight, mix, slo = _inputs(study)
     with float64_scope():
         raw = _evaluate(study.model, study.gpu, study.serving, study.measured, study.tp, study.batch, class_in, class_out,
-                        mix, study.total_rate, slo, steps)
+                        mix, study.total_rate, slo, steps, batch_buckets(study.batch))
         raw = {k: np.asarray(v) for k, v in raw.items()}
     N, B = len(study.tp), len(study.batch)
     gpu_of = lambda i: np.asarray(study.gpus)[i // (N * B)]  # noqa: E731
