@@ -40,17 +40,72 @@ def parse(spec: str | os.PathLike | Mapping) -> Sweep:
     return sweepfile.parse(spec, read_store=coefficient_store.read_for_sweep)
 
 
+def _available_memory_bytes() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} bytes"
+
+
+def result_bytes(sw: Sweep) -> float:
+    """Bytes of every variable of the sweep, uncompressed (what memory or a store without compression holds)."""
+    sizes = {d: len(v) for d, v in sw.coords.items()}
+    total = 0.0
+    for n in variable_names(sw):
+        total += float(np.prod([sizes[d] for d in VARIABLES[n].dims], dtype=float)) * grid.variable_dtype(sw, n).itemsize
+    return total
+
+
+def _check_room(sw: Sweep, target) -> None:
+    """Refuse, before any work, a result that cannot fit where it goes, naming both sizes."""
+    import shutil
+
+    need = result_bytes(sw)
+    if target is None:
+        have = _available_memory_bytes()
+        if need > have:
+            raise SlimjaxError("sweep", f"the result needs {_size(need)} of memory but {_size(have)} is available; "
+                                        "write it to a store (out=… / --out) or sample the axes")
+        return
+    free = shutil.disk_usage(target.parent).free
+    if need > free:
+        raise SlimjaxError("out", f"the store needs up to {_size(need)} (uncompressed) but {str(target.parent)!r} has "
+                                  f"{_size(free)} free; free space, write elsewhere, or sample the axes")
+
+
 def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | None = None, *, overwrite: bool = False,
-          memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET, quiet: bool | None = None) -> xr.Dataset:
+          memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET, quiet: bool | None = None, resume: bool = False,
+          compression: str = "zstd") -> xr.Dataset:
     """Evaluate a sweep (file path, mapping or parsed :class:`Sweep`) over its dense grid.
 
-    With ``out``, the Dataset is written to a zarr store (atomically; an existing store is replaced
-    only with ``overwrite``) and returned opened lazily from it; without, it is built in memory.
-    Working memory stays under ``memory_budget_bytes`` per block (plus the result itself in memory).
+    With ``out``, the Dataset is written to a zarr store and returned opened lazily from it; without, it
+    is built in memory. The store is built in ``OUT.partial``: evaluation, encoding and writing overlap
+    (a pool of writer threads), each finished block is journaled, and the store is renamed into place
+    when complete. On failure (an error, Ctrl-C, SIGTERM, a kill) the partial store stays; ``resume``
+    continues it, evaluating only the blocks not yet journaled, and gives a store bit-identical to an
+    uninterrupted run (a different resolved sweep is refused). An existing store is replaced only with
+    ``overwrite``. A result that would not fit the target's free disk (or, in memory, the available RAM)
+    is refused before any work. ``compression``: "zstd" (level 1) or "none". Working memory stays under
+    ``memory_budget_bytes`` per block (plus, in memory, the result itself).
     """
-    target = store.check_target(out, overwrite) if out is not None else None
+    target = store.check_target(out, overwrite, resume) if out is not None else None
     with float64_scope():
         sw = spec if isinstance(spec, Sweep) else parse(spec)
+        _check_room(sw, target)
         names = variable_names(sw)
         block_plan = grid.plan(sw, memory_budget_bytes)
         attrs = dataset.dataset_attrs(sw, block_plan)
@@ -64,12 +119,19 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
             variables = {n: (VARIABLES[n].dims, grid.variable_dtype(sw, n), block_plan.chunks(VARIABLES[n].dims), var_attrs[n])
                          for n in names}
             with store.sigterm_as_exit():
-                sink = store.ZarrSink(target, sw.coords, {d: DIMS[d].attrs for d in sw.coords}, variables, attrs)
+                sink = store.ZarrSink(target, sw.coords, {d: DIMS[d].attrs for d in sw.coords}, variables, attrs,
+                                      compression=compression, resume=resume)
                 try:
-                    grid.evaluate(sw, block_plan, sink, progress=progress)
+                    grid.evaluate(sw, block_plan, sink, progress=progress, skip=frozenset(sink.done))
                     sink.commit()
-                except BaseException:
-                    sink.abort()
+                except BaseException as e:
+                    kept = sink.abort()
+                    if isinstance(e, Exception) and not isinstance(e, SlimjaxError):
+                        raise
+                    import warnings
+
+                    warnings.warn(f"sweep interrupted; its partial store {str(kept)!r} is kept: rerun with resume=True / "
+                                  "--resume to continue it", RuntimeWarning, stacklevel=2)
                     raise
             return dataset.canonical(store.open_store(target))
         finally:

@@ -38,7 +38,11 @@ def main() -> None:
 @click.option("--memory-budget", default="256MiB", show_default=True, callback=_bytes,
               help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).")
 @click.option("--at", "at", default=None, help="IL,OL of the summary table (default: grid values nearest 1024,256).")
-def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget: float, at: str | None) -> None:
+@click.option("--resume", is_flag=True, help="Continue an interrupted sweep from its OUT.partial store.")
+@click.option("--compression", type=click.Choice(["zstd", "none"]), default="zstd", show_default=True,
+              help="Chunk compression of the store.")
+def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget: float, at: str | None, resume: bool,
+          compression: str) -> None:
     """Evaluate SWEEP_FILE over its grid and write the Dataset to --out."""
     import time
 
@@ -57,7 +61,8 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
         for axis, v in (("input_len", il), ("output_len", ol)):  # before any work, not after the store is written
             if v is not None and v not in getattr(sw, axis):
                 raise slimjax.SlimjaxError("--at", f"{axis} {v} is not on the grid ({', '.join(map(str, getattr(sw, axis)))})")
-        ds = slimjax.sweep(sw, out, overwrite=overwrite, memory_budget_bytes=memory_budget, quiet=True if quiet else None)
+        ds = slimjax.sweep(sw, out, overwrite=overwrite, memory_budget_bytes=memory_budget, quiet=True if quiet else None,
+                           resume=resume, compression=compression)
         tables = summary(ds, il, ol)
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {e}", err=True)
@@ -71,6 +76,28 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
         return
     i, o = int(tables["at"].input_len[0]), int(tables["at"].output_len[0])
     with_pd_options(lambda: _print_tables(tables, i, o))
+
+
+@main.command()
+@click.argument("store_path", type=click.Path())
+def verify(store_path: str) -> None:
+    """Check a sweep store (or its .partial) against its block journal: missing blocks, changed data."""
+    import slimjax
+    from slimjax.store.sink import verify as verify_store
+
+    try:
+        report = verify_store(store_path)
+    except slimjax.SlimjaxError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    click.echo(f"{store_path}: {report['recorded']} of {report['blocks']} blocks recorded")
+    if report["missing"]:
+        shown = ", ".join(map(str, report["missing"][:20])) + (" …" if len(report["missing"]) > 20 else "")
+        click.echo(f"  missing blocks ({len(report['missing'])}): {shown}")
+    for k, name in report["corrupt"][:50]:
+        click.echo(f"  block {k}: {name} differs from its recorded CRC32 (chunk missing or changed)")
+    click.echo("  ok" if report["ok"] else "  NOT OK")
+    sys.exit(0 if report["ok"] else 1)
 
 
 @main.command()

@@ -28,6 +28,27 @@ def variable_attrs(sweep: Sweep, name: str) -> dict:
     return attrs
 
 
+def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
+    """SHA-256 of the resolved sweep (coordinates, every spec leaf, coefficients, serving, measured points,
+    agents, advisor, precision), the block plan and the slimjax version: what a resumed run must match."""
+    import hashlib
+
+    import jax
+
+    h = hashlib.sha256(__version__.encode())
+    for k, v in sweep.coords.items():
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(v).tobytes())
+    trees = (sweep.model, sweep.gpu, sweep.coeffs, sweep.serving, sweep.measured, sweep.arrival_rate, sweep.tp_to_fit,
+             sweep.coeffs_log_cov, sweep.coeffs_scatter, None if sweep.agents is None else sweep.agents.spec)
+    for leaf in jax.tree_util.tree_leaves(trees):
+        h.update(np.ascontiguousarray(np.asarray(leaf, np.float64)).tobytes())
+    advisor = None if sweep.advisor is None else (sweep.advisor.epsilon, sweep.advisor.slo_s, sweep.advisor.slo_factor,
+                                                  sorted(sweep.advisor.slo_reference.items()))
+    h.update(repr((advisor, sweep.precision, block_plan.dims, sorted(block_plan.block.items()))).encode())
+    return h.hexdigest()
+
+
 def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
     advisor = None if sweep.advisor is None else {
         "epsilon": sweep.advisor.epsilon, "slo_s": sweep.advisor.slo_s,
@@ -50,6 +71,7 @@ def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
         "precision": sweep.precision,
         "price_date": PRICE_DATE,
         "block_plan": block_plan.to_attrs(),
+        "sweep_hash": sweep_hash(sweep, block_plan),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -143,8 +143,10 @@ def static_facts(sweep: Sweep) -> tuple[tuple[str, int], ...]:
     return (("max_batch", queue_bound(sweep.batch)),) if sweep.arrival_rate is not None else ()
 
 
-def evaluate(sweep: Sweep, block_plan: BlockPlan, sink, *, progress=None) -> None:
-    """Evaluate the whole grid block by block, handing each block's variables to ``sink.write``."""
+def evaluate(sweep: Sweep, block_plan: BlockPlan, sink, *, progress=None, skip=frozenset()) -> None:
+    """Evaluate the grid block by block (blocks numbered in plan order; those in ``skip`` are not run),
+    handing each block's variables to ``sink.write`` and then, where the sink has it, telling
+    ``sink.block_done(k)``."""
     host, input_dims = host_inputs(sweep)
     groups = active_groups(sweep)
     names = variable_names(sweep)
@@ -162,14 +164,18 @@ def evaluate(sweep: Sweep, block_plan: BlockPlan, sink, *, progress=None) -> Non
         return evaluate_block(on_device[slot[device]], starts, layout)
 
     if progress is not None:
-        progress.total = block_plan.n_blocks
-    for b, result in pipelined(block_plan.blocks(), run, devices):
+        progress.total = block_plan.n_blocks - len(skip)
+    todo = ((k, b) for k, b in enumerate(block_plan.blocks()) if k not in skip)
+    done = getattr(sink, "block_done", None)
+    for (k, b), result in pipelined(todo, lambda kb, device: run(kb[1], device), devices):
         for name, value in result.items():
             dims = VARIABLES[name].dims
             if any(b.slices[a].start != 0 for a in block_plan.blocked if a not in dims):
                 continue  # a variable independent of a blocked dim is stored from its first block only
             valid = tuple(slice(0, b.slices[d].stop - b.slices[d].start) if d in b.slices else slice(None) for d in dims)
             sink.write(name, b.region(dims), np.asarray(value)[valid])
+        if done is not None:
+            done(k)
         if progress is not None:
             progress.update(1)
 

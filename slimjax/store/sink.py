@@ -1,7 +1,8 @@
 """Zarr stores: the only module that imports zarr.
 
-A store is written into a temporary sibling folder (``NAME.tmp-PID``) and renamed into place only when
-complete. An existing store it replaces is first renamed aside (``NAME.old-PID``), the new one renamed in,
+A sweep is written into ``NAME.partial`` (kept on failure, so ``resume`` can continue it; a journal inside
+records each block once its data is written) and renamed into place only when complete. Other stores are
+written into a temporary sibling folder (``NAME.tmp-PID``) and renamed into place only when complete. An existing store it replaces is first renamed aside (``NAME.old-PID``), the new one renamed in,
 and only then the old one deleted, so a kill at any step leaves either the old store or the new one under
 the target's name, never a half-deleted one. Siblings left by a run that was killed (its PID is gone) are
 cleaned by the next run for the same target: temp stores removed, an old store put back if the target is
@@ -10,13 +11,17 @@ missing. SIGTERM is turned into an orderly exit while a store is written, like C
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import json
+import math
 import os
 import re
 import shutil
 import signal
 import threading
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -85,13 +90,20 @@ def sigterm_as_exit():
         signal.signal(signal.SIGTERM, previous)
 
 
-def check_target(out: str | os.PathLike, overwrite: bool) -> Path:
-    """Refuse, before any work, to replace an existing store without ``overwrite``; clean what a killed
-    run left beside it (warning what was done)."""
+def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> Path:
+    """Refuse, before any work, to replace an existing store without ``overwrite``, or to start over an
+    interrupted sweep's partial store without ``overwrite`` or ``resume``; clean what a killed run of an
+    older version left beside it (warning what was done)."""
     path = Path(out)
     for line in clean_stale_siblings(path):
         warnings.warn(line, RuntimeWarning, stacklevel=2)
-    if path.exists() and not overwrite:
+    partial = partial_path(path)
+    if partial.exists() and not resume and not overwrite:
+        raise SlimjaxError("out", f"an interrupted sweep's partial store {str(partial)!r} exists: pass resume=True / --resume "
+                                  "to continue it, or overwrite=True / --overwrite to discard it")
+    if resume and not partial.exists() and path.exists():
+        raise SlimjaxError("resume", f"{str(path)!r} is complete; there is nothing to resume")
+    if path.exists() and not overwrite and not resume:
         raise SlimjaxError("out", f"{str(path)!r} already exists (pass overwrite=True / --overwrite to replace it)")
     if path.exists() and not (path / "zarr.json").exists() and not (path / ".zgroup").exists():
         raise SlimjaxError("out", f"{str(path)!r} exists and is not a zarr store; refusing to replace it")
@@ -100,43 +112,171 @@ def check_target(out: str | os.PathLike, overwrite: bool) -> Path:
     return path
 
 
+PARTIAL_SUFFIX = ".partial"
+JOURNAL = "slimjax_blocks"  # inside a store: one JSON per completed block while partial, blocks.json once complete
+COMPRESSIONS = ("none", "zstd")
+
+
+def partial_path(out: Path) -> Path:
+    """Where a sweep to ``out`` is built, kept on failure for ``resume``."""
+    return out.with_name(out.name + PARTIAL_SUFFIX)
+
+
+def _write_json_atomically(path: Path, payload: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _crc(values: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(values).view(np.uint8).reshape(-1))
+
+
 class ZarrSink:
-    """Creates every array up front (chunked like the evaluation blocks), takes block writes."""
+    """Creates every array up front (chunked like the evaluation blocks) in ``NAME.partial``, takes block
+    writes on a pool of writer threads (evaluation, encoding and writing overlap; at most
+    ``blocks_in_flight`` blocks are held), records each block in a journal once its writes have returned,
+    and renames the store into place on :meth:`commit`. On failure the partial store stays for ``resume``."""
 
     def __init__(self, out: Path, coords: dict[str, np.ndarray], coord_attrs: dict[str, dict],
-                 variables: dict[str, tuple[tuple[str, ...], np.dtype, tuple[int, ...], dict]], attrs: dict):
+                 variables: dict[str, tuple[tuple[str, ...], np.dtype, tuple[int, ...], dict]], attrs: dict, *,
+                 compression: str = "zstd", resume: bool = False, writers: int = 4, blocks_in_flight: int = 4):
+        if compression not in COMPRESSIONS:
+            raise SlimjaxError("compression", f"must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
         self.out = out
-        self.tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-        if self.tmp.exists():
-            shutil.rmtree(self.tmp)
-        self.group = zarr.open_group(self.tmp, mode="w", zarr_format=3)
-        self.group.attrs.update(attrs)
-        for name, values in coords.items():
-            arr = self.group.create_array(
-                name, shape=values.shape, dtype=str if values.dtype.kind == "U" else values.dtype,
-                dimension_names=(name,), attributes=coord_attrs.get(name, {}), fill_value=None if values.dtype.kind != "U" else "",
-            )
-            arr[:] = values
-        self.arrays = {}
-        for name, (dims, dtype, chunks, var_attrs) in variables.items():
-            shape = tuple(len(coords[d]) for d in dims)
-            fill = np.nan if np.dtype(dtype).kind == "f" else 0
-            self.arrays[name] = self.group.create_array(
-                name, shape=shape, chunks=chunks, dtype=dtype, dimension_names=dims, attributes=var_attrs,
-                fill_value=fill, compressors=ZstdCodec(level=1),
-            )
+        self.tmp = partial_path(out)
+        self.journal = self.tmp / JOURNAL
+        self.done: set[int] = set()
+        if resume and self.tmp.exists():
+            self.group = zarr.open_group(self.tmp, mode="r+", zarr_format=3)
+            theirs = self.group.attrs.get("sweep_hash")
+            if theirs != attrs.get("sweep_hash"):
+                raise SlimjaxError("resume", f"{str(self.tmp)!r} was started by a different sweep (resolved sweep, block plan "
+                                             "or slimjax version differ); rerun that sweep with --resume, or start over "
+                                             "with --overwrite")
+            self.done = {int(p.stem) for p in self.journal.glob("*.json")}
+            self.arrays = {name: self.group[name] for name in variables}
+        else:
+            if self.tmp.exists():
+                shutil.rmtree(self.tmp)
+            self.group = zarr.open_group(self.tmp, mode="w", zarr_format=3)
+            self.group.attrs.update(attrs)
+            for name, values in coords.items():
+                arr = self.group.create_array(
+                    name, shape=values.shape, dtype=str if values.dtype.kind == "U" else values.dtype,
+                    dimension_names=(name,), attributes=coord_attrs.get(name, {}),
+                    fill_value=None if values.dtype.kind != "U" else "",
+                )
+                arr[:] = values
+            self.arrays = {}
+            for name, (dims, dtype, chunks, var_attrs) in variables.items():
+                shape = tuple(len(coords[d]) for d in dims)
+                fill = np.nan if np.dtype(dtype).kind == "f" else 0
+                self.arrays[name] = self.group.create_array(
+                    name, shape=shape, chunks=chunks, dtype=dtype, dimension_names=dims, attributes=var_attrs,
+                    fill_value=fill, compressors=ZstdCodec(level=1) if compression == "zstd" else None,
+                )
+            self.journal.mkdir()
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=writers, thread_name_prefix="slimjax-writer")
+        self.limit = blocks_in_flight
+        self.pending: list = []  # this block's (name, future of its CRC)
+        self.blocks: list = []  # records of blocks in flight
 
     def write(self, name: str, region: tuple[slice, ...], values: np.ndarray) -> None:
-        self.arrays[name][region] = values
+        array = self.arrays[name]
+
+        def job():
+            array[region] = values
+            return _crc(values)
+
+        self.pending.append((name, self.pool.submit(job)))
+
+    def block_done(self, index: int) -> None:
+        """Every write of block ``index`` is submitted: record it once they have returned (durable against
+        the process being killed), holding at most ``blocks_in_flight`` blocks."""
+        writes, self.pending = self.pending, []
+
+        def record():
+            crcs = {name: f.result() for name, f in writes}
+            _write_json_atomically(self.journal / f"{index}.json", {"block": index, "crc32": crcs})
+
+        self.blocks.append(self.pool.submit(record))
+        while len(self.blocks) >= self.limit:
+            self.blocks.pop(0).result()
+
+    def _drain(self) -> None:
+        for f in self.blocks:
+            f.result()
+        self.blocks = []
 
     def commit(self) -> None:
+        self._drain()
+        self.pool.shutdown()
+        records = {}
+        for p in sorted(self.journal.glob("*.json"), key=lambda p: int(p.stem)):
+            with open(p) as f:
+                records[p.stem] = json.load(f)["crc32"]
+        _write_json_atomically(self.tmp / f"{JOURNAL}.json", {"blocks": records})
+        shutil.rmtree(self.journal)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # consolidated metadata is not yet in the v3 spec
             zarr.consolidate_metadata(self.tmp)
         replace_atomically(self.tmp, self.out)
 
-    def abort(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+    def abort(self) -> Path:
+        """Stop: finish the writes already submitted and record their blocks, keep the partial store for a
+        resumed run; returns its path."""
+        try:
+            self._drain()
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        return self.tmp
+
+
+def verify(path: str | os.PathLike) -> dict:
+    """Check a store (complete, or a partial one) against its block journal: blocks never recorded
+    (``missing``) and recorded blocks whose data no longer has the recorded CRC32 (``corrupt``: a chunk
+    deleted, truncated or changed). Returns {"blocks", "recorded", "missing", "corrupt", "ok"}."""
+    path = Path(path)
+    if not path.exists():
+        raise SlimjaxError(str(path), "not found")
+    try:
+        group = zarr.open_group(path, mode="r", zarr_format=3)
+    except Exception as e:  # noqa: BLE001 - whatever zarr says about a folder that is not a store
+        raise SlimjaxError(str(path), f"not a zarr store ({e})") from None
+    if "block_plan" not in group.attrs:
+        raise SlimjaxError(str(path), "has no block plan: not a slimjax sweep store")
+    plan = json.loads(group.attrs["block_plan"])
+    if (path / f"{JOURNAL}.json").exists():
+        with open(path / f"{JOURNAL}.json") as f:
+            records = {int(k): v for k, v in json.load(f)["blocks"].items()}
+    else:
+        records = {}
+        for p in (path / JOURNAL).glob("*.json"):
+            with open(p) as f:
+                records[int(p.stem)] = json.load(f)["crc32"]
+    blocked = list(plan["block"])
+    starts = [range(0, plan["sizes"][d], plan["block"][d]) for d in blocked]
+    missing, corrupt = [], []
+    import itertools
+
+    for k, combo in enumerate(itertools.product(*starts)):
+        if k not in records:
+            missing.append(k)
+            continue
+        slices = {d: slice(s, min(s + plan["block"][d], plan["sizes"][d])) for d, s in zip(blocked, combo)}
+        for name, crc in records[k].items():
+            array = group[name]
+            dims = array.metadata.dimension_names
+            values = array[tuple(slices.get(d, slice(None)) for d in dims)]
+            if _crc(np.asarray(values)) != crc:
+                corrupt.append((k, name))
+    n = math.prod(len(r) for r in starts)
+    return {"blocks": n, "recorded": len(records), "missing": missing, "corrupt": corrupt,
+            "ok": not missing and not corrupt}
 
 
 def open_store(path: str | os.PathLike) -> xr.Dataset:
