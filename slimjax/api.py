@@ -89,7 +89,8 @@ def _check_room(sw: Sweep, target) -> None:
 
 def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | None = None, *, overwrite: bool = False,
           memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET, quiet: bool | None = None, resume: bool = False,
-          compression: str = "zstd") -> xr.Dataset:
+          compression: str = "none", scheduler: str = "local", workers: int | None = None,
+          dask_address: str | None = None) -> xr.Dataset:
     """Evaluate a sweep (file path, mapping or parsed :class:`Sweep`) over its dense grid.
 
     With ``out``, the Dataset is written to a zarr store and returned opened lazily from it; without, it
@@ -99,9 +100,18 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
     continues it, evaluating only the blocks not yet journaled, and gives a store bit-identical to an
     uninterrupted run (a different resolved sweep is refused). An existing store is replaced only with
     ``overwrite``. A result that would not fit the target's free disk (or, in memory, the available RAM)
-    is refused before any work. ``compression``: "zstd" (level 1) or "none". Working memory stays under
+    is refused before any work. ``compression``: "none" (the default: faster end to end here; float results
+    barely compress, 1.19 vs 1.05 GB per 10^8 points) or "zstd" (level 1). Working memory stays under
     ``memory_budget_bytes`` per block (plus, in memory, the result itself).
+
+    ``scheduler="dask"`` runs the blocks on a ``dask.distributed`` cluster — a LocalCluster of ``workers``
+    processes, or the scheduler at ``dask_address`` — whose workers write their regions straight into the
+    store (a path every worker can open); same store, same journal, same resume, identical values.
     """
+    if scheduler not in ("local", "dask"):
+        raise SlimjaxError("scheduler", f"must be 'local' or 'dask', got {scheduler!r}")
+    if scheduler == "dask" and out is None:
+        raise SlimjaxError("scheduler", "a Dask sweep writes to a store: give out=… / --out")
     target = store.check_target(out, overwrite, resume) if out is not None else None
     with float64_scope():
         sw = spec if isinstance(spec, Sweep) else parse(spec)
@@ -120,9 +130,15 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
                          for n in names}
             with store.sigterm_as_exit():
                 sink = store.ZarrSink(target, sw.coords, {d: DIMS[d].attrs for d in sw.coords}, variables, attrs,
-                                      compression=compression, resume=resume)
+                                      compression=compression, resume=resume,
+                                      shards={n: block_plan.shards(VARIABLES[n].dims) for n in names})
                 try:
-                    grid.evaluate(sw, block_plan, sink, progress=progress, skip=frozenset(sink.done))
+                    if scheduler == "dask":
+                        from .store.distributed import evaluate_on_dask
+
+                        evaluate_on_dask(sw, block_plan, sink, workers=workers, address=dask_address, progress=progress)
+                    else:
+                        grid.evaluate(sw, block_plan, sink, progress=progress, skip=frozenset(sink.done))
                     sink.commit()
                 except BaseException as e:
                     kept = sink.abort()

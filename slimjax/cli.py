@@ -39,10 +39,14 @@ def main() -> None:
               help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).")
 @click.option("--at", "at", default=None, help="IL,OL of the summary table (default: grid values nearest 1024,256).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep from its OUT.partial store.")
-@click.option("--compression", type=click.Choice(["zstd", "none"]), default="zstd", show_default=True,
+@click.option("--compression", type=click.Choice(["none", "zstd"]), default="none", show_default=True,
               help="Chunk compression of the store.")
+@click.option("--scheduler", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+              help="Run blocks in this process, or on a Dask cluster whose workers write to the store.")
+@click.option("--workers", type=click.IntRange(1), default=None, help="Dask LocalCluster worker processes (default: cores).")
+@click.option("--dask-address", default=None, help="An existing Dask scheduler, tcp://HOST:PORT.")
 def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget: float, at: str | None, resume: bool,
-          compression: str) -> None:
+          compression: str, scheduler: str, workers: int | None, dask_address: str | None) -> None:
     """Evaluate SWEEP_FILE over its grid and write the Dataset to --out."""
     import time
 
@@ -62,7 +66,8 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
             if v is not None and v not in getattr(sw, axis):
                 raise slimjax.SlimjaxError("--at", f"{axis} {v} is not on the grid ({', '.join(map(str, getattr(sw, axis)))})")
         ds = slimjax.sweep(sw, out, overwrite=overwrite, memory_budget_bytes=memory_budget, quiet=True if quiet else None,
-                           resume=resume, compression=compression)
+                           resume=resume, compression=compression, scheduler=scheduler, workers=workers,
+                           dask_address=dask_address)
         tables = summary(ds, il, ol)
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {e}", err=True)

@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..inputs.sweepfile import Sweep
+from ..model.queue import queue_bound
 from .dispatch import compute_devices, pipelined
 from .groups import GROUPS, active_groups, batch_phase, variable_names
-from .plan import Block, BlockPlan, plan_blocks
-from ..model.queue import queue_bound
+from .plan import BlockPlan, plan_blocks
 from .schema import DIMS, VARIABLES
 
 class Layout(NamedTuple):
@@ -143,10 +143,10 @@ def static_facts(sweep: Sweep) -> tuple[tuple[str, int], ...]:
     return (("max_batch", queue_bound(sweep.batch)),) if sweep.arrival_rate is not None else ()
 
 
-def evaluate(sweep: Sweep, block_plan: BlockPlan, sink, *, progress=None, skip=frozenset()) -> None:
-    """Evaluate the grid block by block (blocks numbered in plan order; those in ``skip`` are not run),
-    handing each block's variables to ``sink.write`` and then, where the sink has it, telling
-    ``sink.block_done(k)``."""
+def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
+    """Evaluate the blocks numbered ``indices`` (plan order) on every local device; yields
+    (k, {variable: (region, values)}) per block, in order. A variable independent of a blocked dim is
+    given from its first block along that dim only."""
     host, input_dims = host_inputs(sweep)
     groups = active_groups(sweep)
     names = variable_names(sweep)
@@ -159,23 +159,34 @@ def evaluate(sweep: Sweep, block_plan: BlockPlan, sink, *, progress=None, skip=f
     on_device = [jax.device_put(host, d) for d in devices]
     slot = {d: k for k, d in enumerate(devices)}
 
-    def run(b: Block, device):
-        starts = jax.device_put(np.asarray(b.starts, np.int32), device)
+    def run(kb, device):
+        starts = jax.device_put(np.asarray(kb[1].starts, np.int32), device)
         return evaluate_block(on_device[slot[device]], starts, layout)
 
-    if progress is not None:
-        progress.total = block_plan.n_blocks - len(skip)
-    todo = ((k, b) for k, b in enumerate(block_plan.blocks()) if k not in skip)
-    done = getattr(sink, "block_done", None)
-    for (k, b), result in pipelined(todo, lambda kb, device: run(kb[1], device), devices):
+    wanted = set(indices)
+    todo = ((k, b) for k, b in enumerate(block_plan.blocks()) if k in wanted)
+    for (k, b), result in pipelined(todo, run, devices):
+        out = {}
         for name, value in result.items():
             dims = VARIABLES[name].dims
             if any(b.slices[a].start != 0 for a in block_plan.blocked if a not in dims):
-                continue  # a variable independent of a blocked dim is stored from its first block only
+                continue
             valid = tuple(slice(0, b.slices[d].stop - b.slices[d].start) if d in b.slices else slice(None) for d in dims)
-            sink.write(name, b.region(dims), np.asarray(value)[valid])
+            out[name] = (b.region(dims), np.asarray(value)[valid])
+        yield k, out
+
+
+def evaluate(sweep: Sweep, block_plan: BlockPlan, sink, *, progress=None, skip=frozenset()) -> None:
+    """Evaluate the grid block by block (blocks numbered in plan order; those in ``skip`` are not run),
+    handing each block's variables to ``sink.write`` and then, where the sink has it, telling
+    ``sink.block_done(k)``."""
+    if progress is not None:
+        progress.total = block_plan.n_blocks - len(skip)
+    done = getattr(sink, "block_done", None)
+    for k, variables in evaluate_blocks(sweep, block_plan, (k for k in range(block_plan.n_blocks) if k not in skip)):
+        for name, (region, values) in variables.items():
+            sink.write(name, region, values)
         if done is not None:
             done(k)
         if progress is not None:
             progress.update(1)
-

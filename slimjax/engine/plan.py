@@ -60,6 +60,11 @@ class BlockPlan:
         extent along other blocked dims, whole elsewhere."""
         return tuple(1 if d in ("model", "gpu") else self.block.get(d, self.sizes[d]) for d in dims)
 
+    def shards(self, dims: tuple[str, ...]) -> tuple[int, ...]:
+        """Store shards of a variable: one block's extent (one file per block and variable: file creation,
+        not bytes, bounds write speed on many filesystems), holding the :meth:`chunks` a read picks from."""
+        return tuple(self.block.get(d, self.sizes[d]) for d in dims)
+
     def to_attrs(self) -> str:
         return json.dumps({"dims": list(self.dims), "sizes": self.sizes, "block": self.block, "n_blocks": self.n_blocks,
                            "bytes_per_cell": self.bytes_per_cell, "budget_bytes": self.budget_bytes})

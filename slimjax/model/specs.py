@@ -99,6 +99,9 @@ class ServingSpec:
         """{field: value}, in table order."""
         return dict(self._fields)
 
+    def __reduce__(self):  # pickles (Dask ships specs to workers) through the constructor
+        return _serving_spec, (dict(self._fields),)
+
     def tree_flatten_with_keys(self):
         keys = tuple(self._fields)
         return [(jax.tree_util.GetAttrKey(k), self._fields[k]) for k in keys], keys
@@ -106,6 +109,10 @@ class ServingSpec:
     @classmethod
     def tree_unflatten(cls, keys, values):
         return cls(**dict(zip(keys, values)))
+
+
+def _serving_spec(fields: dict) -> "ServingSpec":
+    return ServingSpec(**fields)
 
 
 class MeasuredSpec(eqx.Module):

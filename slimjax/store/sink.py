@@ -136,14 +136,15 @@ def _crc(values: np.ndarray) -> int:
 
 
 class ZarrSink:
-    """Creates every array up front (chunked like the evaluation blocks) in ``NAME.partial``, takes block
+    """Creates every array up front (one shard per evaluation block, chunked for reads) in ``NAME.partial``, takes block
     writes on a pool of writer threads (evaluation, encoding and writing overlap; at most
     ``blocks_in_flight`` blocks are held), records each block in a journal once its writes have returned,
     and renames the store into place on :meth:`commit`. On failure the partial store stays for ``resume``."""
 
     def __init__(self, out: Path, coords: dict[str, np.ndarray], coord_attrs: dict[str, dict],
                  variables: dict[str, tuple[tuple[str, ...], np.dtype, tuple[int, ...], dict]], attrs: dict, *,
-                 compression: str = "zstd", resume: bool = False, writers: int = 4, blocks_in_flight: int = 4):
+                 shards: dict[str, tuple[int, ...]] | None = None,
+                 compression: str = "none", resume: bool = False, writers: int = 4, blocks_in_flight: int = 4):
         if compression not in COMPRESSIONS:
             raise SlimjaxError("compression", f"must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
         self.out = out
@@ -175,9 +176,11 @@ class ZarrSink:
             for name, (dims, dtype, chunks, var_attrs) in variables.items():
                 shape = tuple(len(coords[d]) for d in dims)
                 fill = np.nan if np.dtype(dtype).kind == "f" else 0
+                shard = (shards or {}).get(name)
                 self.arrays[name] = self.group.create_array(
-                    name, shape=shape, chunks=chunks, dtype=dtype, dimension_names=dims, attributes=var_attrs,
-                    fill_value=fill, compressors=ZstdCodec(level=1) if compression == "zstd" else None,
+                    name, shape=shape, chunks=chunks, shards=shard if shard != chunks else None, dtype=dtype,
+                    dimension_names=dims, attributes=var_attrs, fill_value=fill,
+                    compressors=ZstdCodec(level=1) if compression == "zstd" else None,
                 )
             self.journal.mkdir()
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=writers, thread_name_prefix="slimjax-writer")
@@ -206,6 +209,11 @@ class ZarrSink:
         self.blocks.append(self.pool.submit(record))
         while len(self.blocks) >= self.limit:
             self.blocks.pop(0).result()
+
+    def record(self, index: int, crcs: dict[str, int]) -> None:
+        """Journal block ``index``, written elsewhere (a Dask worker) and returned."""
+        _write_json_atomically(self.journal / f"{index}.json", {"block": index, "crc32": crcs})
+        self.done.add(index)
 
     def _drain(self) -> None:
         for f in self.blocks:
