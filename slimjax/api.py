@@ -81,6 +81,8 @@ def _check_room(sw: Sweep, target) -> None:
             raise SlimjaxError("sweep", f"the result needs {_size(need)} of memory but {_size(have)} is available; "
                                         "write it to a store (out=… / --out) or sample the axes")
         return
+    if store.is_url(target):
+        return  # an object store's free space is not ours to know
     free = shutil.disk_usage(target.parent).free
     if need > free:
         raise SlimjaxError("out", f"the store needs up to {_size(need)} (uncompressed) but {str(target.parent)!r} has "
@@ -140,16 +142,14 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
                     else:
                         grid.evaluate(sw, block_plan, sink, progress=progress, skip=frozenset(sink.done))
                     sink.commit()
-                except BaseException as e:
+                except BaseException:
                     kept = sink.abort()
-                    if isinstance(e, Exception) and not isinstance(e, SlimjaxError):
-                        raise
                     import warnings
 
                     warnings.warn(f"sweep interrupted; its partial store {str(kept)!r} is kept: rerun with resume=True / "
                                   "--resume to continue it", RuntimeWarning, stacklevel=2)
                     raise
-            return dataset.canonical(store.open_store(target))
+            return dataset.canonical(store.open_store(str(target)))
         finally:
             if progress is not None:
                 progress.close()

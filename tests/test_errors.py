@@ -99,7 +99,7 @@ def test_bad_spec_with_overwrite_keeps_existing_store(tmp_path):
     assert list(slimjax.store.open_store(out).input_len.values) == [8]
 
 
-def test_failure_mid_sweep_leaves_no_store(tmp_path, monkeypatch):
+def test_failure_mid_sweep_keeps_the_old_store_and_the_partial_one_for_resume(tmp_path, monkeypatch):
     out = tmp_path / "s.zarr"
     slimjax.sweep(BASE, out, quiet=True)
 
@@ -107,14 +107,14 @@ def test_failure_mid_sweep_leaves_no_store(tmp_path, monkeypatch):
         raise RuntimeError("interrupted")
 
     monkeypatch.setattr(grid, "evaluate_block", boom)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError), pytest.warns(RuntimeWarning, match="s.zarr.partial.*--resume"):
         slimjax.sweep({**BASE, "input_len": [16]}, out, overwrite=True, quiet=True)
     assert list(slimjax.store.open_store(out).input_len.values) == [8]  # old store intact
-    assert [p.name for p in tmp_path.iterdir()] == ["s.zarr"]  # no temporary left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr", "s.zarr.partial"]  # kept, named, for --resume
     fresh = tmp_path / "new.zarr"
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError), pytest.warns(RuntimeWarning):
         slimjax.sweep(BASE, fresh, quiet=True)
-    assert not fresh.exists()
+    assert not fresh.exists()  # the target appears only when complete
 
 
 def test_out_must_not_be_a_foreign_folder(tmp_path):

@@ -113,10 +113,37 @@ def test_a_different_sweep_cannot_resume_and_verify_finds_a_deleted_chunk(tmp_pa
 
 def test_dask_local_cluster_equals_in_process(tmp_path, reference):
     pytest.importorskip("dask.distributed") if os.environ.get("CI") != "true" else None
-    out = tmp_path / "d.zarr"
+    out = "file://" + str(tmp_path / "d.zarr")  # an fsspec URL, as an object store would be given
     ds = slimjax.sweep(SPEC, out, memory_budget_bytes=BUDGET, scheduler="dask", workers=2)
     same(ds, reference)
     assert verify(out)["ok"]
+
+
+def test_url_store_is_built_in_place_resumable_and_verified(tmp_path, reference, monkeypatch):
+    import slimjax.store.sink as sink
+
+    url = "file://" + str(tmp_path / "u.zarr")
+    real = sink.ZarrSink.block_done
+    calls = {"n": 0}
+
+    def interrupted(self, index):
+        real(self, index)
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sink.ZarrSink, "block_done", interrupted)
+    with pytest.raises(KeyboardInterrupt), pytest.warns(RuntimeWarning, match="--resume"):
+        slimjax.sweep(SPEC, url, memory_budget_bytes=BUDGET)
+    monkeypatch.setattr(sink.ZarrSink, "block_done", real)
+    report = verify(url)
+    assert 5 <= report["recorded"] < report["blocks"] and not report["corrupt"]
+    with pytest.raises(slimjax.SlimjaxError, match="--resume"):
+        slimjax.sweep(SPEC, url, memory_budget_bytes=BUDGET)
+    same(slimjax.sweep(SPEC, url, memory_budget_bytes=BUDGET, resume=True), reference)
+    assert verify(url)["ok"]
+    with pytest.raises(slimjax.SlimjaxError, match="already exists"):
+        slimjax.sweep(SPEC, url, memory_budget_bytes=BUDGET)
 
 
 DEVICES = textwrap.dedent("""

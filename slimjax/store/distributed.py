@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 import os
 
-import zarr
 
 from ..config import float64_scope
 from ..engine.grid import evaluate_blocks
 from ..engine.plan import BlockPlan
 from ..errors import SlimjaxError
 from ..inputs.sweepfile import Sweep
-from .sink import ZarrSink, _crc
+from .sink import ZarrSink, _crc, open_group
 
 
 def run_blocks(sweep: Sweep, block_plan: BlockPlan, indices: list[int], path: str) -> dict[int, dict[str, int]]:
@@ -26,7 +25,7 @@ def run_blocks(sweep: Sweep, block_plan: BlockPlan, indices: list[int], path: st
     returns {block: {variable: CRC32}} once the writes have returned."""
     import warnings
 
-    group = zarr.open_group(path, mode="r+", zarr_format=3)
+    group = open_group(path, "r+")
     out = {}
     with float64_scope(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="slimjax runs on one CPU device")  # one process per core is the plan

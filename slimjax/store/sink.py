@@ -90,10 +90,23 @@ def sigterm_as_exit():
         signal.signal(signal.SIGTERM, previous)
 
 
-def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> Path:
+def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) -> Path | str:
     """Refuse, before any work, to replace an existing store without ``overwrite``, or to start over an
     interrupted sweep's partial store without ``overwrite`` or ``resume``; clean what a killed run of an
-    older version left beside it (warning what was done)."""
+    older version left beside it (warning what was done). An fsspec URL is built in place (object stores
+    have no atomic rename): it is complete once its block journal is sealed (``slimjax_blocks.json``)."""
+    if is_url(out):
+        store = _Folder(out)
+        complete = (store / f"{JOURNAL}.json").exists() or ((store / "zarr.json").exists() and not (store / JOURNAL).exists())
+        partial = (store / JOURNAL).exists() and not complete
+        if partial and not resume and not overwrite:
+            raise SlimjaxError("out", f"an interrupted sweep's partial store {out!r} exists: pass resume=True / --resume to "
+                                      "continue it, or overwrite=True / --overwrite to discard it")
+        if complete and resume:
+            raise SlimjaxError("resume", f"{out!r} is complete; there is nothing to resume")
+        if complete and not overwrite:
+            raise SlimjaxError("out", f"{out!r} already exists (pass overwrite=True / --overwrite to replace it)")
+        return out
     path = Path(out)
     for line in clean_stale_siblings(path):
         warnings.warn(line, RuntimeWarning, stacklevel=2)
@@ -110,6 +123,74 @@ def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) 
     if not path.parent.exists():
         raise SlimjaxError("out", f"folder {str(path.parent)!r} does not exist")
     return path
+
+
+def is_url(out) -> bool:
+    """A store given as an fsspec URL (``s3://…``, ``gs://…``, ``file://…``) rather than a local path."""
+    return isinstance(out, str) and "://" in out
+
+
+class _Folder:
+    """A folder on the local filesystem or behind an fsspec URL: the few operations the journal needs
+    (atomic small-file writes: rename locally, one PUT on object stores)."""
+
+    def __init__(self, where):
+        self.url = is_url(where)
+        if self.url:
+            import fsspec
+
+            self.fs, self.path = fsspec.core.url_to_fs(where)
+            self.where = where
+        else:
+            self.where = Path(where)
+
+    def __truediv__(self, name: str) -> "_Folder":
+        return _Folder(f"{self.where.rstrip('/')}/{name}" if self.url else self.where / name)
+
+    def exists(self) -> bool:
+        return self.fs.exists(self.path) if self.url else self.where.exists()
+
+    def remove(self) -> None:
+        if self.url:
+            if self.fs.exists(self.path):
+                self.fs.rm(self.path, recursive=True)
+        else:
+            shutil.rmtree(self.where, ignore_errors=True)
+
+    def mkdir(self) -> None:
+        if self.url:
+            self.fs.makedirs(self.path, exist_ok=True)
+        else:
+            self.where.mkdir(parents=True, exist_ok=True)
+
+    def write_json(self, name: str, payload: dict) -> None:
+        if self.url:
+            self.fs.pipe(f"{self.path.rstrip('/')}/{name}", json.dumps(payload).encode())
+        else:
+            _write_json_atomically(self.where / name, payload)
+
+    def read_json(self, name: str) -> dict:
+        if self.url:
+            return json.loads(self.fs.cat(f"{self.path.rstrip('/')}/{name}"))
+        with open(self.where / name) as f:
+            return json.load(f)
+
+    def json_names(self) -> list[str]:
+        if self.url:
+            return sorted(p.rsplit("/", 1)[-1] for p in self.fs.glob(f"{self.path.rstrip('/')}/*.json"))
+        return sorted(p.name for p in self.where.glob("*.json"))
+
+    def __str__(self) -> str:
+        return str(self.where)
+
+
+def open_group(where, mode: str):
+    """``zarr.open_group`` on a path or an fsspec URL (local ``file://`` URLs get auto_mkdir, as zarr's own
+    local store creates folders itself)."""
+    options = None
+    if is_url(where) and str(where).startswith(("file://", "local://")):
+        options = {"auto_mkdir": True}
+    return zarr.open_group(str(where), mode=mode, zarr_format=3, storage_options=options)
 
 
 PARTIAL_SUFFIX = ".partial"
@@ -148,22 +229,24 @@ class ZarrSink:
         if compression not in COMPRESSIONS:
             raise SlimjaxError("compression", f"must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
         self.out = out
-        self.tmp = partial_path(out)
-        self.journal = self.tmp / JOURNAL
+        self.tmp = out if is_url(out) else partial_path(out)  # a URL is built in place
+        self.store = _Folder(self.tmp)
+        self.journal = self.store / JOURNAL
         self.done: set[int] = set()
-        if resume and self.tmp.exists():
-            self.group = zarr.open_group(self.tmp, mode="r+", zarr_format=3)
+        if resume and self.journal.exists():
+            self.group = open_group(self.tmp, "r+")
             theirs = self.group.attrs.get("sweep_hash")
             if theirs != attrs.get("sweep_hash"):
                 raise SlimjaxError("resume", f"{str(self.tmp)!r} was started by a different sweep (resolved sweep, block plan "
                                              "or slimjax version differ); rerun that sweep with --resume, or start over "
                                              "with --overwrite")
-            self.done = {int(p.stem) for p in self.journal.glob("*.json")}
+            self.done = {int(n.removesuffix(".json")) for n in self.journal.json_names()}
             self.arrays = {name: self.group[name] for name in variables}
         else:
-            if self.tmp.exists():
-                shutil.rmtree(self.tmp)
-            self.group = zarr.open_group(self.tmp, mode="w", zarr_format=3)
+            self.store.remove()
+            if is_url(self.tmp):
+                self.store.mkdir()  # fsspec's local filesystem does not create parents
+            self.group = open_group(self.tmp, "w-")  # already emptied
             self.group.attrs.update(attrs)
             for name, values in coords.items():
                 arr = self.group.create_array(
@@ -204,7 +287,7 @@ class ZarrSink:
 
         def record():
             crcs = {name: f.result() for name, f in writes}
-            _write_json_atomically(self.journal / f"{index}.json", {"block": index, "crc32": crcs})
+            self.journal.write_json(f"{index}.json", {"block": index, "crc32": crcs})
 
         self.blocks.append(self.pool.submit(record))
         while len(self.blocks) >= self.limit:
@@ -212,7 +295,7 @@ class ZarrSink:
 
     def record(self, index: int, crcs: dict[str, int]) -> None:
         """Journal block ``index``, written elsewhere (a Dask worker) and returned."""
-        _write_json_atomically(self.journal / f"{index}.json", {"block": index, "crc32": crcs})
+        self.journal.write_json(f"{index}.json", {"block": index, "crc32": crcs})
         self.done.add(index)
 
     def _drain(self) -> None:
@@ -223,16 +306,15 @@ class ZarrSink:
     def commit(self) -> None:
         self._drain()
         self.pool.shutdown()
-        records = {}
-        for p in sorted(self.journal.glob("*.json"), key=lambda p: int(p.stem)):
-            with open(p) as f:
-                records[p.stem] = json.load(f)["crc32"]
-        _write_json_atomically(self.tmp / f"{JOURNAL}.json", {"blocks": records})
-        shutil.rmtree(self.journal)
+        names = sorted(self.journal.json_names(), key=lambda n: int(n.removesuffix(".json")))
+        records = {n.removesuffix(".json"): self.journal.read_json(n)["crc32"] for n in names}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # consolidated metadata is not yet in the v3 spec
-            zarr.consolidate_metadata(self.tmp)
-        replace_atomically(self.tmp, self.out)
+            zarr.consolidate_metadata(str(self.tmp))
+        self.store.write_json(f"{JOURNAL}.json", {"blocks": records})  # seals a URL store: complete from here
+        self.journal.remove()
+        if not is_url(self.out):
+            replace_atomically(self.tmp, self.out)
 
     def abort(self) -> Path:
         """Stop: finish the writes already submitted and record their blocks, keep the partial store for a
@@ -248,24 +330,22 @@ def verify(path: str | os.PathLike) -> dict:
     """Check a store (complete, or a partial one) against its block journal: blocks never recorded
     (``missing``) and recorded blocks whose data no longer has the recorded CRC32 (``corrupt``: a chunk
     deleted, truncated or changed). Returns {"blocks", "recorded", "missing", "corrupt", "ok"}."""
-    path = Path(path)
-    if not path.exists():
+    store = _Folder(path if is_url(path) else Path(path))
+    if not store.exists():
         raise SlimjaxError(str(path), "not found")
     try:
-        group = zarr.open_group(path, mode="r", zarr_format=3)
+        group = zarr.open_group(str(store), mode="r", zarr_format=3)
     except Exception as e:  # noqa: BLE001 - whatever zarr says about a folder that is not a store
         raise SlimjaxError(str(path), f"not a zarr store ({e})") from None
     if "block_plan" not in group.attrs:
         raise SlimjaxError(str(path), "has no block plan: not a slimjax sweep store")
     plan = json.loads(group.attrs["block_plan"])
-    if (path / f"{JOURNAL}.json").exists():
-        with open(path / f"{JOURNAL}.json") as f:
-            records = {int(k): v for k, v in json.load(f)["blocks"].items()}
+    if (store / f"{JOURNAL}.json").exists():
+        records = {int(k): v for k, v in store.read_json(f"{JOURNAL}.json")["blocks"].items()}
     else:
-        records = {}
-        for p in (path / JOURNAL).glob("*.json"):
-            with open(p) as f:
-                records[int(p.stem)] = json.load(f)["crc32"]
+        journal = store / JOURNAL
+        records = {int(n.removesuffix(".json")): journal.read_json(n)["crc32"] for n in journal.json_names()} \
+            if journal.exists() else {}
     blocked = list(plan["block"])
     starts = [range(0, plan["sizes"][d], plan["block"][d]) for d in blocked]
     missing, corrupt = [], []
