@@ -174,6 +174,16 @@ def procure(spec: str | os.PathLike | Mapping | procurefile.Study, out: str | os
 procure_tables = procurement.ranked_tables
 
 
+def make_report(paths, out_dir: str | os.PathLike, *, at: tuple[int, int] | None = None, quiet: bool | None = None):
+    """PNGs and one self-contained ``index.html`` in ``out_dir`` for stores slimjax wrote (sweeps incl. queue and
+    agents, procurement, calibration) and ``validate --out`` CSVs; returns the page's path."""
+    from .report.page import write_report
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    return write_report(list(paths), out_dir, at=at, quiet=quiet)
+
+
 def advise(data_dir: str | os.PathLike | None = None, *, epsilon: float = 0.5):
     """The batch-capacity advisor evaluated as the SLIM paper does (source 000 §VII-B) on the shared
     measured curves in ``data_dir`` (default ``$SLIMJAX_DATA``, else ``../shared/data``): returns an

@@ -45,8 +45,9 @@ def main() -> None:
               help="Run blocks in this process, or on a Dask cluster whose workers write to the store.")
 @click.option("--workers", type=click.IntRange(1), default=None, help="Dask LocalCluster worker processes (default: cores).")
 @click.option("--dask-address", default=None, help="An existing Dask scheduler, tcp://HOST:PORT.")
+@click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False), help="Write the report (PNGs, index.html) here.")
 def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget: float, at: str | None, resume: bool,
-          compression: str, scheduler: str, workers: int | None, dask_address: str | None) -> None:
+          compression: str, scheduler: str, workers: int | None, dask_address: str | None, report_dir: str | None) -> None:
     """Evaluate SWEEP_FILE over its grid and write the Dataset to --out."""
     import time
 
@@ -77,10 +78,35 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
     for d in ("model", "gpu", "batch", "input_len", "output_len"):
         points *= ds.sizes[d]
     click.echo(f"wrote {out}: {points:,} grid points in {seconds:.1f} s")
+    if report_dir is not None:
+        page = slimjax.make_report([out], report_dir, at=(il, ol) if il is not None else None, quiet=True if quiet else None)
+        click.echo(f"wrote {page}")
     if quiet:
         return
     i, o = int(tables["at"].input_len[0]), int(tables["at"].output_len[0])
     with_pd_options(lambda: _print_tables(tables, i, o))
+
+
+@main.command()
+@click.argument("stores", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Folder for index.html and the PNGs.")
+@click.option("--at", "at", default=None, help="IL,OL of the throughput and queue figures (default: nearest 1024,256).")
+def report(stores: tuple[str, ...], out: str, at: str | None) -> None:
+    """PNGs and one self-contained index.html for STORES (sweep, procurement, calibration stores; validate CSVs)."""
+    import slimjax
+
+    where = None
+    if at is not None:
+        try:
+            where = tuple(int(x) for x in at.split(","))
+        except ValueError:
+            raise click.BadParameter(f"{at!r} is not IL,OL", param_hint="--at") from None
+    try:
+        page = slimjax.make_report(list(stores), out, at=where)
+    except (slimjax.SlimjaxError, KeyError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    click.echo(f"wrote {page}")
 
 
 @main.command()
@@ -110,7 +136,8 @@ def verify(store_path: str) -> None:
 @click.option("--out", "out", default=None, type=click.Path(), help="zarr store to write the study to (STUDY.zarr).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(1), help="Feasible (GPU, TP) groups per table.")
-def procure(study_file: str, out: str | None, overwrite: bool, top: int) -> None:
+@click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False), help="Write the report (PNGs, index.html) here.")
+def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_dir: str | None) -> None:
     """Size and price a fleet for STUDY_FILE's workloads under its SLOs (MODEL.md §8)."""
     import slimjax
 
@@ -122,6 +149,11 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int) -> None
     click.echo(slimjax.procure_tables(ds, top=top))
     if out is not None:
         click.echo(f"\nwrote {out}")
+    if report_dir is not None:
+        if out is None:
+            click.echo("error: --report needs --out (the report is drawn from the store)", err=True)
+            sys.exit(2)
+        click.echo(f"wrote {slimjax.make_report([out], report_dir)}")
 
 
 @main.command()

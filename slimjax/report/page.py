@@ -1,0 +1,115 @@
+"""One self-contained HTML page (PNG images embedded as data: URIs, no network, no JavaScript) and a PNG per
+figure, from any stores slimjax wrote (sweep, procurement, agents, calibration) and ``validate --out`` CSVs."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import xarray as xr
+
+from .._version import __version__
+from ..errors import SlimjaxError
+from . import figures as F
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, border=0, classes="t", na_rep="—", escape=True)
+
+
+def _open(path: Path):
+    """('csv', DataFrame) for a validate CSV, else (kind, Dataset) for a store."""
+    if path.suffix == ".csv":
+        return "validation", pd.read_csv(path)
+    if not path.exists():
+        raise SlimjaxError(str(path), "not found")
+    from ..store.sink import open_store
+
+    try:
+        ds = open_store(path)
+    except Exception as e:  # noqa: BLE001 - whatever xarray says about a folder that is not a store
+        raise SlimjaxError(str(path), f"not a zarr store slimjax can read ({e})") from None
+    if ds.attrs.get("kind") == "procurement":
+        return "procurement", ds
+    if "coefficients" in ds:
+        return "calibration", ds
+    if "slim_throughput" in ds:
+        return "sweep", ds
+    raise SlimjaxError(str(path), "holds nothing slimjax reports on (no sweep, procurement, agent or calibration variables)")
+
+
+def figures_for(kind: str, obj, at=None) -> tuple[list, list[tuple[str, pd.DataFrame]]]:
+    """The figures and tables of one store (or CSV)."""
+    if kind == "sweep":
+        figs = [f for make in F.SWEEP_KINDS for f in make(obj, at)]
+        return figs, []
+    if kind == "procurement":
+        return F.procurement_figures(obj, at), [("Chosen fleet", F.procurement_table(obj))]
+    if kind == "calibration":
+        return F.calibration_figures(obj, at), [("Fitted coefficients", F.calibration_table(obj))]
+    return F.validation_figures(obj, at), [("Throughput MAPE (%) per scenario and method", F.validation_table(obj))]
+
+
+def write_report(paths, out_dir, *, at: tuple[int, int] | None = None, quiet: bool | None = None) -> Path:
+    """Write ``index.html`` and one PNG per figure into ``out_dir`` for every store or CSV in ``paths``;
+    returns the page's path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    loaded = [(Path(p), *_open(Path(p))) for p in paths]
+    sections = []
+    plan = []
+    for path, kind, obj in loaded:
+        plan.append((path, kind, obj))
+    show = (not quiet and sys.stderr.isatty()) if quiet is not None else sys.stderr.isatty()
+    progress = None
+    if show:
+        from tqdm import tqdm
+
+        progress = tqdm(total=len(plan), desc="slimjax report", unit="store", file=sys.stderr)
+    for path, kind, obj in plan:
+        figs, tables = figures_for(kind, obj, at)
+        blocks = [f"<h2>{html.escape(path.name)} <small>({kind})</small></h2>"]
+        if kind != "validation" and isinstance(obj, xr.Dataset):
+            n_pairs = obj.sizes.get("model", 1) * obj.sizes.get("gpu", 1)
+            if kind == "sweep" and n_pairs > F.MAX_PANELS:
+                blocks.append(f"<p class='note'>{F.MAX_PANELS} of {n_pairs} model × GPU pairs are drawn, models and GPUs "
+                              "spread evenly through the store; report a smaller store for others.</p>")
+        for fig in figs:
+            png = _png(fig.figure)
+            stem = f"{path.name.removesuffix('.zarr').removesuffix('.csv')}_{fig.key}"
+            (out / f"{stem}.png").write_bytes(png)
+            data = base64.b64encode(png).decode()
+            blocks.append(f"<figure><figcaption><b>{html.escape(fig.title)}</b> — {html.escape(fig.caption)}</figcaption>"
+                          f"<img alt='{html.escape(fig.title)}' src='data:image/png;base64,{data}'></figure>")
+        for title, frame in tables:
+            blocks.append(f"<h3>{html.escape(title)}</h3>{_table(frame)}")
+        if not figs and not tables:
+            blocks.append("<p class='note'>Nothing to draw from this store.</p>")
+        sections.append("\n".join(blocks))
+        if progress is not None:
+            progress.update(1)
+    if progress is not None:
+        progress.close()
+    page = out / "index.html"
+    page.write_text(f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>slimjax report</title>
+<style>body{{font-family:sans-serif;margin:1.5em;max-width:1500px;color:#222}}img{{max-width:100%;height:auto}}
+figure{{margin:1em 0 2em 0}}figcaption{{margin-bottom:.4em}}table.t{{border-collapse:collapse;font-size:13px}}
+table.t td,table.t th{{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}}.note{{color:#666}}</style></head>
+<body><h1>slimjax report</h1><p class="note">slimjax {html.escape(__version__)}; {len(loaded)} input(s):
+{html.escape(', '.join(os.fspath(p) for p, _, _ in loaded))}</p>
+{''.join(f'<section>{s}</section>' for s in sections)}
+</body></html>
+""")
+    return page

@@ -1,0 +1,120 @@
+"""Reports (issue 13): every figure kind from small stores, a self-contained page whose images decode as PNG,
+figures that follow the store's numbers, and the page opened in a real (headless) Chromium."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from matplotlib.image import imread
+
+import slimjax
+from slimjax.cli import main
+from slimjax.report import figures as F
+
+SWEEP = dict(models=["OPT-1.3b", "Llama-3.1-8B", "Llama-3.1-405B"], gpus=["H100-SXM", "L40S"], batch=[1, 2, 4, 8, 16, 32, 64],
+             input_len=[128, 1024, 4096], output_len=[64, 256], serving=dict(n_gpu=1), arrival_rate=[0.1, 1.0, 10.0],
+             agents=dict(research=dict(stages=2, calls_per_stage=4)), precision="float64")
+STUDY = dict(workloads=[dict(name="chat", input_len=1024, output_len=256)], rates=[1.0, 8.0], models=["Llama-3.1-8B"],
+             gpus=["H100-SXM", "L40S"], tp=[1, 2], batch=[4, 16, 64], slo=dict(ttft_s=2.0, itl_s=0.05))
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory, shared_data):
+    root = tmp_path_factory.mktemp("stores")
+    slimjax.sweep(SWEEP, root / "sweep.zarr")
+    slimjax.procure(STUDY, root / "study.zarr")
+    traces = slimjax.load_traces(shared_data / "measured" / "llm_inference_bench.csv")
+    traces = traces[(traces.framework == "vLLM") & (traces.n_gpu == 1)].head(60)
+    coeffs = slimjax.calibrate(traces, group_by=("model", "gpu"))
+    from slimjax.store import write_dataset
+
+    write_dataset(coeffs, root / "coeffs.zarr")
+    # a validate --out CSV in its documented columns (a few rows, two methods)
+    rows = traces.head(12)
+    pred = pd.concat([rows.assign(method=m, scenario="same-curve", fold="x", pred_throughput=rows.throughput * f,
+                                  pred_e2e_s=rows.e2e_s / f, pred_throughput_lo=rows.throughput * f * 0.8,
+                                  pred_throughput_hi=rows.throughput * f * 1.2) for m, f in (("slim", 1.1), ("slim-kv", 0.95))])
+    pred.to_csv(root / "pred.csv", index=False)
+    return root
+
+
+def test_every_figure_kind_comes_from_a_store(stores):
+    ds = slimjax.store.open_store(stores / "sweep.zarr")
+    kinds = {f.key for make in F.SWEEP_KINDS for f in make(ds)}
+    assert {"throughput_vs_batch", "roofline", "b_cap_heatmap", "max_seqs_heatmap", "queue_wait", "agent_research"} <= kinds
+    study = slimjax.store.open_store(stores / "study.zarr")
+    assert [f.key for f in F.procurement_figures(study)] == ["procurement_chat"]
+    assert len(F.procurement_table(study)) == 2
+    coeffs = slimjax.store.open_store(stores / "coeffs.zarr")
+    assert [f.key for f in F.calibration_figures(coeffs)] == ["calibration_mape"]
+    pred = pd.read_csv(stores / "pred.csv")
+    assert [f.key for f in F.validation_figures(pred)] == ["validation"]
+    assert set(F.validation_table(pred).columns) >= {"scenario", "slim", "slim-kv"}
+
+
+@pytest.fixture(scope="module")
+def report_dir(stores):
+    out = stores / "report"
+    r = CliRunner().invoke(main, ["report", str(stores / "sweep.zarr"), str(stores / "study.zarr"), str(stores / "coeffs.zarr"),
+                                  str(stores / "pred.csv"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_the_page_is_self_contained_and_every_image_is_a_png(stores, report_dir):
+    out = report_dir
+    page = (out / "index.html").read_text()
+    assert "http" not in page and "<script" not in page.lower()
+    sources = re.findall(r"src='([^']*)'", page) + re.findall(r'src="([^"]*)"', page)
+    assert len(sources) >= 9 and all(s.startswith("data:image/png;base64,") for s in sources)
+    for s in sources:
+        image = imread(io.BytesIO(base64.b64decode(s.split(",", 1)[1])), format="png")
+        assert image.ndim == 3 and image.shape[0] > 100
+    assert len(list(out.glob("*.png"))) == len(sources)
+    assert "Chosen fleet" in page and "Fitted coefficients" in page and "Throughput MAPE" in page
+    bad = CliRunner().invoke(main, ["report", str(stores / "sweep.zarr"), "--out", str(out), "--at", "999,256"])
+    assert bad.exit_code == 2 and "input_len 999 is not on the grid" in bad.output
+
+
+def test_figures_follow_the_stored_numbers(stores):
+    ds = slimjax.store.open_store(stores / "sweep.zarr").load()
+    before = F.throughput_figures(ds, (1024, 256))[0].figure.axes[0].lines[0].get_ydata().copy()
+    m, g = F._pairs(ds)[0]
+    ds["slim_throughput"].loc[dict(model=m, gpu=g, input_len=1024, output_len=256, batch=8)] = 123.0
+    after = F.throughput_figures(ds, (1024, 256))[0].figure.axes[0].lines[0].get_ydata()
+    changed = np.flatnonzero(before != after)
+    assert list(changed) == [list(ds.batch.values).index(8)] and after[changed[0]] == 123.0
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def test_a_real_browser_renders_the_page(report_dir, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium not found; .ci/run installs Debian's chromium package")
+        pytest.skip("Chromium not found (apt-get install chromium)")
+    out = report_dir
+    shot = tmp_path / "shot.png"
+    run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                          "--enable-logging=stderr", "--v=0", f"--screenshot={shot}", "--window-size=1400,2400",
+                          f"file://{out / 'index.html'}"], capture_output=True, text=True, timeout=120)
+    assert shot.exists(), run.stderr[-2000:]
+    console = [line for line in run.stderr.splitlines() if "CONSOLE" in line and ("ERROR" in line or "Uncaught" in line)]
+    assert not console, console
+    pixels = imread(str(shot))
+    assert pixels.std() > 0.05  # not blank: text and plots
