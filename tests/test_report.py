@@ -118,3 +118,28 @@ def test_a_real_browser_renders_the_page(report_dir, tmp_path):
     assert not console, console
     pixels = imread(str(shot))
     assert pixels.std() > 0.05  # not blank: text and plots
+
+
+def test_intervals_band_and_the_report_options_of_sweep_and_procure(stores, tmp_path):
+    import yaml
+
+    coeffs = slimjax.store.open_store(stores / "coeffs.zarr")
+    pairs = coeffs["coefficients"].isel(param=0).to_dataframe().dropna().reset_index()[["model", "gpu"]].iloc[:1]
+    m, g = pairs.iloc[0]
+    spec = dict(models=[m], gpus=[g], batch=[1, 2, 4, 8, 16, 32], input_len=[128, 512], output_len=[128, 256],
+                slim=str(stores / "coeffs.zarr"))
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    r = CliRunner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "s.zarr"), "--report", str(tmp_path / "rep"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    ds = slimjax.store.open_store(tmp_path / "s.zarr")
+    fig = F.throughput_figures(ds, (512, 256))[0].figure
+    band = [c for c in fig.axes[0].collections if c.get_label() == "90 % interval"]
+    assert band and (tmp_path / "rep" / "s_throughput_vs_batch.png").exists()
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(STUDY))
+    r = CliRunner().invoke(main, ["procure", str(study), "--out", str(tmp_path / "p.zarr"), "--report", str(tmp_path / "prep")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "prep" / "p_procurement_chat.png").exists() and "Chosen fleet" in (tmp_path / "prep" / "index.html").read_text()
+    r = CliRunner().invoke(main, ["procure", str(study), "--report", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "--report needs --out" in r.output
