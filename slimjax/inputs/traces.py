@@ -1,7 +1,8 @@
 """Measured traces in: one canonical long table from the formats the field produces.
 
 Canonical columns: model, gpu, n_gpu, framework, batch, input_len, output_len and any of
-e2e_s, throughput, ttft_s, itl_s (seconds; tokens/s counts prompt + output tokens).
+e2e_s, throughput, ttft_s, itl_s (seconds; tokens/s counts prompt + output tokens), and the 90th
+percentiles ttft_p90_s, itl_p90_s where the source has them (benchmark clients).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import yaml
 from ..errors import SlimjaxError
 from . import catalog
 
-CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output_len", "e2e_s", "throughput", "ttft_s", "itl_s")
+CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output_len", "e2e_s", "throughput", "ttft_s", "itl_s",
+             "ttft_p90_s", "itl_p90_s")
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
-FORMATS = ("canonical", "llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "vllm_bench_json")
+PERCENTILES = ("ttft_p90_s", "itl_p90_s")
+FORMATS = ("canonical", "llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "vllm_bench_json",
+           "guidellm_json")
 _SIGNATURES = {
     "llm_inference_bench": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency", "Throughput"},
     "llm_inference_bench_ttft": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Length", "Output Length", "Batch Size",
@@ -132,12 +136,85 @@ def _vllm_bench_json(path: Path, defaults: dict) -> pd.DataFrame:
             framework=r.get("backend") or defaults.get("framework", "vLLM"), batch=r["max_concurrency"],
             input_len=round(I), output_len=round(O), e2e_s=e2e, throughput=tput,
             ttft_s=r["mean_ttft_ms"] / 1e3, itl_s=r["mean_tpot_ms"] / 1e3,
+            ttft_p90_s=_vllm_p90(r, "ttft", f), itl_p90_s=_vllm_p90(r, "itl", f),
+        ))
+    return pd.DataFrame(rows)
+
+
+def _vllm_p90(r: dict, metric: str, f: Path) -> float:
+    """The 90th percentile of ``metric`` (ttft or itl), seconds: ``p90_<metric>_ms`` when the run asked for it
+    (``--metric-percentiles``), else from the per-request detail (``ttfts``: one value per request, s;
+    ``itls``: one list of gaps per request, s); NaN when neither is there."""
+    key = f"p90_{metric}_ms"
+    if key in r:
+        return _number_field(r, key, f) / 1e3
+    detail = r.get(f"{metric}s")
+    if not detail:
+        return float("nan")
+    values = np.concatenate([np.atleast_1d(np.asarray(v, float)) for v in detail]) if metric == "itl" else np.asarray(detail, float)
+    values = values[np.isfinite(values)]
+    return float(np.percentile(values, 90)) if values.size else float("nan")
+
+
+def _number_field(r: dict, key: str, f) -> float:
+    v = r.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise SlimjaxError(f"{f}: field {key!r}", f"missing or not a number ({v!r})")
+    return float(v)
+
+
+def _guidellm_json(path: Path, defaults: dict) -> pd.DataFrame:
+    """GuideLLM's benchmark report (``guidellm benchmark … --output-path X.json``): one row per benchmark (rate
+    or concurrency) from its ``metrics`` distributions — request_latency (s), time_to_first_token_ms,
+    inter_token_latency_ms, prompt_token_count, output_token_count, request_concurrency — each read from its
+    ``successful`` summary (mean, and percentiles.p90 for TTFT and ITL)."""
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise SlimjaxError(str(path), f"not valid JSON ({e})") from None
+    benchmarks = doc.get("benchmarks") if isinstance(doc, dict) else None
+    if not isinstance(benchmarks, list) or not benchmarks:
+        raise SlimjaxError(f"{path}: field 'benchmarks'", "missing or empty (not a GuideLLM report)")
+    rows = []
+    for k, b in enumerate(benchmarks):
+        where = f"{path}: benchmarks[{k}]"
+        metrics = b.get("metrics") if isinstance(b, dict) else None
+        if not isinstance(metrics, dict):
+            raise SlimjaxError(f"{where}.metrics", "missing")
+
+        def summary(name: str, stat: str = "mean") -> float:
+            s = metrics.get(name, {})
+            s = s.get("successful") if isinstance(s, dict) else None
+            value = (s or {}).get("percentiles", {}).get(stat) if stat.startswith("p") else (s or {}).get(stat)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SlimjaxError(f"{where}.metrics.{name}.successful.{'percentiles.' if stat.startswith('p') else ''}{stat}",
+                                   f"missing or not a number ({value!r})")
+            return float(value)
+
+        strategy = ((b.get("args") or {}).get("strategy") or {})
+        concurrency = strategy.get("streams") if strategy.get("type_") == "concurrent" else None
+        batch = float(concurrency) if isinstance(concurrency, (int, float)) else summary("request_concurrency")
+        worker = b.get("worker") or {}
+        I, O = summary("prompt_token_count"), summary("output_token_count")
+        e2e = summary("request_latency")
+        rows.append(dict(
+            model=worker.get("backend_model") or defaults.get("model"), gpu=defaults.get("gpu"), n_gpu=defaults.get("n_gpu", 1),
+            framework=defaults.get("framework", "GuideLLM"), batch=max(1, round(batch)), input_len=round(I), output_len=round(O),
+            e2e_s=e2e, throughput=max(1, round(batch)) * (I + O) / e2e,
+            ttft_s=summary("time_to_first_token_ms") / 1e3, itl_s=summary("inter_token_latency_ms") / 1e3,
+            ttft_p90_s=summary("time_to_first_token_ms", "p90") / 1e3, itl_p90_s=summary("inter_token_latency_ms", "p90") / 1e3,
         ))
     return pd.DataFrame(rows)
 
 
 def detect_format(path: Path) -> str:
-    if path.is_dir() or path.suffix == ".json":
+    if path.suffix == ".json" and path.is_file():
+        try:
+            head = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "vllm_bench_json"  # its reader names the problem
+        return "guidellm_json" if isinstance(head, dict) and "benchmarks" in head else "vllm_bench_json"
+    if path.is_dir():
         return "vllm_bench_json"
     try:
         columns = set(pd.read_csv(path, nrows=0).columns)
@@ -174,17 +251,19 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         raise SlimjaxError("format", f"unknown trace format {fmt!r}; one of {', '.join(FORMATS)}")
     if fmt == "vllm_bench_json":
         df = _vllm_bench_json(path, defaults)
+    elif fmt == "guidellm_json":
+        df = _guidellm_json(path, defaults)
     elif fmt == "canonical":
         df = _read_csv(path, "canonical")
         for col in CANONICAL:
             if col not in df:
-                df[col] = defaults.get(col, np.nan if col in MEASURES else {"n_gpu": 1, "framework": "unknown"}.get(col))
-        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES], path)[list(CANONICAL)]
+                df[col] = defaults.get(col, np.nan if col in MEASURES + PERCENTILES else {"n_gpu": 1, "framework": "unknown"}.get(col))
+        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES], path)[list(CANONICAL)]
     else:
         readers = {"llm_inference_bench": _llm_inference_bench, "llm_inference_bench_ttft": _llm_inference_bench_ttft,
                    "aiconfigurator": _aiconfigurator, "splitwise": _splitwise}
         df = readers[fmt](path)
-    df = df[list(CANONICAL)].reset_index(drop=True)
+    df = df.reindex(columns=list(CANONICAL)).reset_index(drop=True)  # percentiles NaN where a format has none
     dropped: dict[str, int] = {}
 
     def drop(mask, reason):
@@ -214,7 +293,7 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
     drop(df[["batch", "input_len", "output_len", "n_gpu"]].isna().any(axis=1) | df[list(MEASURES)].isna().all(axis=1),
          "missing values")
     sizes = df[["batch", "input_len", "output_len", "n_gpu"]]
-    times = df[list(MEASURES)]
+    times = df[list(MEASURES + PERCENTILES)]
     drop((sizes <= 0).any(axis=1) | (times <= 0).any(axis=1), "non-positive size or time")
     if fmt == "llm_inference_bench":
         # the source's known garbage: where I + O exceeds the served context the "latency" is ~0.05 s;

@@ -1,0 +1,103 @@
+"""Benchmark clients in (issue 14, item 3): GuideLLM reports and `vllm bench serve --save-result` with per-request
+detail, read into the canonical trace table with their 90th percentiles. The fixtures are written here in each
+tool's documented schema, not copied from any run:
+
+- GuideLLM: the report is ``{"benchmarks": [GenerativeBenchmark, …]}``; a benchmark's ``metrics``
+  (GenerativeMetrics) holds StatusDistributionSummary fields ``request_latency`` (s), ``time_to_first_token_ms``,
+  ``inter_token_latency_ms``, ``prompt_token_count``, ``output_token_count``, ``request_concurrency``, each with a
+  ``successful`` DistributionSummary (``mean``, ``median``, ``percentiles.p90`` …); ``args.strategy`` is e.g.
+  ``{"type_": "concurrent", "streams": 8}`` and ``worker.backend_model`` the model (guidellm
+  ``src/guidellm/benchmark/benchmark.py``, ``src/guidellm/objects/statistics.py``).
+- vLLM: ``vllm bench serve --save-result --save-detailed`` writes ``max_concurrency``, ``completed``,
+  ``total_input_tokens``, ``total_output_tokens``, ``duration``, ``mean_ttft_ms``, ``mean_tpot_ms``,
+  ``mean_e2el_ms`` and per request ``ttfts`` (s), ``itls`` (a list of gaps per request, s), ``input_lens``,
+  ``output_lens``; ``--metric-percentiles 90`` adds ``p90_ttft_ms`` … (vllm ``benchmarks/serve.py``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import slimjax
+from slimjax.inputs.traces import detect_format
+
+
+def _summary(mean, p90):
+    return {"successful": {"mean": mean, "median": mean, "percentiles": {"p50": mean, "p90": p90, "p99": p90 * 1.2}},
+            "errored": {"mean": 0.0}, "incomplete": {"mean": 0.0}, "total": {"mean": mean}}
+
+
+def guidellm_report(streams=(1, 8)):
+    benchmarks = []
+    for n in streams:
+        benchmarks.append({
+            "type_": "generative_benchmark", "run_id": "r", "args": {"strategy": {"type_": "concurrent", "streams": n}},
+            "worker": {"type_": "generative_requests_worker", "backend_model": "meta-llama/Llama-3.1-8B-Instruct"},
+            "start_time": 0.0, "end_time": 60.0,
+            "metrics": {
+                "requests_per_second": _summary(n / 4.0, n / 3.5), "request_concurrency": _summary(n - 0.2, n),
+                "request_latency": _summary(4.0 + 0.1 * n, 5.0 + 0.1 * n),
+                "prompt_token_count": _summary(1024.0, 1024.0), "output_token_count": _summary(256.0, 256.0),
+                "time_to_first_token_ms": _summary(80.0 + 5 * n, 120.0 + 8 * n),
+                "inter_token_latency_ms": _summary(14.0 + 0.5 * n, 16.0 + 0.6 * n),
+            },
+        })
+    return {"benchmarks": benchmarks}
+
+
+def vllm_result(detail=True, percentiles=False):
+    r = {"date": "20261203-000000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "max_concurrency": 4,
+         "completed": 4, "duration": 12.0, "total_input_tokens": 4 * 1000, "total_output_tokens": 4 * 200,
+         "mean_ttft_ms": 90.0, "mean_tpot_ms": 15.0, "mean_e2el_ms": 3100.0}
+    if detail:
+        r.update(ttfts=[0.08, 0.09, 0.10, 0.2], itls=[[0.014, 0.015], [0.016], [0.015, 0.03, 0.014], [0.015]],
+                 input_lens=[1000] * 4, output_lens=[200] * 4)
+    if percentiles:
+        r.update(p90_ttft_ms=150.0, p90_itl_ms=25.0)
+    return r
+
+
+def test_guidellm_report_every_field_mapped(tmp_path):
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(guidellm_report()))
+    assert detect_format(path) == "guidellm_json"
+    df = slimjax.load_traces(path, gpu="H100-SXM")
+    assert list(df["batch"]) == [1, 8] and (df["model"] == "Llama-3.1-8B").all() and (df["gpu"] == "H100-SXM").all()
+    row = df.iloc[1]
+    assert row.input_len == 1024 and row.output_len == 256
+    assert row.e2e_s == pytest.approx(4.8) and row.throughput == pytest.approx(8 * 1280 / 4.8)
+    assert row.ttft_s == pytest.approx(0.120) and row.itl_s == pytest.approx(0.018)
+    assert row.ttft_p90_s == pytest.approx(0.184) and row.itl_p90_s == pytest.approx(0.0208)
+
+
+def test_vllm_per_request_detail_keeps_the_p90(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(vllm_result()))
+    df = slimjax.load_traces(path, gpu="H100-SXM")
+    row = df.iloc[0]
+    assert row.ttft_p90_s == pytest.approx(np.percentile([0.08, 0.09, 0.10, 0.2], 90))
+    assert row.itl_p90_s == pytest.approx(np.percentile([0.014, 0.015, 0.016, 0.015, 0.03, 0.014, 0.015], 90))
+    path.write_text(json.dumps(vllm_result(detail=False, percentiles=True)))
+    row = slimjax.load_traces(path, gpu="H100-SXM").iloc[0]
+    assert row.ttft_p90_s == pytest.approx(0.150) and row.itl_p90_s == pytest.approx(0.025)
+    path.write_text(json.dumps(vllm_result(detail=False)))
+    assert np.isnan(slimjax.load_traces(path, gpu="H100-SXM").iloc[0].ttft_p90_s)  # not in the source: not invented
+
+
+@pytest.mark.parametrize("break_it,field", [
+    (lambda d: d["benchmarks"][1]["metrics"].pop("time_to_first_token_ms"), "benchmarks[1].metrics.time_to_first_token_ms"),
+    (lambda d: d["benchmarks"][0]["metrics"]["request_latency"]["successful"].update(mean="slow"),
+     "benchmarks[0].metrics.request_latency.successful.mean"),
+    (lambda d: d.update(benchmarks=[]), "'benchmarks'"),
+])
+def test_a_malformed_report_names_file_and_field(tmp_path, break_it, field):
+    doc = guidellm_report()
+    break_it(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(slimjax.SlimjaxError) as e:
+        slimjax.load_traces(path, format="guidellm_json", gpu="H100-SXM")
+    assert str(path) in str(e.value) and field in str(e.value)
