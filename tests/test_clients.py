@@ -101,3 +101,16 @@ def test_a_malformed_report_names_file_and_field(tmp_path, break_it, field):
     with pytest.raises(slimjax.SlimjaxError) as e:
         slimjax.load_traces(path, format="guidellm_json", gpu="H100-SXM")
     assert str(path) in str(e.value) and field in str(e.value)
+
+
+def test_aiconfigurator_rows_without_a_backend_version_keep_their_framework(tmp_path, shared_data):
+    import pandas as pd
+
+    src = pd.read_csv(shared_data / "measured" / "serving_h100_trtllm_llama31_8b.csv").head(6)
+    src.loc[src.index[:4], "backend_version"] = np.nan  # as most rows of other aiconfigurator exports have it
+    path = tmp_path / "aic.csv"
+    src.to_csv(path, index=False)
+    df = slimjax.load_traces(path)
+    assert len(df) == 6 and df["framework"].notna().all()
+    assert set(df["framework"]) == {"trtllm", f"trtllm {src['backend_version'].iloc[-1]}"}
+    assert len(slimjax.calibrate(df, group_by=("model", "gpu", "framework")).framework) == 2  # no row lost in groupby

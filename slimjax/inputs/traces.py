@@ -90,7 +90,10 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
     df = _numeric(_read_csv(path, "aiconfigurator"), ["isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"], path)
     ttft, itl = df["silicon_ttft_ms"] / 1e3, df["silicon_tpot_ms"] / 1e3
     e2e = ttft + (df["osl"] - 1) * itl
-    framework = df["backend"].astype(str) + (" " + df["backend_version"].astype(str) if "backend_version" in df else "")
+    # an empty backend_version must not blank the framework (groupby would then drop the row silently)
+    version = df["backend_version"].fillna("").astype(str).str.strip() if "backend_version" in df else ""
+    framework = (df["backend"].fillna("unknown").astype(str) + " " + version).str.strip() if "backend_version" in df \
+        else df["backend"].fillna("unknown").astype(str)
     return pd.DataFrame(dict(
         model=df["model_path"], gpu=df["system"], n_gpu=df["tp_size"], framework=framework, batch=df["batch_size"],
         input_len=df["isl"], output_len=df["osl"], e2e_s=e2e, throughput=df["batch_size"] * (df["isl"] + df["osl"]) / e2e,
