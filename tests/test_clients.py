@@ -114,3 +114,41 @@ def test_aiconfigurator_rows_without_a_backend_version_keep_their_framework(tmp_
     assert len(df) == 6 and df["framework"].notna().all()
     assert set(df["framework"]) == {"trtllm", f"trtllm {src['backend_version'].iloc[-1]}"}
     assert len(slimjax.calibrate(df, group_by=("model", "gpu", "framework")).framework) == 2  # no row lost in groupby
+
+
+def lifecycle_report(concurrency=8):
+    """inference-perf's stage report (``inference_perf/reportgen/base.py`` summarize_requests: ResponsesSummary with
+    benchmark_time_seconds, load_summary, successes.{count, latency.{request_latency, time_to_first_token,
+    inter_token_latency, …: {mean, min, max, median, p90, …} in seconds}, throughput, prompt_tokens, output_tokens},
+    failures)."""
+    dist = lambda mean, p90: {"mean": mean, "min": mean / 2, "max": p90 * 1.5, "median": mean, "p90": p90, "p99": p90 * 1.2}  # noqa: E731
+    load = {"count": 100, "requested_rate": 2.0, "achieved_rate": 2.0}
+    if concurrency is not None:
+        load["concurrency"] = concurrency
+    return {"benchmark_time_seconds": 50.0, "load_summary": load,
+            "successes": {"count": 100, "latency": {"request_latency": dist(4.0, 5.5), "time_to_first_token": dist(0.1, 0.2),
+                                                    "inter_token_latency": dist(0.015, 0.022),
+                                                    "time_per_output_token": dist(0.015, 0.02)},
+                          "throughput": {"requests_per_sec": 2.0, "total_tokens_per_sec": 2560.0},
+                          "prompt_tokens": {"total": 102400.0, "mean": 1024.0}, "output_tokens": {"total": 25600.0, "mean": 256.0}},
+            "failures": {"count": 0}}
+
+
+def test_inference_perf_reports_every_field_mapped(tmp_path):
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / "stage_0_lifecycle_metrics.json").write_text(json.dumps(lifecycle_report(8)))
+    (folder / "stage_1_lifecycle_metrics.json").write_text(json.dumps(lifecycle_report(None)))  # a rate stage
+    (folder / "per_request_lifecycle_metrics.json").write_text("[]")  # per-request detail is not a summary
+    assert detect_format(folder) == "inference_perf_json"
+    df = slimjax.load_traces(folder, model="Llama-3.1-8B", gpu="H100-SXM")
+    assert list(df["batch"]) == [8, 8]  # the rate stage: 2 requests/s × 4 s in flight (Little's law)
+    row = df.iloc[0]
+    assert (row.input_len, row.output_len, row.e2e_s, row.ttft_s, row.itl_s) == (1024, 256, 4.0, 0.1, 0.015)
+    assert row.ttft_p90_s == 0.2 and row.itl_p90_s == 0.022 and row.throughput == pytest.approx(8 * 1280 / 4.0)
+    broken = lifecycle_report()
+    del broken["successes"]["latency"]["request_latency"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(slimjax.SlimjaxError, match=r"bad.json: field 'successes.latency.request_latency.mean'"):
+        slimjax.load_traces(bad, model="Llama-3.1-8B", gpu="H100-SXM")

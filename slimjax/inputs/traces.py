@@ -24,7 +24,7 @@ CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 FORMATS = ("canonical", "llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "vllm_bench_json",
-           "guidellm_json")
+           "guidellm_json", "inference_perf_json")
 _SIGNATURES = {
     "llm_inference_bench": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency", "Throughput"},
     "llm_inference_bench_ttft": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Length", "Output Length", "Batch Size",
@@ -210,13 +210,67 @@ def _guidellm_json(path: Path, defaults: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _inference_perf_json(path: Path, defaults: dict) -> pd.DataFrame:
+    """inference-perf lifecycle reports (``stage_N_lifecycle_metrics.json`` or ``summary_lifecycle_metrics.json``; a
+    folder of them): one row per file from ``successes.latency`` (request_latency, time_to_first_token,
+    inter_token_latency: seconds, mean and p90), ``successes.prompt_tokens`` / ``output_tokens`` (mean) and the
+    stage's ``load_summary.concurrency`` — where a stage ran at a request rate instead, the mean number of
+    requests in flight by Little's law, requests_per_sec × mean request latency."""
+    files = sorted(path.glob("*lifecycle_metrics.json")) if path.is_dir() else [path]
+    files = [f for f in files if "per_request" not in f.name]
+    if not files:
+        raise SlimjaxError(str(path), "no *lifecycle_metrics.json reports")
+    rows = []
+    for f in files:
+        try:
+            r = json.loads(f.read_text())
+        except json.JSONDecodeError as e:
+            raise SlimjaxError(str(f), f"not valid JSON ({e})") from None
+
+        def field(*keys):
+            node = r
+            for k in keys:
+                node = node.get(k) if isinstance(node, dict) else None
+            if isinstance(node, bool) or not isinstance(node, (int, float)):
+                raise SlimjaxError(f"{f}: field {'.'.join(keys)!r}", f"missing or not a number ({node!r})")
+            return float(node)
+
+        latency = ("successes", "latency")
+        e2e = field(*latency, "request_latency", "mean")
+        concurrency = (r.get("load_summary") or {}).get("concurrency")
+        batch = float(concurrency) if isinstance(concurrency, (int, float)) and not isinstance(concurrency, bool) \
+            else field("successes", "throughput", "requests_per_sec") * e2e
+        p90 = lambda name: float(r["successes"]["latency"][name].get("p90", np.nan)) if isinstance(  # noqa: E731
+            r["successes"]["latency"].get(name), dict) else np.nan
+        I, O = field("successes", "prompt_tokens", "mean"), field("successes", "output_tokens", "mean")
+        b = max(1, round(batch))
+        rows.append(dict(
+            model=defaults.get("model"), gpu=defaults.get("gpu"), n_gpu=defaults.get("n_gpu", 1),
+            framework=defaults.get("framework", "inference-perf"), batch=b, input_len=round(I), output_len=round(O),
+            e2e_s=e2e, throughput=b * (I + O) / e2e, ttft_s=field(*latency, "time_to_first_token", "mean"),
+            itl_s=field(*latency, "inter_token_latency", "mean"), ttft_p90_s=p90("time_to_first_token"),
+            itl_p90_s=p90("inter_token_latency"),
+        ))
+    return pd.DataFrame(rows)
+
+
+def _json_kind(head) -> str:
+    if isinstance(head, dict) and "benchmarks" in head:
+        return "guidellm_json"
+    if isinstance(head, dict) and "successes" in head and "load_summary" in head:
+        return "inference_perf_json"
+    return "vllm_bench_json"
+
+
 def detect_format(path: Path) -> str:
     if path.suffix == ".json" and path.is_file():
         try:
             head = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             return "vllm_bench_json"  # its reader names the problem
-        return "guidellm_json" if isinstance(head, dict) and "benchmarks" in head else "vllm_bench_json"
+        return _json_kind(head)
+    if path.is_dir() and any(path.glob("*lifecycle_metrics.json")):
+        return "inference_perf_json"
     if path.is_dir():
         return "vllm_bench_json"
     try:
@@ -256,6 +310,8 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         df = _vllm_bench_json(path, defaults)
     elif fmt == "guidellm_json":
         df = _guidellm_json(path, defaults)
+    elif fmt == "inference_perf_json":
+        df = _inference_perf_json(path, defaults)
     elif fmt == "canonical":
         df = _read_csv(path, "canonical")
         for col in CANONICAL:
