@@ -115,16 +115,23 @@ def _splitwise(path: Path) -> pd.DataFrame:
     ))
 
 
-def _vllm_bench_json(path: Path, defaults: dict) -> pd.DataFrame:
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+def _json_documents(path: Path, pattern: str, what: str, skip: str | None = None):
+    """(file, parsed JSON) for ``path`` (a file, or a folder's files matching ``pattern``); a file that is not
+    JSON is an error naming it."""
+    files = sorted(path.glob(pattern)) if path.is_dir() else [path]
+    files = [f for f in files if skip is None or skip not in f.name]
     if not files:
-        raise SlimjaxError(str(path), "no .json result files")
-    rows = []
+        raise SlimjaxError(str(path), f"no {what}")
     for f in files:
         try:
-            r = json.loads(f.read_text())
+            yield f, json.loads(f.read_text())
         except json.JSONDecodeError as e:
             raise SlimjaxError(str(f), f"not valid JSON ({e})") from None
+
+
+def _vllm_bench_json(path: Path, defaults: dict) -> pd.DataFrame:
+    rows = []
+    for f, r in _json_documents(path, "*.json", ".json result files"):
         need = ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
         for k in need:
             if not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool):
@@ -171,10 +178,7 @@ def _guidellm_json(path: Path, defaults: dict) -> pd.DataFrame:
     or concurrency) from its ``metrics`` distributions — request_latency (s), time_to_first_token_ms,
     inter_token_latency_ms, prompt_token_count, output_token_count, request_concurrency — each read from its
     ``successful`` summary (mean, and percentiles.p90 for TTFT and ITL)."""
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise SlimjaxError(str(path), f"not valid JSON ({e})") from None
+    _, doc = next(_json_documents(path, "*.json", "GuideLLM report"))
     benchmarks = doc.get("benchmarks") if isinstance(doc, dict) else None
     if not isinstance(benchmarks, list) or not benchmarks:
         raise SlimjaxError(f"{path}: field 'benchmarks'", "missing or empty (not a GuideLLM report)")
@@ -216,16 +220,8 @@ def _inference_perf_json(path: Path, defaults: dict) -> pd.DataFrame:
     inter_token_latency: seconds, mean and p90), ``successes.prompt_tokens`` / ``output_tokens`` (mean) and the
     stage's ``load_summary.concurrency`` — where a stage ran at a request rate instead, the mean number of
     requests in flight by Little's law, requests_per_sec × mean request latency."""
-    files = sorted(path.glob("*lifecycle_metrics.json")) if path.is_dir() else [path]
-    files = [f for f in files if "per_request" not in f.name]
-    if not files:
-        raise SlimjaxError(str(path), "no *lifecycle_metrics.json reports")
     rows = []
-    for f in files:
-        try:
-            r = json.loads(f.read_text())
-        except json.JSONDecodeError as e:
-            raise SlimjaxError(str(f), f"not valid JSON ({e})") from None
+    for f, r in _json_documents(path, "*lifecycle_metrics.json", "*lifecycle_metrics.json reports", skip="per_request"):
 
         def field(*keys):
             node = r
