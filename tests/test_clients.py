@@ -152,3 +152,24 @@ def test_inference_perf_reports_every_field_mapped(tmp_path):
     bad.write_text(json.dumps(broken))
     with pytest.raises(slimjax.SlimjaxError, match=r"bad.json: field 'successes.latency.request_latency.mean'"):
         slimjax.load_traces(bad, model="Llama-3.1-8B", gpu="H100-SXM")
+
+
+def test_aiconfigurator_precision_sets_the_weight_bytes(tmp_path, shared_data):
+    import pandas as pd
+
+    from slimjax.fit.features import row_features
+    from slimjax.inputs.traces import precision_bytes
+
+    assert (precision_bytes("fp8_block"), precision_bytes("nvfp4"), precision_bytes("w4a16_awq"), precision_bytes("float16")) \
+        == (1.0, 0.5625, 0.5, 2.0)
+    assert np.isnan(precision_bytes("")) and precision_bytes("mystery") is None
+    src = pd.read_csv(shared_data / "measured" / "serving_h100_trtllm_llama31_8b.csv").head(4)
+    src["gemm_quant_mode"] = ["fp8", "", np.nan, "mystery"]
+    src["precision"] = [np.nan, "fp8_block", np.nan, np.nan]
+    path = tmp_path / "aic.csv"
+    src.to_csv(path, index=False)
+    df = slimjax.load_traces(path)
+    assert len(df) == 3 and sum(df.attrs["dropped"].values()) == 1  # the unknown label is counted, not modelled
+    assert list(df["weight_dtype_bytes"].fillna(-1)) == [1.0, 1.0, -1]
+    feats = row_features(df)
+    assert list(np.asarray(feats["model"].bytes_per_weight)) == [1.0, 1.0, 2.0]  # fp8 runs at fp8 bytes

@@ -21,6 +21,11 @@ def row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     g_codes, g_names = pd.factorize(traces["gpu"])
     m = jax.tree_util.tree_map(lambda x: x[m_codes], stack(ModelSpec, [resolve_model(x, "traces.model")[1] for x in m_names]))
     g = jax.tree_util.tree_map(lambda x: x[g_codes], stack(GPUSpec, [resolve_gpu(x, "traces.gpu")[1] for x in g_names]))
+    if "weight_dtype_bytes" in traces and traces["weight_dtype_bytes"].notna().any():  # a run with quantized weights
+        import equinox as eqx
+
+        given = traces["weight_dtype_bytes"].to_numpy(float)
+        m = eqx.tree_at(lambda s: s.bytes_per_weight, m, np.where(np.isfinite(given), given, m.bytes_per_weight))
     n_gpu, il, ol = (traces[c].to_numpy(float) for c in ("n_gpu", "input_len", "output_len"))
     return dict(model=m, gpu=g, n_gpu=n_gpu, batch=traces["batch"].to_numpy(float), input_len=il, output_len=ol,
                 max_seqs=default_max_seqs(m, g, n_gpu, il, ol))

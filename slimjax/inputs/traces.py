@@ -2,7 +2,8 @@
 
 Canonical columns: model, gpu, n_gpu, framework, batch, input_len, output_len and any of
 e2e_s, throughput, ttft_s, itl_s (seconds; tokens/s counts prompt + output tokens), and the 90th
-percentiles ttft_p90_s, itl_p90_s where the source has them (benchmark clients).
+percentiles ttft_p90_s, itl_p90_s where the source has them (benchmark clients), and weight_dtype_bytes where
+the run's weights were quantized (NaN: the checkpoint's bytes per weight).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..errors import SlimjaxError
 from . import catalog
 
 CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output_len", "e2e_s", "throughput", "ttft_s", "itl_s",
-             "ttft_p90_s", "itl_p90_s")
+             "ttft_p90_s", "itl_p90_s", "weight_dtype_bytes")
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 FORMATS = ("canonical", "llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "vllm_bench_json",
@@ -86,6 +87,27 @@ def _llm_inference_bench_ttft(path: Path) -> pd.DataFrame:
     ))
 
 
+_UNKNOWN_PRECISION = -1.0  # a label precision_bytes cannot read: the row is dropped with its cause
+
+
+def precision_bytes(value) -> float:
+    """Bytes per weight of a run's precision label as serving benchmarks write it — ``fp8``, ``fp8_block``,
+    ``nvfp4``, ``float16``, ``w4a16_awq``, ``int8_wo`` …: NaN when empty (the checkpoint's own), None when
+    unrecognised."""
+    import re
+
+    if value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == "":
+        return float("nan")
+    text = str(value).strip().lower()
+    for token in re.split(r"[_\-\s/]+", text):
+        if token in catalog._DTYPE_BYTES:
+            return float(catalog._DTYPE_BYTES[token])
+        m = re.fullmatch(r"w(\d+)a\d+", token)
+        if m:
+            return int(m.group(1)) / 8.0
+    return None
+
+
 def _aiconfigurator(path: Path) -> pd.DataFrame:
     df = _numeric(_read_csv(path, "aiconfigurator"), ["isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"], path)
     ttft, itl = df["silicon_ttft_ms"] / 1e3, df["silicon_tpot_ms"] / 1e3
@@ -94,7 +116,13 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
     version = df["backend_version"].fillna("").astype(str).str.strip() if "backend_version" in df else ""
     framework = (df["backend"].fillna("unknown").astype(str) + " " + version).str.strip() if "backend_version" in df \
         else df["backend"].fillna("unknown").astype(str)
+    # the GEMMs' quantization sets the weight bytes; `precision` where that is empty
+    label = df["gemm_quant_mode"] if "gemm_quant_mode" in df else pd.Series(np.nan, index=df.index)
+    if "precision" in df:
+        label = label.where(label.notna() & (label.astype(str).str.strip() != ""), df["precision"])
+    weight_bytes = label.map(lambda v: _UNKNOWN_PRECISION if (b := precision_bytes(v)) is None else b)
     return pd.DataFrame(dict(
+        weight_dtype_bytes=weight_bytes,
         model=df["model_path"], gpu=df["system"], n_gpu=df["tp_size"], framework=framework, batch=df["batch_size"],
         input_len=df["isl"], output_len=df["osl"], e2e_s=e2e, throughput=df["batch_size"] * (df["isl"] + df["osl"]) / e2e,
         ttft_s=ttft, itl_s=itl,
@@ -312,8 +340,10 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         df = _read_csv(path, "canonical")
         for col in CANONICAL:
             if col not in df:
-                df[col] = defaults.get(col, np.nan if col in MEASURES + PERCENTILES else {"n_gpu": 1, "framework": "unknown"}.get(col))
-        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES], path)[list(CANONICAL)]
+                df[col] = defaults.get(col, np.nan if col in (*MEASURES, *PERCENTILES, "weight_dtype_bytes")
+                                       else {"n_gpu": 1, "framework": "unknown"}.get(col))
+        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, "weight_dtype_bytes"],
+                      path)[list(CANONICAL)]
     else:
         readers = {"llm_inference_bench": _llm_inference_bench, "llm_inference_bench_ttft": _llm_inference_bench_ttft,
                    "aiconfigurator": _aiconfigurator, "splitwise": _splitwise}
@@ -328,6 +358,9 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
             dropped[reason] = dropped.get(reason, 0) + n
             df = df[~mask].reset_index(drop=True)
 
+    unknown = df["weight_dtype_bytes"] == _UNKNOWN_PRECISION
+    drop(unknown, "precision label not recognised (weights' bytes unknown; give a canonical weight_dtype_bytes column)")
+    df["weight_dtype_bytes"] = df["weight_dtype_bytes"].astype(float)
     table = hardware_table()
     mapping = {g: catalog.resolve_hardware(g, table) for g in df["gpu"].dropna().astype(str).unique()}
     names = df["gpu"].astype(str)
