@@ -19,9 +19,9 @@ T = TypeVar("T")
 
 
 def compute_devices(*, host_callbacks: bool = False) -> list:
-    """The devices to deal work to. Work that calls back into the host (SciPy's incomplete gamma in the
-    queue) runs on one: callbacks from two CPU devices at once hung on this machine, and SciPy runs one
-    at a time anyway."""
+    """The devices to deal work to. Work that calls back into the host runs on one (callbacks from two CPU
+    devices at once hung on this machine); no group does since the queue became pure JAX, but a group
+    registered with ``host_callbacks=True`` still gets that."""
     devices = jax.local_devices()
     warn_if_one_cpu_device(devices)
     return devices[:1] if host_callbacks else devices
