@@ -141,6 +141,9 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_
     """Size and price a fleet for STUDY_FILE's workloads under its SLOs (MODEL.md §8)."""
     import slimjax
 
+    if report_dir is not None and out is None:  # before any work
+        click.echo("error: --report needs --out (the report is drawn from the store)", err=True)
+        sys.exit(2)
     try:
         ds = slimjax.procure(study_file, out, overwrite=overwrite)
     except slimjax.SlimjaxError as e:
@@ -150,9 +153,6 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_
     if out is not None:
         click.echo(f"\nwrote {out}")
     if report_dir is not None:
-        if out is None:
-            click.echo("error: --report needs --out (the report is drawn from the store)", err=True)
-            sys.exit(2)
         click.echo(f"wrote {slimjax.make_report([out], report_dir)}")
 
 

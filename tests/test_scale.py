@@ -77,7 +77,7 @@ def test_resume_after_kill_is_bit_identical(tmp_path, reference, how, n):
     assert verify(out)["ok"] and not partial.exists()
 
 
-def test_kill_minus_nine_from_outside_then_resume(tmp_path, reference):
+def test_kill_minus_nine_from_outside_then_resume_and_verify(tmp_path, reference):
     out = tmp_path / "s.zarr"
     code = f"import slimjax, json; slimjax.configure(); slimjax.sweep(json.loads({json.dumps(json.dumps(SPEC))}), {str(out)!r}, memory_budget_bytes={BUDGET})"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -88,19 +88,11 @@ def test_kill_minus_nine_from_outside_then_resume(tmp_path, reference):
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    resumed = slimjax.sweep(SPEC, out, memory_budget_bytes=BUDGET, resume=True)
-    same(resumed, reference)
-
-
-def test_a_different_sweep_cannot_resume_and_verify_finds_a_deleted_chunk(tmp_path):
-    out = tmp_path / "s.zarr"
-    code = KILL
-    run = subprocess.run([sys.executable, "-c", code, "journal", "2", str(out), json.dumps(SPEC)], capture_output=True, text=True)
-    assert run.returncode == -signal.SIGKILL
     other = dict(SPEC, output_len=[32, 64, 128, 512])
     with pytest.raises(slimjax.SlimjaxError, match="different sweep"):
         slimjax.sweep(other, out, memory_budget_bytes=BUDGET, resume=True)
-    done = slimjax.sweep(SPEC, out, memory_budget_bytes=BUDGET, resume=True)
+    resumed = slimjax.sweep(SPEC, out, memory_budget_bytes=BUDGET, resume=True)
+    same(resumed, reference)
     assert verify(out)["ok"]
     chunk = next(p for p in (out / "slim_throughput").rglob("*") if p.is_file() and p.name != "zarr.json")
     chunk.unlink()
@@ -108,7 +100,6 @@ def test_a_different_sweep_cannot_resume_and_verify_finds_a_deleted_chunk(tmp_pa
     assert not report["ok"] and any(name == "slim_throughput" for _, name in report["corrupt"])
     r = CliRunner().invoke(main, ["verify", str(out)])
     assert r.exit_code == 1 and "slim_throughput differs" in r.output and "NOT OK" in r.output
-    del done
 
 
 def test_dask_local_cluster_equals_in_process(tmp_path, reference):
@@ -148,22 +139,23 @@ def test_url_store_is_built_in_place_resumable_and_verified(tmp_path, reference,
 
 DEVICES = textwrap.dedent("""
     import sys, json, slimjax
-    slimjax.configure(cpu_devices=int(sys.argv[1]))
+    slimjax.configure(cpu_devices=4)
     import jax
-    assert len(jax.local_devices()) == int(sys.argv[1])
-    slimjax.sweep(json.loads(sys.argv[3]), sys.argv[2], memory_budget_bytes=%d)
-""" % BUDGET)
+    import slimjax.engine.grid as grid
+    assert len(jax.local_devices()) == 4
+    spec, out = json.loads(sys.argv[2]), sys.argv[1]
+    slimjax.sweep(spec, out + "/4.zarr", memory_budget_bytes=%d)
+    every = grid.compute_devices
+    grid.compute_devices = lambda **k: every(**k)[:1]  # the same process on one of its devices
+    slimjax.sweep(spec, out + "/1.zarr", memory_budget_bytes=%d)
+""" % (BUDGET, BUDGET))
 
 
 def test_four_forced_cpu_devices_equal_one(tmp_path):
-    stores = {}
-    for n in (1, 4):
-        stores[n] = tmp_path / f"{n}.zarr"
-        env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "SLIMJAX_CPU_DEVICES")}
-        run = subprocess.run([sys.executable, "-c", DEVICES, str(n), str(stores[n]), json.dumps(SPEC)], capture_output=True,
-                             text=True, env=env)
-        assert run.returncode == 0, run.stderr[-2000:]
-    same(slimjax.store.open_store(stores[4]), slimjax.store.open_store(stores[1]))
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "SLIMJAX_CPU_DEVICES")}
+    run = subprocess.run([sys.executable, "-c", DEVICES, str(tmp_path), json.dumps(SPEC)], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    same(slimjax.store.open_store(tmp_path / "4.zarr"), slimjax.store.open_store(tmp_path / "1.zarr"))
 
 
 RSS = textwrap.dedent("""
