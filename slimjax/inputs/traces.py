@@ -162,8 +162,7 @@ def _vllm_bench_json(path: Path, defaults: dict) -> pd.DataFrame:
     for f, r in _json_documents(path, "*.json", ".json result files"):
         need = ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
         for k in need:
-            if not isinstance(r.get(k), (int, float)) or isinstance(r.get(k), bool):
-                raise SlimjaxError(f"{f}: field {k!r}", f"missing or not a number ({r.get(k)!r})")
+            _number_field(r, k, f)
         done = r["completed"]
         I, O = r["total_input_tokens"] / max(done, 1), r["total_output_tokens"] / max(done, 1)
         e2e = r["mean_e2el_ms"] / 1e3
@@ -195,7 +194,11 @@ def _vllm_p90(r: dict, metric: str, f: Path) -> float:
 
 
 def _number_field(r: dict, key: str, f) -> float:
-    v = r.get(key)
+    """``r[key]`` as a float, where ``key`` may be a dotted path into nested mappings; else an error naming
+    the file and the field."""
+    v = r
+    for part in key.split("."):
+        v = v.get(part) if isinstance(v, dict) else None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise SlimjaxError(f"{f}: field {key!r}", f"missing or not a number ({v!r})")
     return float(v)
@@ -252,12 +255,7 @@ def _inference_perf_json(path: Path, defaults: dict) -> pd.DataFrame:
     for f, r in _json_documents(path, "*lifecycle_metrics.json", "*lifecycle_metrics.json reports", skip="per_request"):
 
         def field(*keys):
-            node = r
-            for k in keys:
-                node = node.get(k) if isinstance(node, dict) else None
-            if isinstance(node, bool) or not isinstance(node, (int, float)):
-                raise SlimjaxError(f"{f}: field {'.'.join(keys)!r}", f"missing or not a number ({node!r})")
-            return float(node)
+            return _number_field(r, ".".join(keys), f)
 
         latency = ("successes", "latency")
         e2e = field(*latency, "request_latency", "mean")

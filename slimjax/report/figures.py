@@ -189,12 +189,13 @@ def _heatmap(ds: xr.Dataset, var: str, title: str, label: str, key: str) -> list
         return []
     pairs = _pairs(ds)
     fig, axes = _grid(len(pairs), 3.6, 3.0)
-    values = ds[var].astype(float)
-    finite = values.where(values > 0)
-    vmax = float(finite.max()) if np.isfinite(float(finite.max(skipna=True) if finite.notnull().any() else np.nan)) else 1.0
     import matplotlib.colors as mcolors
 
-    norm = mcolors.LogNorm(vmin=max(1.0, float(finite.min())) if finite.notnull().any() else 1.0, vmax=max(vmax, 2.0))
+    values = ds[var].astype(float)
+    positive = values.where(values > 0)
+    shown_any = bool(positive.notnull().any())
+    norm = mcolors.LogNorm(vmin=max(1.0, float(positive.min())) if shown_any else 1.0,
+                           vmax=max(float(positive.max()) if shown_any else 1.0, 2.0))
     image = None
     for ax, (m, g) in zip(axes, pairs):
         v = values.sel(model=m, gpu=g).transpose("input_len", "output_len").values

@@ -68,16 +68,13 @@ def write_report(paths, out_dir, *, at: tuple[int, int] | None = None, quiet: bo
     out.mkdir(parents=True, exist_ok=True)
     loaded = [(Path(p), *_open(Path(p))) for p in paths]
     sections = []
-    plan = []
-    for path, kind, obj in loaded:
-        plan.append((path, kind, obj))
     show = (not quiet and sys.stderr.isatty()) if quiet is not None else sys.stderr.isatty()
     progress = None
     if show:
         from tqdm import tqdm
 
-        progress = tqdm(total=len(plan), desc="slimjax report", unit="store", file=sys.stderr)
-    for path, kind, obj in plan:
+        progress = tqdm(total=len(loaded), desc="slimjax report", unit="store", file=sys.stderr)
+    for path, kind, obj in loaded:
         figs, tables = figures_for(kind, obj, at)
         blocks = [f"<h2>{html.escape(path.name)} <small>({kind})</small></h2>"]
         if kind != "validation" and isinstance(obj, xr.Dataset):

@@ -9,6 +9,7 @@ both. λ* does not depend on the total rate, so rates only enter the sizing.
 from __future__ import annotations
 
 import functools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -278,8 +279,6 @@ def evaluate(study: Study, steps: int = proc.BISECTION_STEPS) -> xr.Dataset:
         variables[name] = xr.Variable(dims, value, attrs)
     coords = dict(workload=[w.name for w in study.workloads], rate=study.rate_labels, model=study.models, gpu=study.gpus,
                   tp=study.tp.astype(np.int64), batch=study.batch.astype(np.int64), **{"class": np.arange(study.n_classes)})
-    import json
-
     attrs = {
         "slimjax_version": __version__, "kind": "procurement", "study_file": study.source,
         "slo": json.dumps({k: (None if np.isinf(v) else v) for k, v in study.slo.items()}),
@@ -328,8 +327,6 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
     """One ranked table per workload, rate and model: the ``top`` cheapest feasible (GPU, TP) groups,
     each at its own cheapest batch limit (§8 tie order), then why the cheapest infeasible groups fail,
     then the per-class mix. Prices are marked illustrative with their date."""
-    import json
-
     import pandas as pd
 
     slo = {k: (np.inf if v is None else v) for k, v in json.loads(ds.attrs["slo"]).items()}
