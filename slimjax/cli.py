@@ -310,9 +310,12 @@ def agents(model, gpu, input_len, output_len, stages, calls_per_stage, paralleli
               help="squared relative errors, or the robust Cauchy loss for traces with outlying runs.")
 @click.option("--bootstrap", type=int, default=0, show_default=True,
               help="Wild-bootstrap refits per group for the covariance and intervals (0: Gauss–Newton).")
+@click.option("--intervals", type=click.Choice(["fit", "transfer"]), default="fit", show_default=True,
+              help="fit: the fit's own intervals; transfer: widened per kind of extrapolation (new length, model, GPU) "
+                   "by the validation scenarios' held-out errors on these traces.")
 @click.option("--out", required=True, type=click.Path(), help="zarr store for the coefficients.")
 @click.option("--overwrite", is_flag=True)
-def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, out, overwrite) -> None:
+def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals, out, overwrite) -> None:
     """Fit SLIM's coefficients per group of the measured TRACES, all groups in one batched solve."""
     import pandas as pd
 
@@ -327,7 +330,7 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, out, over
         combined = pd.concat(frames, ignore_index=True)
         combined.attrs["dropped"] = _merged_dropped(frames)
         ds = slimjax.calibrate(combined, group_by=[g.strip() for g in group_by.split(",")],
-                               solver=solver, variant=variant, loss=loss, bootstrap=bootstrap)
+                               solver=solver, variant=variant, loss=loss, bootstrap=bootstrap, intervals=intervals)
         store.write_dataset(ds, target)
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {e}", err=True)
@@ -336,6 +339,11 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, out, over
     table = table[table.n_points > 0]
     click.echo(f"wrote {out}: {len(table)} groups fitted")
     with_pd_options(lambda: click.echo(table.round(2).to_string()))
+    if intervals == "transfer":
+        from slimjax.fit.transfer import form_error_table
+
+        click.echo("transfer intervals: 90 % form error per kind of extrapolation, from the held-out rows of these traces")
+        with_pd_options(lambda: click.echo(form_error_table(ds).to_string(index=False)))
 
 
 @main.command()
@@ -372,6 +380,8 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     click.echo(f"MAPE % of throughput / E2E on held-out rows ({', '.join(map(str, paths))}"
                + (f"; excluding {' | '.join(exclude)}" if exclude else "") + "):\n")
     click.echo(markdown_table(result.table))
+    for cause, n in result.dropped.items():
+        click.echo(f"left out: {n} rows: {cause}")
     if out:
         click.echo(f"\nwrote {out}: {len(result.predictions)} held-out predictions")
 

@@ -244,3 +244,40 @@ def test_eta_c_is_bounded_to_a_fraction_of_peak():
     assert 0 < float(kv.coefficients.sel(param="eta_m").squeeze()) <= 1 and 0 < float(kv.coefficients.sel(param="eta_c").squeeze()) <= 1
     slow = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, noise=0.0, rows=30, seed=4)
     assert float(calibrate(slow, group_by=("model", "gpu")).coefficients.sel(param="eta_c").squeeze()) == pytest.approx(0.45, rel=1e-3)
+
+
+def test_roofline_calibration_from_p90_ttft_at_a_known_arrival_rate():
+    """Rate-driven runs report p90 TTFT at an offered rate: the fit goes through §5's wait quantile."""
+    import math
+
+    from reference import mmc
+    from slimjax.fit.roofline import calibrate_roofline
+
+    truth = dict(compute_efficiency=0.55, bandwidth_efficiency=0.75, launch_overhead_s=3e-5)
+    rows, waits = [], []
+    for cap, I, O, load in [(8, 512, 128, 0.5), (8, 2048, 256, 0.8), (32, 1024, 256, 0.7), (32, 256, 64, 0.9),
+                            (64, 4096, 512, 0.6), (16, 1024, 1024, 0.85), (np.nan, 512, 256, 0.3), (4, 128, 32, 0.95)]:
+        # the truth from the scalar capacity path and the loop M/M/c: m = min(cap, max_seqs), S = S(m)
+        probe = slimjax.capacity("Llama-3.1-8B", "H100-SXM", I, O, 1, serving=truth)
+        m = int(min(probe["max_seqs"], math.inf if np.isnan(cap) else cap))
+        at_m = slimjax.capacity("Llama-3.1-8B", "H100-SXM", I, O, m, serving=truth)
+        S = at_m["service_s"]
+        lam = load * m / S
+        q = mmc(m, S, lam)
+        wait_p = max(0.0, math.log(q["p_wait"] / 0.1) / (m / S - lam)) if q["p_wait"] > 0 else 0.0
+        p90 = wait_p + at_m["prefill_s"] + at_m["itl_s"]
+        waits.append(wait_p / p90)
+        batch = 8 if np.isnan(cap) else cap  # no cap: the mean in flight
+        itl = slimjax.capacity("Llama-3.1-8B", "H100-SXM", I, O, batch, serving=truth)["itl_s"]
+        rows.append(dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=1, framework="client", batch=batch,
+                         input_len=I, output_len=O, ttft_s=np.nan, itl_s=itl, ttft_p90_s=p90, arrival_rate=lam,
+                         max_concurrency=cap, e2e_s=np.nan, throughput=np.nan))
+    pts = pd.DataFrame(rows)
+    assert sum(w > 0.5 for w in waits) >= 3  # the queue dominates several rows' p90
+    ds = calibrate_roofline(pts, group_by=["model"], iterations=100)
+    got = ds.coefficients.sel(model="Llama-3.1-8B").values
+    np.testing.assert_allclose(got[:2], [truth["compute_efficiency"], truth["bandwidth_efficiency"]], rtol=1e-4)
+    assert float(ds.mape_ttft_p90.sel(model="Llama-3.1-8B")) < 1e-3 and int(ds.n_points.sel(model="Llama-3.1-8B")) == 16
+    # the waits carry the information: with the queue ignored (mean-TTFT screen) the same rows fit worse
+    plain = calibrate_roofline(pts.assign(ttft_s=pts.ttft_p90_s, ttft_p90_s=np.nan), group_by=["model"])
+    assert float(plain.mape_ttft.sel(model="Llama-3.1-8B")) > 10 * float(ds.mape_ttft_p90.sel(model="Llama-3.1-8B")) + 1

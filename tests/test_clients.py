@@ -11,7 +11,9 @@ tool's documented schema, not copied from any run:
 - vLLM: ``vllm bench serve --save-result --save-detailed`` writes ``max_concurrency``, ``completed``,
   ``total_input_tokens``, ``total_output_tokens``, ``duration``, ``mean_ttft_ms``, ``mean_tpot_ms``,
   ``mean_e2el_ms`` and per request ``ttfts`` (s), ``itls`` (a list of gaps per request, s), ``input_lens``,
-  ``output_lens``; ``--metric-percentiles 90`` adds ``p90_ttft_ms`` … (vllm ``benchmarks/serve.py``).
+  ``output_lens``; ``--metric-percentiles 90`` adds ``p90_ttft_ms`` … (vllm ``benchmarks/serve.py``); ``request_rate``
+  is the offered rate (a number, or ``"inf"``: all at once) and ``max_concurrency`` is null without a cap, beside
+  ``request_throughput`` (completed requests/s).
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ def _summary(mean, p90):
             "errored": {"mean": 0.0}, "incomplete": {"mean": 0.0}, "total": {"mean": mean}}
 
 
-def guidellm_report(streams=(1, 8)):
+def guidellm_report(streams=(1, 8), poisson_rate=None):
     benchmarks = []
     for n in streams:
+        strategy = {"type_": "concurrent", "streams": n} if poisson_rate is None else {"type_": "poisson", "rate": poisson_rate}
         benchmarks.append({
-            "type_": "generative_benchmark", "run_id": "r", "args": {"strategy": {"type_": "concurrent", "streams": n}},
+            "type_": "generative_benchmark", "run_id": "r", "args": {"strategy": strategy},
             "worker": {"type_": "generative_requests_worker", "backend_model": "meta-llama/Llama-3.1-8B-Instruct"},
             "start_time": 0.0, "end_time": 60.0,
             "metrics": {
@@ -71,6 +74,10 @@ def test_guidellm_report_every_field_mapped(tmp_path):
     assert row.e2e_s == pytest.approx(4.8) and row.throughput == pytest.approx(8 * 1280 / 4.8)
     assert row.ttft_s == pytest.approx(0.120) and row.itl_s == pytest.approx(0.018)
     assert row.ttft_p90_s == pytest.approx(0.184) and row.itl_p90_s == pytest.approx(0.0208)
+    assert row.max_concurrency == 8 and np.isnan(row.arrival_rate)  # a concurrency sweep offers no rate
+    path.write_text(json.dumps(guidellm_report(streams=(4,), poisson_rate=1.5)))
+    row = slimjax.load_traces(path, gpu="H100-SXM").iloc[0]
+    assert row.arrival_rate == 1.5 and np.isnan(row.max_concurrency) and row.batch == 4  # mean concurrency 3.8
 
 
 def test_vllm_per_request_detail_keeps_the_p90(tmp_path):
@@ -85,6 +92,13 @@ def test_vllm_per_request_detail_keeps_the_p90(tmp_path):
     assert row.ttft_p90_s == pytest.approx(0.150) and row.itl_p90_s == pytest.approx(0.025)
     path.write_text(json.dumps(vllm_result(detail=False)))
     assert np.isnan(slimjax.load_traces(path, gpu="H100-SXM").iloc[0].ttft_p90_s)  # not in the source: not invented
+    assert row.max_concurrency == 4 and np.isnan(row.arrival_rate)
+    # a rate-driven run without a cap: the offered rate kept, the batch the mean in flight (Little's law)
+    path.write_text(json.dumps({**vllm_result(detail=False), "request_rate": 2.0, "max_concurrency": None, "request_throughput": 1.9}))
+    row = slimjax.load_traces(path, gpu="H100-SXM").iloc[0]
+    assert row.arrival_rate == 2.0 and np.isnan(row.max_concurrency) and row.batch == round(1.9 * 3.1)
+    path.write_text(json.dumps({**vllm_result(detail=False), "request_rate": "inf"}))
+    assert np.isnan(slimjax.load_traces(path, gpu="H100-SXM").iloc[0].arrival_rate)  # a burst has no rate
 
 
 @pytest.mark.parametrize("break_it,field", [
@@ -146,6 +160,8 @@ def test_inference_perf_reports_every_field_mapped(tmp_path):
     row = df.iloc[0]
     assert (row.input_len, row.output_len, row.e2e_s, row.ttft_s, row.itl_s) == (1024, 256, 4.0, 0.1, 0.015)
     assert row.ttft_p90_s == 0.2 and row.itl_p90_s == 0.022 and row.throughput == pytest.approx(8 * 1280 / 4.0)
+    assert row.max_concurrency == 8 and np.isnan(row.arrival_rate)
+    assert df.iloc[1].arrival_rate == 2.0 and np.isnan(df.iloc[1].max_concurrency)
     broken = lifecycle_report()
     del broken["successes"]["latency"]["request_latency"]
     bad = tmp_path / "bad.json"

@@ -40,7 +40,7 @@ def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
         h.update(k.encode())
         h.update(np.ascontiguousarray(v).tobytes())
     trees = (sweep.model, sweep.gpu, sweep.coeffs, sweep.serving, sweep.measured, sweep.arrival_rate, sweep.tp_to_fit,
-             sweep.coeffs_log_cov, sweep.coeffs_scatter, None if sweep.agents is None else sweep.agents.spec)
+             sweep.coeffs_log_cov, sweep.coeffs_scatter, sweep.coeffs_form, None if sweep.agents is None else sweep.agents.spec)
     for leaf in jax.tree_util.tree_leaves(trees):
         h.update(np.ascontiguousarray(np.asarray(leaf, np.float64)).tobytes())
     advisor = None if sweep.advisor is None else (sweep.advisor.epsilon, sweep.advisor.slo_s, sweep.advisor.slo_factor,

@@ -27,13 +27,12 @@ from ..inputs.sweepfile import Sweep
 from ..model import advisor as advisor_mod
 from ..model import agents as agents_mod
 from ..model.calculator import capacity_cell_terms, queue_terms, service_terms
-from ..model.intervals import log_interval, log_sd
+from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
 from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms, slim_variables
 from ..model.specs import astype
 from .schema import DIMS, ROOFLINE_ONLY, SERVICE, VARIABLES
 
 F64 = jnp.float64  # capacity and queue arithmetic: exact max_seqs, accurate Erlang B
-INTERVAL_LEVEL = 0.90
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,8 +192,28 @@ register_group(Group("queue", active=lambda sw: sw.arrival_rate is not None,
 
 def _interval_inputs(sweep: Sweep) -> dict:
     dt = sweep.dtype
-    return {"log_cov": (("model", "gpu"), sweep.coeffs_log_cov.astype(dt)),  # (M, G, 6, 6)
-            "scatter": (("model", "gpu"), sweep.coeffs_scatter.astype(dt))}
+    out = {"log_cov": (("model", "gpu"), sweep.coeffs_log_cov.astype(dt)),  # (M, G, 6, 6)
+           "scatter": (("model", "gpu"), sweep.coeffs_scatter.astype(dt))}
+    if sweep.coeffs_form is not None:  # transfer intervals: (M, G, 6)
+        out["form"] = (("model", "gpu"), sweep.coeffs_form.astype(dt))
+    return out
+
+
+def _transfer_sd(x: dict, sd):
+    """The fit's log sd widened by the pair's form error, the beyond-lengths one where I or O leaves
+    the fitted range (MODEL.md has no intervals: slimjax's extension, :mod:`slimjax.model.intervals`)."""
+    f, I, O = x["form"], x["input_len"], x["output_len"]
+    beyond = (I < f[..., 2]) | (I > f[..., 3]) | (O < f[..., 4]) | (O > f[..., 5])
+    return widened_sd(sd, jnp.where(beyond, f[..., 1], f[..., 0]), INTERVAL_LEVEL)
+
+
+def _interval_attrs(sweep: Sweep, name: str) -> dict:
+    if sweep.coeffs_interval_kind is None:
+        return {"intervals": "fit (coefficient covariance and residual scatter)"}
+    return {"intervals": "transfer (widened by the form error of each prediction's kind of extrapolation; +length "
+                         "where input_len or output_len leaves the fitted range; NaN where the store has no form error "
+                         "for the kind)",
+            "interval_kind": json.dumps(sweep.coeffs_interval_kind)}
 
 
 def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
@@ -203,7 +222,8 @@ def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
     cov = x["log_cov"].astype(dt)
 
     def sd(batch, terms):
-        return log_sd(log_throughput_sensitivity(cell, c, batch, terms), cov, x["scatter"].astype(dt))
+        s = log_sd(log_throughput_sensitivity(cell, c, batch, terms), cov, x["scatter"].astype(dt))
+        return _transfer_sd(x, s) if "form" in x else s
 
     sd_b, sd_1 = sd(B, out), sd(jnp.ones((), B.dtype), out["_slim_at_1"])
     lo, hi = log_interval(out["slim_throughput"], sd_b, INTERVAL_LEVEL)
@@ -211,7 +231,7 @@ def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
 
 
 register_group(Group("intervals", active=lambda sw: sw.coeffs_log_cov is not None, inputs=_interval_inputs,
-                     batch=_interval_batch, wide=True))
+                     batch=_interval_batch, attrs=_interval_attrs, wide=True))
 
 # ------------------------------------------------------------------------------------------ B_cap (§2)
 
@@ -253,8 +273,10 @@ def _advisor_batch(x: dict, cells: dict, out: dict) -> dict:
         t_lo, t_hi = log_interval(t, out["_log_sd"], INTERVAL_LEVEL)
         e_lo, e_hi = log_interval(e2e, out["_log_sd"], INTERVAL_LEVEL)
         t1_lo, t1_hi = log_interval(t1, out["_log_sd_at_1"], INTERVAL_LEVEL)
-        result["b_cap_lo"] = b_cap(t_lo, e_hi, t1_lo)
-        result["b_cap_hi"] = b_cap(t_hi, e_lo, t1_hi)
+        # −1: no interval (a transfer store without a form error for this kind of extrapolation)
+        none = jnp.isnan(jnp.sum(out["_log_sd"], axis=axis, keepdims=True) + out["_log_sd_at_1"])
+        result["b_cap_lo"] = jnp.where(none, -1, b_cap(t_lo, e_hi, t1_lo))
+        result["b_cap_hi"] = jnp.where(none, -1, b_cap(t_hi, e_lo, t1_hi))
     return result
 
 

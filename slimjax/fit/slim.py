@@ -23,12 +23,14 @@ import xarray as xr
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
-from ..model.intervals import log_interval, log_sd
+from ..model.intervals import extrapolation_form_error, extrapolation_label, log_interval, log_sd, transfer_interval
 from ..model.slim import slim_variables
 from ..model.slim_kv import slim_kv_variables
 from ..model.specs import SLIM_PARAMS, SlimCoeffs
 from ..store import coefficients as layout
 from .features import measured_throughput, padded_groups, row_features
+from .folds import folds, study_rows
+from .transfer import extrapolation_bits, kind_codes
 from .solver import LOSSES, cauchy_residual, coefficient_slopes, coefficients_from, fit_batched, parameters_from, sharded, solver_options
 from .uncertainty import bootstrap_covariance, gauss_newton
 
@@ -128,7 +130,7 @@ def _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, rep
 
 def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
               solver="lm", iterations: int = 30, variant: str = "slim", loss: str = "squared",
-              bootstrap: int = 0, seed: int = 0) -> xr.Dataset:
+              bootstrap: int = 0, seed: int = 0, intervals: str = "fit") -> xr.Dataset:
     """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
 
     Residuals: T_pred/T_meas − 1 for rows with a throughput (or an E2E), and T_pre/TTFT − 1 for
@@ -147,7 +149,18 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     by √(n/(n−p)), with random signs; all R × groups refits in one batched solve, warm-started at
     the optimum, ``seed`` fixed): it follows the model's curvature where the linearisation of few,
     correlated coefficients is poor. Coefficients the design cannot identify stay NaN.
+
+    ``intervals`` "fit" (default): prediction intervals from the coefficient covariance and the residual
+    scatter — honest inside the fitted ranges. "transfer": also run the validation scenarios of
+    :mod:`.folds` on ``traces`` (same curve, length, model, GPU, combined; one more batched solve), keep
+    every held-out row's log-ratio residual and log-scale sd (``transfer_log_ratio``, ``transfer_log_sd``,
+    ``transfer_kind`` over ``held_out``), and let ``predict`` and sweeps widen each interval by the
+    split-conformal form error of the kind of extrapolation the prediction is
+    (:mod:`slimjax.model.intervals`). A kind the data cannot exercise (one GPU: no GPU transfer) has no
+    form error, and predictions of that kind get no interval (NaN) rather than an overconfident one.
     """
+    if intervals not in ("fit", "transfer"):
+        raise SlimjaxError("intervals", f"must be 'fit' or 'transfer', got {intervals!r}")
     if bootstrap < 0 or bootstrap == 1:
         raise SlimjaxError("bootstrap", f"must be 0 (Gauss–Newton) or at least 2 replicates, got {bootstrap!r}")
     options = solver_options(solver, iterations)
@@ -155,8 +168,27 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
         raise SlimjaxError("loss", f"must be one of {', '.join(LOSSES)}, got {loss!r}")
     spec = _variant(variant)
     with float64_scope():
-        return _calibrate(traces, list(group_by), options, spec, variant, loss, bootstrap, seed,
-                          solver if isinstance(solver, str) else type(solver).__name__)
+        ds = _calibrate(traces, list(group_by), options, spec, variant, loss, bootstrap, seed,
+                        solver if isinstance(solver, str) else type(solver).__name__)
+        if intervals == "transfer":
+            ds = ds.assign(layout.transfer_variables(*_transfer_residuals(traces, solver, iterations, variant, loss)))
+            ds.attrs["intervals"] = "transfer"
+        return ds
+
+
+def _transfer_residuals(traces, solver, iterations, variant, loss):
+    """Held-out log-ratio residuals, log-scale sds and scenario kinds of every validation fold over ``traces``."""
+    rows, _ = study_rows(traces)
+    every = folds(rows)
+    if not every:
+        return np.zeros(0), np.zeros(0), np.zeros(0, np.int64)
+    train = pd.concat([rows.iloc[f.train].assign(_fold=k) for k, f in enumerate(every)], ignore_index=True)
+    test = pd.concat([rows.iloc[f.test].assign(_fold=k) for k, f in enumerate(every)], ignore_index=True)
+    fitted = calibrate(train, group_by=["_fold"], solver=solver, iterations=iterations, variant=variant, loss=loss)
+    p = predict(fitted, test)
+    t = measured_throughput(p)
+    return (np.log(t / p["pred_throughput"].to_numpy(float)), p["pred_throughput_log_sd"].to_numpy(float),
+            kind_codes([f.scenario for f in every for _ in f.test]))
 
 
 def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, solver_name) -> xr.Dataset:
@@ -202,11 +234,23 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
         group_by, levels, spec.params, where, theta=theta, se=se, cov=cov, identified=identified, converged=conv,
         iterations=its, loss=cost, mape_throughput=mape_t, mape_e2e=mape_e, mape_ttft=mape_ttft, n_points=n,
         residual_variance=sigma2, z=z, z_boot=z_boot,
-        ranges=_fitted_ranges(traces, index, valid),
+        ranges=_fitted_ranges(traces, index, valid), fitted_sets=_fitted_sets(traces, index, valid),
         attrs={"variant": variant, "solver": solver_name, "loss": loss, "bootstrap": int(bootstrap),
                "iterations_max": options.iterations, "residual": "T_pred / T_meas - 1", "group_by": list(group_by),
                "source": traces.attrs.get("source", "")},
     )
+
+
+def _fitted_sets(traces, index, valid) -> dict:
+    """Per group and model / GPU: was the group fitted on rows of it (what makes a prediction new in model or GPU)."""
+    out = {}
+    for col in ("model", "gpu"):
+        codes, names = pd.factorize(traces[col])
+        member = np.zeros((index.shape[0], len(names)), bool)
+        g = np.repeat(np.arange(index.shape[0]), index.shape[1])
+        member[g[valid.ravel()], codes[index].ravel()[valid.ravel()]] = True
+        out[col] = (list(names), member)
+    return out
 
 
 def _fitted_ranges(traces, index, valid) -> dict:
@@ -226,7 +270,10 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     Each point takes the coefficients of its group along the group dims ``coeffs`` has (so
     coefficients fitted per model on one GPU predict another GPU through its specs). Intervals: delta
     method on log T with the coefficient covariance plus the group's residual scatter (a prediction
-    interval, not only a confidence interval; :mod:`slimjax.model.intervals`, as sweeps do).
+    interval, not only a confidence interval; :mod:`slimjax.model.intervals`, as sweeps do). From a
+    store calibrated with ``intervals="transfer"`` the intervals are widened by the form error of each
+    point's kind of extrapolation, named in ``interval_kind`` (``form_error``: the log-scale term).
+    Always: ``pred_throughput_log_sd`` and ``pred_e2e_s_log_sd``, the fit's log-scale sds.
     """
     found = layout.lookup(coeffs, points)
     z, cov, scatter, zb, variant = found["z"], found["cov"], found["scatter"], found["z_boot"], found["variant"]
@@ -249,7 +296,17 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
             sd_t, sd_e = np.asarray(log_sd(glt, cov_z, scatter)), np.asarray(log_sd(gle, cov_z, scatter))
         t_lo, t_hi = map(np.asarray, log_interval(t, sd_t, level))
         e_lo, e_hi = map(np.asarray, log_interval(e, sd_e, level))
+        transfer = found["transfer"]
+        if transfer:
+            bits = extrapolation_bits(points, found["new_model"], found["new_gpu"], found["ranges"])
+            m = np.asarray(extrapolation_form_error(bits, layout.transfer_form(coeffs, level)))
+            t_lo, t_hi = map(np.asarray, transfer_interval(t, sd_t, m, level))
+            e_lo, e_hi = map(np.asarray, transfer_interval(e, sd_e, m, level))
     out = points.copy()
+    out["pred_throughput_log_sd"], out["pred_e2e_s_log_sd"] = sd_t, sd_e
+    if transfer:
+        out["interval_kind"] = [extrapolation_label(int(b)) for b in bits]
+        out["form_error"] = m
     out["pred_throughput"], out["pred_e2e_s"] = t, e
     out["pred_throughput_lo"], out["pred_throughput_hi"] = t_lo, t_hi
     out["pred_e2e_s_lo"], out["pred_e2e_s_hi"] = e_lo, e_hi

@@ -1,15 +1,7 @@
 """The SLIM paper's generalization study (source 000, §VII-A, Table II) on measured data.
 
-Five scenarios, each a set of folds (train rows, held-out rows) over one trace table:
-
-* ``same-curve``: per GPU, fit the three smallest (pre-knee) batch sizes of every (model, length)
-  curve, predict the rest of each curve.
-* ``model-transfer``: per GPU and model, fit the other models on that GPU, predict the model.
-* ``length-transfer``: per GPU, fit IL = OL ≤ 1024, predict the longest length (2048).
-* ``gpu-transfer``: fit every row of one GPU (H100), predict every row of the other (A100) through
-  its specs.
-* ``combined``: per GPU and model, fit the other models at the shorter lengths, predict the model at
-  the longest length (unseen in both model and length, as the paper's OPT-6.7B at OL = 512).
+The five scenarios are :mod:`.folds`' (same-curve, model-transfer, length-transfer, gpu-transfer between
+every pair of GPUs, combined), within every (framework, TP degree) setting the traces hold.
 
 Methods: ``slim`` (MODEL.md §1, squared relative errors as the paper), ``slim-kv`` (the optional
 variant of :mod:`slimjax.slim`, fitted with the robust Cauchy loss of :func:`slimjax.calibrate`),
@@ -17,6 +9,11 @@ variant of :mod:`slimjax.slim`, fitted with the robust Cauchy loss of :func:`sli
 calculator's plain roofline of MODEL.md §4, uncalibrated: e_F = e_B = 1, t_l = 0; the batch E2E is its
 service time S(B)). Every SLIM fold of every scenario is one group of a single batched calibration.
 Errors are MAPE of total-token throughput and of E2E over the pooled held-out rows of a scenario.
+
+SLIM's intervals are scored twice: the fit's own 90 % intervals (coefficient covariance and residual
+scatter), and the transfer intervals of :mod:`.transfer`, whose form term for a fold comes from the
+held-out scores of the *other* folds of the matching kind that neither fitted nor held out any of its
+held-out rows — the interval never sees the rows it is judged on.
 """
 
 from __future__ import annotations
@@ -33,29 +30,24 @@ import pandas as pd
 
 from ..config import uses_float64
 from ..errors import SlimjaxError, suggest
+from ..model.intervals import INTERVAL_LEVEL, extrapolation_form_error, extrapolation_label, form_errors, transfer_interval
 from .baselines import BASELINES
 from .features import row_features
+from .folds import SCENARIOS, Fold, folds, study_rows
 from .roofline import roofline_service_at
 from .slim import calibrate, predict
+from .transfer import fold_bits, held_out_scores, kind_codes
 
-SCENARIOS = ("same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined")
 METHODS = ("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")
-SOURCE_GPU, TARGET_GPU = "H100-SXM", "A100-SXM-40GB"
-PRE_KNEE = 3  # batch sizes per curve the same-curve scenario fits
 SLIM_FITS = {"slim": "squared", "slim-kv": "cauchy"}  # method → calibration loss
-
-
-class Fold(NamedTuple):
-    scenario: str
-    name: str
-    train: np.ndarray  # row positions
-    test: np.ndarray
+METRICS = ("mape_throughput", "mape_e2e", "coverage_90", "coverage_transfer", "width_transfer")
 
 
 class Validation(NamedTuple):
-    table: pd.DataFrame  # (scenario) × (metric, method)
+    table: pd.DataFrame  # (scenario) × (metric, method), plus n_folds, n_test and the winner
     predictions: pd.DataFrame  # one row per held-out row × method
     folds: list[Fold]
+    dropped: dict  # rows left out of the study, by cause
 
 
 def default_trace_paths() -> list[Path]:
@@ -69,53 +61,6 @@ def default_trace_paths() -> list[Path]:
         root = here if here.is_dir() or not beside_repo.is_dir() else beside_repo
     root = root / "measured"
     return [root / "llm_inference_bench.csv", root / "llm_inference_bench_ttft_e2e.csv"]
-
-
-def study_rows(traces: pd.DataFrame) -> pd.DataFrame:
-    """The paper's setting within ``traces``: vLLM, one GPU, H100 and A100 rows with an E2E and a
-    throughput (scored and fitted), or a TTFT only (fitted: it identifies prefill), indexed 0..n−1."""
-    rows = traces[(traces["framework"] == "vLLM") & (traces["n_gpu"] == 1) & traces["gpu"].isin([SOURCE_GPU, TARGET_GPU])]
-    scored = rows["e2e_s"].notna() & rows["throughput"].notna()
-    rows = rows[scored | rows["ttft_s"].notna()].reset_index(drop=True)
-    if not (rows["e2e_s"].notna() & rows["throughput"].notna()).any():
-        raise SlimjaxError("traces", f"no vLLM single-GPU rows on {SOURCE_GPU} or {TARGET_GPU} with e2e_s and throughput")
-    return rows
-
-
-def folds(rows: pd.DataFrame) -> list[Fold]:
-    """Every scenario's folds over ``rows`` (see the module docstring); empty folds are skipped."""
-    out: list[Fold] = []
-    pos = np.arange(len(rows))
-    ttft_only = (rows["e2e_s"].isna() | rows["throughput"].isna()).to_numpy()
-
-    def add(scenario, name, train, test):
-        test = test & ~ttft_only
-        if train.any() and test.any():
-            out.append(Fold(scenario, name, pos[train], pos[test]))
-
-    longest = rows["input_len"].max()
-    # models with a full curve set on a GPU are the ones worth holding out
-    counts = rows[~ttft_only].groupby(["gpu", "model"]).size()
-    held = [(g, m) for (g, m), n in counts.items() if n >= 8]
-    for gpu in sorted(rows["gpu"].unique()):
-        on = (rows["gpu"] == gpu).to_numpy()
-        rank = rows[on].groupby(["model", "input_len", "output_len"])["batch"].rank(method="dense")
-        small = np.zeros(len(rows), bool)
-        small[pos[on]] = (rank <= PRE_KNEE).to_numpy()
-        curve_size = rows[on].groupby(["model", "input_len", "output_len"])["batch"].transform("nunique")
-        full = np.zeros(len(rows), bool)
-        full[pos[on]] = (curve_size > PRE_KNEE).to_numpy()
-        add("same-curve", gpu, on & ((small & full) | ttft_only), on & ~small & full)
-        short = (rows["input_len"] < longest).to_numpy()
-        add("length-transfer", gpu, on & short, on & ~short)
-        for g, model in held:
-            if g != gpu:
-                continue
-            this = (rows["model"] == model).to_numpy()
-            add("model-transfer", f"{gpu}/{model}", on & ~this, on & this)
-            add("combined", f"{gpu}/{model}", on & ~this & short, on & this & ~short)
-    add("gpu-transfer", f"{SOURCE_GPU}->{TARGET_GPU}", (rows["gpu"] == SOURCE_GPU).to_numpy(), (rows["gpu"] == TARGET_GPU).to_numpy())
-    return out
 
 
 def _roofline_e2e(rows: pd.DataFrame) -> np.ndarray:
@@ -137,7 +82,7 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
         for v in values:
             if v not in allowed:
                 raise SlimjaxError(field, f"unknown {field[:-1]} {v!r}{suggest(str(v), list(allowed))}; one of {', '.join(allowed)}")
-    rows = study_rows(traces)
+    rows, dropped = study_rows(traces)
     for query in exclude:
         try:
             hit = rows.eval(query)
@@ -145,56 +90,110 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
             raise SlimjaxError("exclude", f"{query!r} is not a query over {', '.join(rows.columns)} ({e})") from None
         if getattr(hit, "dtype", None) != bool:
             raise SlimjaxError("exclude", f"{query!r} does not select rows (it must be a condition)")
+        if hit.any():
+            dropped[f"excluded by {query!r}"] = int(hit.sum())
         rows = rows[~hit].reset_index(drop=True)
-    chosen = [f for f in folds(rows) if f.scenario in scenarios]
+    every = folds(rows)
+    chosen = [f for f in every if f.scenario in scenarios]
     if not chosen:
         raise SlimjaxError("traces", "no scenario has both training and held-out rows")
+    # transfer intervals draw each fold's form term from other folds of every kind: SLIM scores them all
+    scored = every if any(m in SLIM_FITS for m in methods) else chosen
     tag = lambda f: f"{f.scenario}|{f.name}"  # noqa: E731
-    test = pd.concat([rows.iloc[f.test].assign(fold=tag(f), scenario=f.scenario) for f in chosen], ignore_index=True)
+    test = pd.concat([rows.iloc[f.test].assign(fold=tag(f), scenario=f.scenario) for f in scored], ignore_index=True)
+    fold_of = np.repeat(np.arange(len(scored)), [len(f.test) for f in scored])
+    bits = np.concatenate([fold_bits(rows, f) for f in scored])
+    eligible = _calibrating_rows(scored, len(rows))[:, fold_of]
     pred: dict[str, np.ndarray] = {}
-    bounds: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    extra: dict[str, dict] = {}
     for method in methods:
         if method in SLIM_FITS:
-            train = pd.concat([rows.iloc[f.train].assign(fold=tag(f)) for f in chosen], ignore_index=True)
+            train = pd.concat([rows.iloc[f.train].assign(fold=tag(f)) for f in scored], ignore_index=True)
             coeffs = calibrate(train, group_by=["fold"], variant=method, iterations=iterations, loss=SLIM_FITS[method])
             p = predict(coeffs, test)
+            form = np.asarray(form_errors(held_out_scores(p, INTERVAL_LEVEL), kind_codes(test["scenario"]), INTERVAL_LEVEL, eligible))
+            m = np.asarray(extrapolation_form_error(bits, form[fold_of]))
+            lo, hi = map(np.asarray, transfer_interval(p["pred_throughput"].to_numpy(), p["pred_throughput_log_sd"].to_numpy(), m, INTERVAL_LEVEL))
             pred[method] = p["pred_e2e_s"].to_numpy()
-            bounds[method] = (p["pred_throughput_lo"].to_numpy(), p["pred_throughput_hi"].to_numpy())
+            extra[method] = dict(pred_throughput_lo=p["pred_throughput_lo"].to_numpy(), pred_throughput_hi=p["pred_throughput_hi"].to_numpy(),
+                                 pred_throughput_transfer_lo=lo, pred_throughput_transfer_hi=hi, form_error=m)
         elif method == "roofline":
             pred[method] = _roofline_e2e(test)
         else:
             fit, apply = BASELINES[method]
-            pred[method] = np.concatenate([apply(fit(rows.iloc[f.train]), rows.iloc[f.test]) for f in chosen])
+            pred[method] = np.concatenate([apply(fit(rows.iloc[f.train]), rows.iloc[f.test]) for f in scored])
     tokens = (test["batch"] * (test["input_len"] + test["output_len"])).to_numpy(float)
+    test = test.assign(interval_kind=[extrapolation_label(int(b)) for b in bits])
     nan = np.full(len(test), np.nan)
-    long = pd.concat([test.assign(method=m, pred_e2e_s=p, pred_throughput=tokens / p, pred_throughput_lo=bounds.get(m, (nan, nan))[0],
-                                  pred_throughput_hi=bounds.get(m, (nan, nan))[1]) for m, p in pred.items()], ignore_index=True)
+    columns = ("pred_throughput_lo", "pred_throughput_hi", "pred_throughput_transfer_lo", "pred_throughput_transfer_hi", "form_error")
+    long = pd.concat([test.assign(method=m, pred_e2e_s=p, pred_throughput=tokens / p, **{c: extra.get(m, {}).get(c, nan) for c in columns})
+                      for m, p in pred.items()], ignore_index=True)
+    long = long[long["scenario"].isin(scenarios)].reset_index(drop=True)
+    measured = long["throughput"].where(long["throughput"].notna(), tokens_of(long) / long["e2e_s"])
+    e2e = long["e2e_s"].where(long["e2e_s"].notna(), tokens_of(long) / long["throughput"])
+    long = long.assign(throughput=measured, e2e_s=e2e)
     records = []
     for (scenario, method), g in long.groupby(["scenario", "method"], sort=False):
         records.append({"scenario": scenario, "method": method, "n_folds": g["fold"].nunique(), "n_test": len(g),
                         "mape_throughput": _mape(g["pred_throughput"].to_numpy(), g["throughput"].to_numpy()),
                         "mape_e2e": _mape(g["pred_e2e_s"].to_numpy(), g["e2e_s"].to_numpy()),
-                        "coverage_90": 100.0 * float(np.mean((g["throughput"] >= g["pred_throughput_lo"]) & (g["throughput"] <= g["pred_throughput_hi"])))
-                        if g["pred_throughput_lo"].notna().all() else np.nan})
-    metrics = ["mape_throughput", "mape_e2e", "coverage_90"]
-    table = pd.DataFrame(records).pivot(index="scenario", columns="method", values=metrics)
+                        "coverage_90": _coverage(g, ""), "coverage_transfer": _coverage(g, "_transfer"),
+                        "width_transfer": _width(g, "_transfer")})
+    table = pd.DataFrame(records).pivot(index="scenario", columns="method", values=list(METRICS))
     table = table.reindex(index=[s for s in SCENARIOS if s in scenarios and s in table.index],
-                          columns=pd.MultiIndex.from_product([metrics, list(methods)]))
+                          columns=pd.MultiIndex.from_product([list(METRICS), list(methods)]))
     sizes = pd.DataFrame(records).groupby("scenario")[["n_folds", "n_test"]].first()
     table[("n_folds", "")], table[("n_test", "")] = sizes["n_folds"], sizes["n_test"]
-    return Validation(table, long, chosen)
+    score = (table["mape_throughput"] + table["mape_e2e"]) / 2  # the winner errs least on T and E2E together
+    table[("winner", "")] = score.idxmin(axis=1)
+    variants = [m for m in methods if m in SLIM_FITS]
+    if variants:
+        table[("winning_variant", "")] = score[variants].idxmin(axis=1)
+    return Validation(table, long, chosen, dropped)
+
+
+def tokens_of(rows: pd.DataFrame) -> pd.Series:
+    return rows["batch"] * (rows["input_len"] + rows["output_len"])
+
+
+def _calibrating_rows(scored: list[Fold], n_rows: int) -> np.ndarray:
+    """(fold f, fold g): g may calibrate f's transfer interval — g neither fitted nor held out a row f holds out."""
+    used = np.zeros((len(scored), n_rows), np.int32)
+    held = np.zeros((len(scored), n_rows), np.int32)
+    for k, f in enumerate(scored):
+        used[k, f.train] = used[k, f.test] = 1
+        held[k, f.test] = 1
+    return (held @ used.T) == 0
+
+
+def _coverage(g: pd.DataFrame, which: str) -> float:
+    lo, hi = g[f"pred_throughput{which}_lo"], g[f"pred_throughput{which}_hi"]
+    if not lo.notna().any():
+        return np.nan
+    has = lo.notna() & hi.notna()
+    return 100.0 * float(np.mean((g["throughput"][has] >= lo[has]) & (g["throughput"][has] <= hi[has])))
+
+
+def _width(g: pd.DataFrame, which: str) -> float:
+    """Median relative width (hi − lo) / prediction, %."""
+    lo, hi = g[f"pred_throughput{which}_lo"], g[f"pred_throughput{which}_hi"]
+    if not lo.notna().any():
+        return np.nan
+    return 100.0 * float(np.median(((hi - lo) / g["pred_throughput"])[lo.notna()]))
 
 
 def markdown_table(table: pd.DataFrame) -> str:
-    """The validation table as Markdown: one row per scenario, MAPE throughput / E2E per method, and
-    the held-out coverage of SLIM's 90 % throughput intervals."""
+    """The validation table as Markdown: one row per scenario, MAPE throughput / E2E per method, the
+    winner, and for SLIM the held-out coverage of the fit's 90 % throughput intervals and of the
+    transfer intervals with their median width."""
     methods = [m for m in table["mape_throughput"].columns]
     covered = [m for m in methods if table[("coverage_90", m)].notna().any()]
-    head = ("| scenario | folds | held-out rows | " + " | ".join(f"{m} T / E2E" for m in methods)
-            + "".join(f" | {m} 90 % cover" for m in covered) + " |")
-    lines = [head, "|" + "---|" * (3 + len(methods) + len(covered))]
+    head = ("| scenario | folds | held-out rows | " + " | ".join(f"{m} T / E2E" for m in methods) + " | winner"
+            + "".join(f" | {m} fit 90 % cover | {m} transfer cover (width)" for m in covered) + " |")
+    lines = [head, "|" + "---|" * (4 + len(methods) + 2 * len(covered))]
     for scenario, r in table.iterrows():
-        cells = [f"{r[('mape_throughput', m)]:.1f} / {r[('mape_e2e', m)]:.1f}" for m in methods]
-        cells += [f"{r[('coverage_90', m)]:.0f} %" for m in covered]
+        cells = [f"{r[('mape_throughput', m)]:.1f} / {r[('mape_e2e', m)]:.1f}" for m in methods] + [str(r[("winner", "")])]
+        for m in covered:
+            cells += [f"{r[('coverage_90', m)]:.0f} %", f"{r[('coverage_transfer', m)]:.0f} % ({r[('width_transfer', m)]:.0f} %)"]
         lines.append(f"| {scenario} | {int(r[('n_folds', '')])} | {int(r[('n_test', '')])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

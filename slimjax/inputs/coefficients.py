@@ -38,7 +38,9 @@ class StoredCoefficients:
     source: str
     notes: dict = dataclasses.field(default_factory=dict)  # {(model, gpu): what is wrong with its fit}
     ranges: dict = dataclasses.field(default_factory=dict)  # {(model, gpu): {axis: (min, max) fitted}}
-    n_gpu: float | None = None  # the tensor-parallel degree the coefficients were fitted at
+    n_gpu: float | None = None
+    # transfer intervals: {(model, gpu): (form error inside the fitted lengths, beyond them, kind label inside)}
+    form: dict = dataclasses.field(default_factory=dict)  # the tensor-parallel degree the coefficients were fitted at
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -51,6 +53,7 @@ class SweepCoefficients:
     log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ
     scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
     stored: StoredCoefficients | None = None  # what a calibrated store said about its fits
+    form: np.ndarray | None = None  # (M, G, 6) see Sweep.coeffs_form
 
 
 StoreReader = Callable[[StoreRef, list, list], StoredCoefficients]
@@ -144,7 +147,11 @@ def coefficients_block(value: Any, models: list[str], gpus: list[str], read_stor
             log_cov = np.stack([np.stack([unc[(m, g)][0] for g in gpus]) for m in models])
             scatter = np.array([[unc[(m, g)][1] for g in gpus] for m in models])
         coeffs = SlimCoeffs(**{p: np.asarray([[pairs[(m, g)][p] for g in gpus] for m in models]) for p in SLIM_PARAMS})
-        return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter, stored)
+        form = None
+        if stored.form:
+            form = np.array([[[*stored.form[(m, g)][:2], *stored.ranges[(m, g)]["input_len"], *stored.ranges[(m, g)]["output_len"]]
+                              for g in gpus] for m in models], float)
+        return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter, stored, form)
     table, source = _per_gpu(value, gpus)
     coeffs = SlimCoeffs(**{
         p: np.broadcast_to(np.asarray([table[g][p] for g in gpus]), (len(models), len(gpus))).copy() for p in SLIM_PARAMS

@@ -42,6 +42,9 @@ class Sweep:
     coeffs_source: str
     coeffs_log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ from a calibrated store
     coeffs_scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
+    coeffs_form: np.ndarray | None  # (M, G, 6) transfer intervals: form error inside / beyond the fitted
+    # lengths, then the fitted input_len min, max and output_len min, max; None: the fit's own intervals
+    coeffs_interval_kind: dict | None  # "model/gpu" -> kind of extrapolation inside the fitted lengths
     batch: np.ndarray
     input_len: np.ndarray
     output_len: np.ndarray
@@ -179,6 +182,9 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
         tp_to_fit=tp_to_fit,
         coeffs_log_cov=coefficients.log_cov,
         coeffs_scatter=coefficients.scatter,
+        coeffs_form=coefficients.form,
+        coeffs_interval_kind=({f"{m}/{g}": v[2] for (m, g), v in coefficients.stored.form.items()}
+                              if coefficients.form is not None else None),
         serving=serving,
         serving_table=serving_table,
         measured=measured,

@@ -3,7 +3,8 @@
 Canonical columns: model, gpu, n_gpu, framework, batch, input_len, output_len and any of
 e2e_s, throughput, ttft_s, itl_s (seconds; tokens/s counts prompt + output tokens), and the 90th
 percentiles ttft_p90_s, itl_p90_s where the source has them (benchmark clients), and weight_dtype_bytes where
-the run's weights were quantized (NaN: the checkpoint's bytes per weight).
+the run's weights were quantized (NaN: the checkpoint's bytes per weight), arrival_rate (requests/s the client
+offered) and max_concurrency (its cap on requests in flight) where a benchmark client records them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ from ..errors import SlimjaxError
 from . import catalog
 
 CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output_len", "e2e_s", "throughput", "ttft_s", "itl_s",
-             "ttft_p90_s", "itl_p90_s", "weight_dtype_bytes")
+             "ttft_p90_s", "itl_p90_s", "weight_dtype_bytes", "arrival_rate", "max_concurrency")
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
+# arrival_rate: the Poisson (or fixed) request rate the client offered, requests/s; NaN for concurrency-driven runs
+# (and for vLLM's request_rate inf, a burst). max_concurrency: the client's cap on requests in flight (NaN: none; then
+# `batch` is the mean in flight by Little's law). With ttft_p90_s they let calibrate_roofline fit through §5's wait
+# quantile, at m = min(max_concurrency, max_seqs) slots.
+OPTIONAL = ("weight_dtype_bytes", "arrival_rate", "max_concurrency")  # NaN where a format has none
 FORMATS = ("canonical", "llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "vllm_bench_json",
            "guidellm_json", "inference_perf_json")
 _SIGNATURES = {
@@ -160,22 +166,34 @@ def _json_documents(path: Path, pattern: str, what: str, skip: str | None = None
 def _vllm_bench_json(path: Path, defaults: dict) -> pd.DataFrame:
     rows = []
     for f, r in _json_documents(path, "*.json", ".json result files"):
-        need = ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
+        need = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
         for k in need:
             _number_field(r, k, f)
         done = r["completed"]
         I, O = r["total_input_tokens"] / max(done, 1), r["total_output_tokens"] / max(done, 1)
         e2e = r["mean_e2el_ms"] / 1e3
-        tput = (r["total_input_tokens"] + r["total_output_tokens"]) / r["duration"] if r.get("duration") else r["max_concurrency"] * (I + O) / e2e
+        cap = None if r.get("max_concurrency") is None else _number_field(r, "max_concurrency", f)
+        if cap is None:  # a rate-driven run without a cap: the mean in flight by Little's law
+            batch = max(1, round(_number_field(r, "request_throughput", f) * e2e))
+        else:
+            batch = cap
+        tput = (r["total_input_tokens"] + r["total_output_tokens"]) / r["duration"] if r.get("duration") else batch * (I + O) / e2e
         rows.append(dict(
             model=r.get("model_id") or r.get("model") or defaults.get("model"), gpu=r.get("gpu") or defaults.get("gpu"),
             n_gpu=r.get("tensor_parallel_size") or defaults.get("n_gpu", 1),
-            framework=r.get("backend") or defaults.get("framework", "vLLM"), batch=r["max_concurrency"],
+            framework=r.get("backend") or defaults.get("framework", "vLLM"), batch=batch, max_concurrency=np.nan if cap is None else cap,
             input_len=round(I), output_len=round(O), e2e_s=e2e, throughput=tput,
             ttft_s=r["mean_ttft_ms"] / 1e3, itl_s=r["mean_tpot_ms"] / 1e3,
-            ttft_p90_s=_vllm_p90(r, "ttft", f), itl_p90_s=_vllm_p90(r, "itl", f),
+            ttft_p90_s=_vllm_p90(r, "ttft", f), itl_p90_s=_vllm_p90(r, "itl", f), arrival_rate=_offered_rate(r.get("request_rate")),
         ))
     return pd.DataFrame(rows)
+
+
+def _offered_rate(value) -> float:
+    """A client's offered request rate (requests/s) when finite and positive, else NaN (a burst, or none)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
+        return float("nan")
+    return float(value)
 
 
 def _vllm_p90(r: dict, metric: str, f: Path) -> float:
@@ -241,6 +259,8 @@ def _guidellm_json(path: Path, defaults: dict) -> pd.DataFrame:
             e2e_s=e2e, throughput=max(1, round(batch)) * (I + O) / e2e,
             ttft_s=summary("time_to_first_token_ms") / 1e3, itl_s=summary("inter_token_latency_ms") / 1e3,
             ttft_p90_s=summary("time_to_first_token_ms", "p90") / 1e3, itl_p90_s=summary("inter_token_latency_ms", "p90") / 1e3,
+            arrival_rate=_offered_rate(strategy.get("rate")) if strategy.get("type_") in ("poisson", "constant") else np.nan,
+            max_concurrency=float(concurrency) if isinstance(concurrency, (int, float)) else np.nan,
         ))
     return pd.DataFrame(rows)
 
@@ -272,6 +292,8 @@ def _inference_perf_json(path: Path, defaults: dict) -> pd.DataFrame:
             e2e_s=e2e, throughput=b * (I + O) / e2e, ttft_s=field(*latency, "time_to_first_token", "mean"),
             itl_s=field(*latency, "inter_token_latency", "mean"), ttft_p90_s=p90("time_to_first_token"),
             itl_p90_s=p90("inter_token_latency"),
+            arrival_rate=np.nan if concurrency is not None else _offered_rate((r.get("load_summary") or {}).get("requested_rate")),
+            max_concurrency=float(concurrency) if concurrency is not None else np.nan,
         ))
     return pd.DataFrame(rows)
 
@@ -338,9 +360,9 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         df = _read_csv(path, "canonical")
         for col in CANONICAL:
             if col not in df:
-                df[col] = defaults.get(col, np.nan if col in (*MEASURES, *PERCENTILES, "weight_dtype_bytes")
+                df[col] = defaults.get(col, np.nan if col in (*MEASURES, *PERCENTILES, *OPTIONAL)
                                        else {"n_gpu": 1, "framework": "unknown"}.get(col))
-        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, "weight_dtype_bytes"],
+        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, *OPTIONAL],
                       path)[list(CANONICAL)]
     else:
         readers = {"llm_inference_bench": _llm_inference_bench, "llm_inference_bench_ttft": _llm_inference_bench_ttft,

@@ -18,17 +18,21 @@ import xarray as xr
 
 from ..errors import SlimjaxError
 from ..inputs.coefficients import StoredCoefficients, StoreRef, check_coefficients
+from ..model.intervals import (EXTRAPOLATION, GPU, INTERVAL_LEVEL, LENGTH, MODEL, extrapolation_form_error, extrapolation_label,
+                               form_errors, form_score)
 from ..model.specs import SLIM_PARAMS
 from .sink import open_store
 
 COEFFICIENTS, COVARIANCE, LOG_COEFFICIENTS = "coefficients", "covariance", "log_coefficients"
 RANGE_AXES = ("batch", "input_len", "output_len")  # the fitted data's range per group: {axis}_min, {axis}_max
 RESIDUAL_VARIANCE, BOOTSTRAP = "residual_variance", "bootstrap_log_coefficients"
+TRANSFER_LOG_RATIO, TRANSFER_LOG_SD, TRANSFER_KIND = "transfer_log_ratio", "transfer_log_sd", "transfer_kind"
 
 
 def coefficient_dataset(group_by: Sequence[str], levels: dict, params: Sequence[str], where: tuple, *, theta, se, cov,
                         identified, converged, iterations, loss, mape_throughput, mape_e2e, mape_ttft, n_points,
-                        residual_variance, z, z_boot=None, ranges: dict | None = None, attrs: dict) -> xr.Dataset:
+                        residual_variance, z, z_boot=None, ranges: dict | None = None, fitted_sets: dict | None = None,
+                        attrs: dict) -> xr.Dataset:
     """The store's Dataset from per-fitted-group arrays (leading axis: fitted groups, placed at
     ``where`` in the dense group grid; groups absent from the data are NaN with n_points 0)."""
     shape = tuple(len(levels[c]) for c in group_by)
@@ -57,12 +61,28 @@ def coefficient_dataset(group_by: Sequence[str], levels: dict, params: Sequence[
     }
     for name, values in (ranges or {}).items():  # e.g. batch_min: the smallest batch the group was fitted on
         variables[name] = (gdims, dense(values), {"long_name": f"{name.replace('_', ' ')} of the fitted rows"})
+    coords = {}
+    for col, (names, member) in (fitted_sets or {}).items():  # which models / GPUs each group saw
+        dim = f"fitted_{col}"
+        variables[dim + "s"] = (gdims + (dim,), dense(member, (len(names),), False, bool),
+                                {"long_name": f"the group was fitted on rows of this {col}"})
+        coords[dim] = [str(n) for n in names]
     if z_boot is not None:
         replicates = z_boot.shape[0]
         variables[BOOTSTRAP] = (gdims + ("replicate", "param"), dense(np.moveaxis(z_boot, 0, 1), (replicates, p)),
                                 {"long_name": "z of the wild-bootstrap refits"})
-    return xr.Dataset(variables, coords={**{c: levels[c] for c in group_by}, "param": list(params), "param_": list(params)},
+    return xr.Dataset(variables, coords={**{c: levels[c] for c in group_by}, "param": list(params), "param_": list(params), **coords},
                       attrs=attrs)
+
+
+def transfer_variables(log_ratio, log_sd, kinds) -> dict:
+    """The held-out residuals transfer intervals are calibrated from (``calibrate(intervals="transfer")``)."""
+    dims = ("held_out",)
+    return {TRANSFER_LOG_RATIO: (dims, np.asarray(log_ratio, float), {"long_name": "log(T_meas / T_pred) of a validation fold's held-out row"}),
+            TRANSFER_LOG_SD: (dims, np.asarray(log_sd, float), {"long_name": "the fold fit's log-scale sd of that prediction"}),
+            TRANSFER_KIND: (dims, np.asarray(kinds, np.int64), {"long_name": "kind of extrapolation of the fold",
+                                                                 "flag_values": list(range(len(EXTRAPOLATION))),
+                                                                 "flag_meanings": " ".join(EXTRAPOLATION)})}
 
 
 def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
@@ -83,8 +103,21 @@ def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
         raise SlimjaxError("points", f"no coefficients for {e}") from None
     out["z_boot"] = (coeffs[BOOTSTRAP].sel(sel).transpose("replicate", "point", "param").values
                      if BOOTSTRAP in coeffs else None)
+    out["transfer"] = TRANSFER_LOG_RATIO in coeffs
+    if out["transfer"]:
+        out["ranges"] = {f"{a}_{e}": coeffs[f"{a}_{e}"].sel(sel).values for a in ("input_len", "output_len") for e in ("min", "max")}
+        for col in ("model", "gpu"):
+            out[f"new_{col}"] = ~_member(coeffs[f"fitted_{col}s"].sel(sel), f"fitted_{col}", points[col].to_numpy())
     out["variant"] = coeffs.attrs.get("variant", "slim")
     return out
+
+
+def _member(fitted: xr.DataArray, dim: str, labels) -> np.ndarray:
+    """Per point (leading axis of ``fitted``), whether its label is among the fitted ones."""
+    known = {str(v): k for k, v in enumerate(fitted[dim].values)}
+    col = np.array([known.get(str(v), -1) for v in labels])
+    values = fitted.transpose("point", dim).values
+    return np.where(col >= 0, values[np.arange(len(col)), np.maximum(col, 0)], False)
 
 
 def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredCoefficients:
@@ -122,7 +155,7 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
                 da = da.sel({dim: label})
         return da
 
-    table, uncertainty, notes, ranges = {}, {}, {}, {}
+    table, uncertainty, notes, ranges, form = {}, {}, {}, {}, {}
     for m in models:
         for g in gpus:
             c = at(COEFFICIENTS, m, g)
@@ -147,4 +180,19 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
                 notes[(m, g)] = " and ".join(problems)
             if all(f"{a}_{e}" in stored for a in RANGE_AXES for e in ("min", "max")):
                 ranges[(m, g)] = {a: (float(at(f"{a}_min", m, g)), float(at(f"{a}_max", m, g))) for a in RANGE_AXES}
-    return StoredCoefficients(table, uncertainty, f"calibrated store {path}", notes, ranges, n_gpu)
+            if TRANSFER_LOG_RATIO in stored:
+                bits = 0
+                for col, label, bit in (("model", m, MODEL), ("gpu", g, GPU)):
+                    fitted = at(f"fitted_{col}s", m, g)
+                    if not (col in stored[COEFFICIENTS].dims or (label in fitted[f"fitted_{col}"].values
+                                                                 and bool(fitted.sel({f"fitted_{col}": label})))):
+                        bits |= bit
+                inside, beyond = np.asarray(extrapolation_form_error(np.array([bits, bits | LENGTH]), transfer_form(stored)))
+                form[(m, g)] = (float(inside), float(beyond), extrapolation_label(bits))
+    return StoredCoefficients(table, uncertainty, f"calibrated store {path}", notes, ranges, n_gpu, form)
+
+
+def transfer_form(stored: xr.Dataset, level: float = INTERVAL_LEVEL) -> np.ndarray:
+    """Per kind of extrapolation (EXTRAPOLATION order) the form error of a transfer store at ``level``."""
+    scores = form_score(stored[TRANSFER_LOG_RATIO].values, stored[TRANSFER_LOG_SD].values, level)
+    return np.asarray(form_errors(scores, stored[TRANSFER_KIND].values, level))[0]
