@@ -7,6 +7,11 @@ evaluate), its objective Σ (T_pred/T_meas − 1)² plus the relative TTFT error
 table has them (they identify η_c). One batched call fits one set per GPU (the `gpus` entries) and
 one over both GPUs (`default`, for every other GPU: it then differs only through its specs).
 
+The same for the slim-kv variant (Cauchy loss, as `slimjax validate` fits it) under `variants`, and
+`recommended_variant`: the variant that errs least (mean of throughput and E2E MAPE) in most of
+`slimjax validate`'s transfer scenarios (model, length, GPU, combined) on the default traces, with those
+figures as its evidence — transfer, not in-sample fit, decides.
+
     python bench/fit_default_slim.py [--write]
 """
 
@@ -49,11 +54,50 @@ def entry(ds, **sel) -> tuple[dict, dict]:
     return theta, info
 
 
+TRANSFER = ("model-transfer", "length-transfer", "gpu-transfer", "combined")
+
+
+def default_traces() -> pd.DataFrame:
+    from slimjax.fit.validate import default_trace_paths
+
+    return pd.concat([slimjax.load_traces(p) for p in default_trace_paths()], ignore_index=True)
+
+
+def bandwidth_exponent() -> tuple[float, dict]:
+    """slim-kv's β: the candidate whose GPU transfers (every framework and TP setting of the default traces,
+    both directions) err least on E2E (Σ |log ratio|); with the error per candidate as evidence."""
+    from slimjax.fit.folds import folds, study_rows
+    from slimjax.fit.validate import transfer_exponent_errors
+
+    rows, _ = study_rows(default_traces())
+    total = transfer_exponent_errors(rows, folds(rows)).drop(columns="setting").sum()
+    return float(total.idxmin()), {f"{b:g}": round(float(e), 1) for b, e in total.items()}
+
+
+def recommendation() -> dict:
+    """The transfer winner between slim and slim-kv on `slimjax validate`'s default traces, with its evidence."""
+    from slimjax.fit.validate import validate
+
+    table = validate(default_traces(), methods=["slim", "slim-kv"], scenarios=TRANSFER).table
+    score = (table["mape_throughput"] + table["mape_e2e"]) / 2
+    wins = score.idxmin(axis=1)
+    winner = wins.value_counts().idxmax()
+    return {"variant": winner, "by": "mean of throughput and E2E MAPE per transfer scenario of slimjax validate "
+                                      "(default traces, every framework and TP setting)",
+            "scenarios": {sc: {m: f"T {table.loc[sc, ('mape_throughput', m)]:.1f}% / E2E {table.loc[sc, ('mape_e2e', m)]:.1f}%"
+                               for m in ("slim", "slim-kv")} | {"winner": wins[sc]} for sc in table.index}}
+
+
 def main() -> None:
     d = rows()
     per_gpu = slimjax.calibrate(d, group_by=["gpu"], iterations=100)
     pooled = slimjax.calibrate(d.assign(pool="all"), group_by=["pool"], iterations=100)
     theta, info = entry(pooled, pool="all")
+    beta, beta_errors = bandwidth_exponent()
+    kv_per_gpu = slimjax.calibrate(d, group_by=["gpu"], iterations=100, variant="slim-kv", loss="cauchy", bandwidth_exponent=beta)
+    kv_pooled = slimjax.calibrate(d.assign(pool="all"), group_by=["pool"], iterations=100, variant="slim-kv", loss="cauchy",
+                                  bandwidth_exponent=beta)
+    kv_theta, kv_info = entry(kv_pooled, pool="all")
     out = {
         "provenance": {
             "data": "llm_inference_bench.csv + llm_inference_bench_ttft_e2e.csv (argonne-lcf/LLM-Inference-Bench @4211f5d, BSD-3)",
@@ -66,16 +110,28 @@ def main() -> None:
         "default": theta,
         "gpus": {},
     }
+    kv = {"provenance": {"method": f"slimjax.calibrate(variant='slim-kv', loss='cauchy', bandwidth_exponent={beta:g}), LM, 100 iterations",
+                         "bandwidth_exponent": {"chosen_by": "least Σ |log(E2E_pred / E2E_meas)| over every GPU-transfer fold of the "
+                                                             "default validate traces (both directions, every framework and TP)",
+                                                "error_per_candidate": beta_errors},
+                         "default": kv_info},
+          "bandwidth_exponent": beta, "default": kv_theta, "gpus": {}}
     for g in GPUS:
         theta_g, info_g = entry(per_gpu, gpu=g)
         out["gpus"][g] = theta_g
         out["provenance"][g] = info_g
+        kv["gpus"][g], kv["provenance"][g] = entry(kv_per_gpu, gpu=g)
+    rec = recommendation()
+    out["recommended_variant"] = rec.pop("variant")
+    out["provenance"]["recommended_variant"] = rec
+    out["variants"] = {"slim-kv": kv}
     text = yaml.safe_dump(out, sort_keys=False, allow_unicode=True)
     print(text)
     if "--write" in sys.argv:
         with open(OUT, "w") as f:
-            f.write("# Shipped SLIM coefficients (MODEL.md §1): `gpus` per GPU, `default` for every other GPU.\n"
-                    "# Written by bench/fit_default_slim.py --write; see provenance.\n")
+            f.write("# Shipped SLIM coefficients (MODEL.md §1): `gpus` per GPU, `default` for every other GPU; the same\n"
+                    "# for the slim-kv variant under `variants`, and the variant transfer favours (`recommended_variant`,\n"
+                    "# what `slim_variant: recommended` means). Written by bench/fit_default_slim.py --write; see provenance.\n")
             f.write(text)
 
 

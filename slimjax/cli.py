@@ -304,8 +304,9 @@ def agents(model, gpu, input_len, output_len, stages, calls_per_stage, paralleli
 @click.option("--format", "fmt", default=None, help="Trace format (default: detected).")
 @click.option("--group-by", default="model,gpu,n_gpu,framework", show_default=True, help="Comma-separated trace columns.")
 @click.option("--solver", type=click.Choice(["lm", "adam"]), default="lm", show_default=True)
-@click.option("--variant", type=click.Choice(["slim", "slim-kv"]), default="slim", show_default=True,
-              help="slim: MODEL.md §1 (what sweeps evaluate); slim-kv: the optional variant (predict/validate).")
+@click.option("--variant", type=click.Choice(["slim", "slim-kv", "recommended"]), default="slim", show_default=True,
+              help="slim: MODEL.md §1 (the contract); slim-kv: the optional variant; recommended: the one "
+                   "configs/slim/default.yaml names from validate's transfer scenarios (slim-kv). Sweeps evaluate the store's.")
 @click.option("--loss", type=click.Choice(["squared", "cauchy"]), default="squared", show_default=True,
               help="squared relative errors, or the robust Cauchy loss for traces with outlying runs.")
 @click.option("--bootstrap", type=int, default=0, show_default=True,

@@ -27,8 +27,9 @@ from test_calibrate import TRUE, synthetic
 EXCLUDE_MISTRAL_H100 = "model == 'Mistral-7B-v0.1' and gpu == 'H100-SXM' and batch >= 32 and input_len >= 512"
 
 
-def slim_kv_loop(model, gpu, theta, B, I, O, max_seqs):
-    """Independent float64 reference of the slim-kv variant, written from its docstring."""
+def slim_kv_loop(model, gpu, theta, B, I, O, max_seqs, beta=1.0):
+    """Independent float64 reference of the slim-kv variant, written from its docstring (β: the dense
+    term's bandwidth exponent)."""
     m, g = resolve_model(model)[1], resolve_gpu(gpu)[1]
     L, D, Hkv, dh, Dff, nffn = (float(m[k]) for k in ("n_layers", "hidden", "n_kv_heads", "head_dim", "ffn_dim", "n_ffn"))
     waves = B / min(B, max(max_seqs, 1.0))
@@ -36,7 +37,7 @@ def slim_kv_loop(model, gpu, theta, B, I, O, max_seqs):
     f1 = L * (I * (4 * D * D + 4 * D * Hkv * dh + 2 * nffn * Dff * D) + 4 * I * I * D)
     t_pre = b * f1 / (theta["eta_c"] * float(g["flops_per_s"]))
     kv = sum(2 * L * Hkv * dh * float(m["kv_dtype_bytes"]) * (I + j) for j in range(1, O + 1))
-    t_d = (theta["alpha"] + theta["gamma"] * float(m["n_params"]) * float(m["bytes_per_weight"]) / 1e9) * O * 1e12 / float(g["bandwidth_bytes_per_s"])
+    t_d = (theta["alpha"] + theta["gamma"] * float(m["n_params"]) * float(m["bytes_per_weight"]) / 1e9) * O * (1e12 / float(g["bandwidth_bytes_per_s"])) ** beta
     t_dec = (b + theta["B0"]) * t_d + b * kv / (theta["eta_m"] * float(g["bandwidth_bytes_per_s"]))
     e2e = waves * (t_pre + t_dec + theta["t_fixed"])
     return e2e, B * (I + O) / e2e
@@ -46,11 +47,12 @@ def slim_kv_loop(model, gpu, theta, B, I, O, max_seqs):
 def test_slim_kv_matches_loop_reference(B, max_seqs):
     pts = pd.DataFrame(dict(model=["Llama-2-7b"], gpu=["A100-SXM-40GB"], n_gpu=[1], batch=[B], input_len=[300], output_len=[77]))
     f = _row_features(pts)
-    out = slim_kv_variables(f["model"], f["gpu"], SlimCoeffs(**TRUE), f["batch"], f["input_len"], f["output_len"],
-                            np.array([max_seqs]), f["n_gpu"])
-    e2e, t = slim_kv_loop("Llama-2-7b", "A100-SXM-40GB", TRUE, B, 300, 77, max_seqs)
-    assert float(out["slim_e2e_s"][0]) == pytest.approx(e2e, rel=1e-12)
-    assert float(out["slim_throughput"][0]) == pytest.approx(t, rel=1e-12)
+    for beta in (1.0, 0.6):
+        out = slim_kv_variables(f["model"], f["gpu"], SlimCoeffs(**TRUE), f["batch"], f["input_len"], f["output_len"],
+                                np.array([max_seqs]), f["n_gpu"], beta)
+        e2e, t = slim_kv_loop("Llama-2-7b", "A100-SXM-40GB", TRUE, B, 300, 77, max_seqs, beta)
+        assert float(out["slim_e2e_s"][0]) == pytest.approx(e2e, rel=1e-12)
+        assert float(out["slim_throughput"][0]) == pytest.approx(t, rel=1e-12)
 
 
 def test_default_max_seqs_is_the_memory_model():
@@ -207,6 +209,11 @@ def test_validate_on_the_shared_data(study):
     # the variant improves on the paper's form everywhere, GPU transfer included; so it wins every scenario
     assert (mt["slim-kv"] < mt["slim"]).all() and (me["slim-kv"] < me["slim"]).all()
     assert (t[("winning_variant", "")] == "slim-kv").all() and (t[("winner", "")] == "slim-kv").all()
+    # slim-kv's bandwidth exponent, chosen per GPU-transfer fold on the other settings only, is stable and below 1
+    betas = set(v.bandwidth_exponents.values())
+    assert len(v.bandwidth_exponents) == 18 and betas <= {0.6, 0.7}
+    gpu = v.predictions[(v.predictions.scenario == "gpu-transfer") & (v.predictions.method == "slim-kv")]
+    assert set(gpu.groupby("fold").size().index) == set(v.bandwidth_exponents)
     # SLIM transfers across GPUs through the specs, the baselines cannot
     assert mt.loc["gpu-transfer", "slim-kv"] < min(mt.loc["gpu-transfer", "llmvisor-agg"], mt.loc["gpu-transfer", "imai-ood-lr"])
     # scores recomputed from the per-row predictions
@@ -280,17 +287,38 @@ def test_sweeps_use_the_shipped_per_gpu_coefficients():
     assert float(shared.slim_e2e_s.sel(gpu="H100-SXM", batch=8, input_len=512, output_len=128, model="Llama-3.1-8B")) == pytest.approx(want, rel=1e-5)
 
 
-def test_a_sweep_refuses_variant_coefficients(tmp_path):
+def test_a_sweep_evaluates_the_variant_of_its_store(tmp_path):
     from slimjax import store
 
-    pts = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, rows=20)
+    pts = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, rows=20, noise=0.02, seed=5)
     ds = calibrate(pts, group_by=("model", "gpu"), variant="slim-kv")
     path = tmp_path / "kv.zarr"
     store.write_dataset(ds, store.check_target(str(path), False))
-    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1], input_len=[128], output_len=[128], slim=str(path))
-    with pytest.raises(SlimjaxError, match="slim-kv"):
-        slimjax.sweep(spec)
-    assert predict(slimjax.store.open_store(str(path)), pts).pred_throughput.notna().all()
+    grid = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1, 16, 64, 512], input_len=[128, 2048],
+                output_len=[128, 1024], precision="float64", slim=str(path))
+    with pytest.warns(RuntimeWarning):
+        sw = slimjax.sweep(grid)
+    assert sw.attrs["slim_variant"] == "slim-kv" and sw.attrs["slim_bandwidth_exponent"] == ds.attrs["bandwidth_exponent"] == 0.6
+    p = predict(slimjax.store.open_store(str(path)), sw.slim_throughput.to_dataframe().reset_index().assign(n_gpu=1))
+    np.testing.assert_allclose(sw.slim_throughput.values.ravel(), p.pred_throughput, rtol=1e-9)
+    # the grid's intervals (analytic ∂ log T / ∂ log θ) are predict's (autodiff on the fit parameters)
+    np.testing.assert_allclose(sw.slim_throughput_lo.values.ravel(), p.pred_throughput_lo, rtol=1e-6)
+    np.testing.assert_allclose(sw.slim_throughput_hi.values.ravel(), p.pred_throughput_hi, rtol=1e-6)
+    # and the loop reference of the variant, with max_seqs from §3 at the calibration defaults
+    theta = dict(zip(ds.param.values, ds.coefficients.sel(model="Llama-3.1-8B", gpu="H100-SXM").values))
+    for B, I, O in [(1, 128, 128), (512, 2048, 1024), (64, 2048, 128)]:
+        seqs = float(_row_features(pd.DataFrame(dict(model=["Llama-3.1-8B"], gpu=["H100-SXM"], n_gpu=[1], batch=[B],
+                                                        input_len=[I], output_len=[O])))["max_seqs"][0])
+        e2e, tput = slim_kv_loop("Llama-3.1-8B", "H100-SXM", theta, B, I, O, seqs, ds.attrs["bandwidth_exponent"])
+        at = dict(batch=B, input_len=I, output_len=O, model="Llama-3.1-8B", gpu="H100-SXM")
+        assert float(sw.slim_e2e_s.sel(at)) == pytest.approx(e2e, rel=1e-9)
+        # the batch's prefill over all its waves is B·p1 whatever the waves
+        pre = dict(model="Llama-3.1-8B", gpu="H100-SXM", input_len=I)
+        assert float(sw.slim_prefill_s.sel({**pre, "batch": B})) == pytest.approx(B * float(sw.slim_prefill_s.sel({**pre, "batch": 1})), rel=1e-12)
+    with pytest.raises(SlimjaxError, match="slim_variant: 'slim', but .* holds 'slim-kv'"):
+        slimjax.sweep({**grid, "slim_variant": "slim"})
+    with pytest.raises(SlimjaxError, match="slim_variant: 'slim-k' is not one of"):
+        slimjax.sweep({**grid, "slim": None, "slim_variant": "slim-k"})
 
 
 def test_default_max_seqs_feature_is_vectorised():
@@ -329,3 +357,20 @@ def test_intervals_cover_held_out_points_near_nominal():
     assert float(plain.residual_variance.sel(at)) == pytest.approx(float(plain.loss.sel(at)) / (40 - k))
     with pytest.raises(SlimjaxError, match="bootstrap"):
         calibrate(train, group_by=("gpu",), bootstrap=1)
+
+
+def test_the_bandwidth_exponent_only_matters_across_gpus():
+    # on one GPU any β fits the same curve (α, γ absorb it); across GPUs decode scales as BW^(−β)
+    pts = synthetic(["Llama-3.1-8B", "OPT-13b"], ["H100-SXM"], TRUE, rows=30, noise=0.02, seed=3)
+    fits = {b: calibrate(pts, group_by=("framework",), variant="slim-kv", bandwidth_exponent=b, iterations=60) for b in (1.0, 0.5)}
+    assert fits[0.5].attrs["bandwidth_exponent"] == 0.5
+    same = {b: predict(ds, pts).pred_e2e_s.to_numpy() for b, ds in fits.items()}
+    np.testing.assert_allclose(same[0.5], same[1.0], rtol=2e-3)
+    other = pts.assign(gpu="A100-SXM-40GB")
+    moved = {b: predict(ds, other).pred_e2e_s.to_numpy() for b, ds in fits.items()}
+    # the A100's lower bandwidth slows decode less at β = 0.5 than at 1
+    assert (moved[0.5] < moved[1.0]).mean() > 0.95
+    with pytest.raises(SlimjaxError, match="bandwidth_exponent: only the slim-kv variant"):
+        calibrate(pts, bandwidth_exponent=0.5)
+    with pytest.raises(SlimjaxError, match="bandwidth_exponent: must be in"):
+        calibrate(pts, variant="slim-kv", bandwidth_exponent=-1)

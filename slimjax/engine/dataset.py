@@ -46,6 +46,8 @@ def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
     advisor = None if sweep.advisor is None else (sweep.advisor.epsilon, sweep.advisor.slo_s, sweep.advisor.slo_factor,
                                                   sorted(sweep.advisor.slo_reference.items()))
     h.update(repr((advisor, sweep.precision, block_plan.dims, sorted(block_plan.block.items()))).encode())
+    if sweep.slim_variant != "slim":  # (a §1 sweep keeps the hash it had before variants existed)
+        h.update(f"{sweep.slim_variant} {sweep.slim_bandwidth_exponent!r}".encode())
     return h.hexdigest()
 
 
@@ -61,6 +63,8 @@ def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
         "sweep_spec": yaml.safe_dump(sweep.spec, sort_keys=False),
         "slim_coefficients": json.dumps(sweep.coeffs_table),
         "slim_coefficients_source": sweep.coeffs_source,
+        "slim_variant": sweep.slim_variant,
+        **({"slim_bandwidth_exponent": sweep.slim_bandwidth_exponent} if sweep.slim_variant != "slim" else {}),
         "slim_coefficients_warnings": json.dumps(sweep.coeffs_notes),
         "advisor": json.dumps(advisor),
         "serving": json.dumps(sweep.serving_table),

@@ -75,9 +75,9 @@ def _cell_block(inputs, starts, *, layout):
     block's indices are clipped at the edges (padding), so every block compiles alike."""
     index = {d: s + jnp.arange(n) for d, s, n in zip(layout.blocked, starts, layout.extents)}
     x = {k: _shape_input(inputs[k], dims, layout.grid, index) for k, dims in layout.input_dims if not batch_phase(dims)}
-    x["dims"] = layout.grid
+    x["dims"], x["static"] = layout.grid, dict(layout.static)
     cells = {g: GROUPS[g].cell(x) for g in layout.groups if GROUPS[g].cell is not None}
-    del x["dims"]
+    del x["dims"], x["static"]
     return x, cells
 
 
@@ -139,8 +139,9 @@ def host_inputs(sweep: Sweep) -> tuple[dict, tuple]:
 
 def static_facts(sweep: Sweep) -> tuple[tuple[str, int], ...]:
     """What the groups may use as compile-time constants: with a queue, a bound on its m from the largest
-    batch (only then: it is part of the compile key)."""
-    return (("max_batch", queue_bound(sweep.batch)),) if sweep.arrival_rate is not None else ()
+    batch (only then: it is part of the compile key); with the slim-kv variant, a flag."""
+    facts = (("max_batch", queue_bound(sweep.batch)),) if sweep.arrival_rate is not None else ()
+    return facts + ((("slim_kv", 1),) if sweep.slim_variant == "slim-kv" else ())
 
 
 def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):

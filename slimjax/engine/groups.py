@@ -28,7 +28,10 @@ from ..model import advisor as advisor_mod
 from ..model import agents as agents_mod
 from ..model.calculator import capacity_cell_terms, queue_terms, service_terms
 from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
+from ..inputs.serving import default_serving
+from ..model.calculator import kv_capacity
 from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms, slim_variables
+from ..model.slim_kv import slim_kv_batch_terms, slim_kv_cell_terms, slim_kv_log_throughput_sensitivity, slim_kv_variables
 from ..model.specs import astype
 from .schema import DIMS, ROOFLINE_ONLY, SERVICE, VARIABLES
 
@@ -88,24 +91,41 @@ def _slim_inputs(sweep: Sweep) -> dict:
            "coeffs": (("model", "gpu"), astype(sweep.coeffs, dt)), **_coordinates(sweep)}
     if sweep.serving is not None:  # tensor parallel and the KV dtype come from the serving settings
         out["serving"] = (("model", "gpu"), astype(sweep.serving, np.float64))
+    if sweep.slim_variant == "slim-kv":
+        out["bandwidth_exponent"] = ((), np.asarray(sweep.slim_bandwidth_exponent, dt))
     return out
+
+
+def _slim_kv(x: dict) -> bool:
+    return x["static"].get("slim_kv", 0) == 1
 
 
 def _slim_cell(x: dict) -> dict:
     I, O = x["input_len"], x["output_len"]
-    if "serving" in x:
-        s = x["serving"]
-        return slim_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O, n_gpu=s.n_gpu.astype(I.dtype),
-                               kv_dtype_bytes=s.kv_dtype_bytes.astype(I.dtype))
-    return slim_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O)
+    serving = x.get("serving")
+    tp = {} if serving is None else dict(n_gpu=serving.n_gpu.astype(I.dtype), kv_dtype_bytes=serving.kv_dtype_bytes.astype(I.dtype))
+    if not _slim_kv(x):
+        return slim_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O, **tp)
+    # the variant's KV-capacity limit: §3 max_seqs at the sweep's serving settings (calibration's defaults without)
+    model64, gpu64 = (jax.tree_util.tree_map(lambda v: v.astype(F64), spec) for spec in (x["model"], x["gpu"]))
+    if serving is None:
+        serving = default_serving(model64, n_gpu=jnp.ones(jnp.broadcast_shapes(I.shape, O.shape), F64))
+    seqs = kv_capacity(model64, gpu64, serving, I.astype(F64), O.astype(F64))["max_seqs"].astype(I.dtype)
+    return slim_kv_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O, seqs, **tp, bandwidth_exponent=x["bandwidth_exponent"])
+
+
+def slim_terms(x: dict, cell: dict, batch):
+    """§1's (or with slim_variant slim-kv the variant's) batch terms."""
+    terms = slim_kv_batch_terms if _slim_kv(x) else slim_batch_terms
+    return terms(cell, x["coeffs"], batch, x["input_len"], x["output_len"])
 
 
 def _slim_batch(x: dict, cells: dict, out: dict) -> dict:
-    c, I, O, cell = x["coeffs"], x["input_len"], x["output_len"], cells["slim"]
-    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, c, x["batch"], I, O),
+    I, O, cell = x["input_len"], x["output_len"], cells["slim"]
+    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_terms(x, cell, x["batch"]),
             "within_context": I + O <= x["model"].max_context,
             # at B = 1, for the advisor's ε and the intervals (XLA drops it if unused)
-            "_slim_at_1": slim_batch_terms(cell, c, jnp.ones((), x["batch"].dtype), I, O)}
+            "_slim_at_1": slim_terms(x, cell, jnp.ones((), x["batch"].dtype))}
 
 
 register_group(Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_slim_cell, batch=_slim_batch))
@@ -221,8 +241,10 @@ def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
     c, cell, B = x["coeffs"], cells["slim"], x["batch"]
     cov = x["log_cov"].astype(dt)
 
+    sensitivity = slim_kv_log_throughput_sensitivity if _slim_kv(x) else log_throughput_sensitivity
+
     def sd(batch, terms):
-        s = log_sd(log_throughput_sensitivity(cell, c, batch, terms), cov, x["scatter"].astype(dt))
+        s = log_sd(sensitivity(cell, c, batch, terms), cov, x["scatter"].astype(dt))
         return _transfer_sd(x, s) if "form" in x else s
 
     sd_b, sd_1 = sd(B, out), sd(jnp.ones((), B.dtype), out["_slim_at_1"])
@@ -242,9 +264,12 @@ def reference_e2e(sweep: Sweep) -> np.ndarray:
     dt = sweep.dtype
     m = jax.tree_util.tree_map(lambda x: x[:, None], astype(sweep.model, dt))
     g = jax.tree_util.tree_map(lambda x: x[None, :], astype(sweep.gpu, dt))
-    out = jax.jit(slim_variables)(
-        m, g, astype(sweep.coeffs, dt), dt.type(ref["batch"]), dt.type(ref["input_len"]), dt.type(ref["output_len"])
-    )
+    B, I, O = dt.type(ref["batch"]), dt.type(ref["input_len"]), dt.type(ref["output_len"])
+    if sweep.slim_variant == "slim-kv":
+        seqs = kv_capacity(m, g, default_serving(m, n_gpu=np.ones((len(sweep.models), len(sweep.gpus)))), I, O)["max_seqs"]
+        out = jax.jit(slim_kv_variables)(m, g, astype(sweep.coeffs, dt), B, I, O, seqs, 1.0, dt.type(sweep.slim_bandwidth_exponent))
+    else:
+        out = jax.jit(slim_variables)(m, g, astype(sweep.coeffs, dt), B, I, O)
     return np.asarray(out["slim_e2e_s"])
 
 

@@ -23,6 +23,7 @@ import xarray as xr
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
+from ..inputs.coefficients import resolve_variant, shipped_bandwidth_exponent
 from ..model.intervals import extrapolation_form_error, extrapolation_label, log_interval, log_sd, transfer_interval
 from ..model.slim import slim_variables
 from ..model.slim_kv import slim_kv_variables
@@ -55,7 +56,7 @@ def _slim(theta, f):
 
 def _slim_kv(theta, f):
     out = slim_kv_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"],
-                            f["max_seqs"], f["n_gpu"])
+                            f["max_seqs"], f["n_gpu"], f["bandwidth_exponent"])
     return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
 
 
@@ -130,7 +131,7 @@ def _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, rep
 
 def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
               solver="lm", iterations: int = 30, variant: str = "slim", loss: str = "squared",
-              bootstrap: int = 0, seed: int = 0, intervals: str = "fit") -> xr.Dataset:
+              bootstrap: int = 0, seed: int = 0, intervals: str = "fit", bandwidth_exponent: float | None = None) -> xr.Dataset:
     """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
 
     Residuals: T_pred/T_meas − 1 for rows with a throughput (or an E2E), and T_pre/TTFT − 1 for
@@ -158,9 +159,21 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     split-conformal form error of the kind of extrapolation the prediction is
     (:mod:`slimjax.model.intervals`). A kind the data cannot exercise (one GPU: no GPU transfer) has no
     form error, and predictions of that kind get no interval (NaN) rather than an overconfident one.
+
+    ``bandwidth_exponent`` β (slim-kv only; :mod:`slimjax.model.slim_kv`): decode time ∝ BW_max^(−β) across GPUs;
+    default the shipped value, or a ``bandwidth_exponent`` column of ``traces`` per row. Recorded in the
+    store's attrs for ``predict`` and sweeps.
     """
+    variant = resolve_variant(variant, "variant")
     if intervals not in ("fit", "transfer"):
         raise SlimjaxError("intervals", f"must be 'fit' or 'transfer', got {intervals!r}")
+    if bandwidth_exponent is not None and variant == "slim":
+        raise SlimjaxError("bandwidth_exponent", "only the slim-kv variant has one (MODEL.md §1 scales by L·D², not bandwidth)")
+    beta = shipped_bandwidth_exponent(variant) if bandwidth_exponent is None else float(bandwidth_exponent)
+    if not 0.0 <= beta <= 2.0:
+        raise SlimjaxError("bandwidth_exponent", f"must be in [0, 2], got {beta!r}")
+    if "bandwidth_exponent" not in traces:
+        traces = traces.assign(bandwidth_exponent=beta)
     if bootstrap < 0 or bootstrap == 1:
         raise SlimjaxError("bootstrap", f"must be 0 (Gauss–Newton) or at least 2 replicates, got {bootstrap!r}")
     options = solver_options(solver, iterations)
@@ -195,6 +208,7 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     traces = traces.reset_index(drop=True)
     keys, index, valid = padded_groups(traces, group_by)
     feats_rows = row_features(traces)
+    feats_rows["bandwidth_exponent"] = traces["bandwidth_exponent"].to_numpy(float)
     t_all = measured_throughput(traces)
     feats = jax.tree_util.tree_map(lambda x: np.asarray(x)[index], feats_rows)
     t_meas, ttft = t_all[index], traces["ttft_s"].to_numpy(float)[index]
@@ -237,7 +251,9 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
         ranges=_fitted_ranges(traces, index, valid), fitted_sets=_fitted_sets(traces, index, valid),
         attrs={"variant": variant, "solver": solver_name, "loss": loss, "bootstrap": int(bootstrap),
                "iterations_max": options.iterations, "residual": "T_pred / T_meas - 1", "group_by": list(group_by),
-               "source": traces.attrs.get("source", "")},
+               "source": traces.attrs.get("source", ""),
+               **({"bandwidth_exponent": float(np.unique(traces["bandwidth_exponent"])[0])}
+                  if variant != "slim" and traces["bandwidth_exponent"].nunique() == 1 else {})},
     )
 
 
@@ -281,6 +297,9 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     with float64_scope():
         pred = functools.partial(_predict, variant=variant)
         feats = row_features(points.assign(n_gpu=points.get("n_gpu", 1)))
+        beta = float(coeffs.attrs.get("bandwidth_exponent", shipped_bandwidth_exponent(variant) if variant != "slim" else 1.0))
+        feats["bandwidth_exponent"] = (points["bandwidth_exponent"].to_numpy(float) if "bandwidth_exponent" in points
+                                       else np.full(len(points), beta))
         t, e, _ = map(np.asarray, jax.vmap(pred)(jnp.asarray(z), feats))
         if zb is not None:  # the spread of the refits' own predictions
             tb, eb, _ = map(np.asarray, jax.vmap(lambda zr: jax.vmap(pred)(zr, feats))(jnp.asarray(zb)))

@@ -33,7 +33,7 @@ from ..errors import SlimjaxError, suggest
 from ..model.intervals import INTERVAL_LEVEL, extrapolation_form_error, extrapolation_label, form_errors, transfer_interval
 from .baselines import BASELINES
 from .features import row_features
-from .folds import SCENARIOS, Fold, folds, study_rows
+from .folds import SCENARIOS, SETTING, Fold, folds, setting_name, study_rows
 from .roofline import roofline_service_at
 from .slim import calibrate, predict
 from .transfer import fold_bits, held_out_scores, kind_codes
@@ -41,6 +41,7 @@ from .transfer import fold_bits, held_out_scores, kind_codes
 METHODS = ("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")
 SLIM_FITS = {"slim": "squared", "slim-kv": "cauchy"}  # method → calibration loss
 METRICS = ("mape_throughput", "mape_e2e", "coverage_90", "coverage_transfer", "width_transfer")
+BANDWIDTH_EXPONENTS = (0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2)  # slim-kv's β candidates for GPU transfer
 
 
 class Validation(NamedTuple):
@@ -48,6 +49,7 @@ class Validation(NamedTuple):
     predictions: pd.DataFrame  # one row per held-out row × method
     folds: list[Fold]
     dropped: dict  # rows left out of the study, by cause
+    bandwidth_exponents: dict  # slim-kv's β per GPU-transfer fold, chosen on the other settings' transfers
 
 
 def default_trace_paths() -> list[Path]:
@@ -106,11 +108,16 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     eligible = _calibrating_rows(scored, len(rows))[:, fold_of]
     pred: dict[str, np.ndarray] = {}
     extra: dict[str, dict] = {}
+    exponents = {}
     for method in methods:
         if method in SLIM_FITS:
-            train = pd.concat([rows.iloc[f.train].assign(fold=tag(f)) for f in scored], ignore_index=True)
+            if method == "slim-kv":
+                exponents = _transfer_exponents(rows, scored, iterations)
+            beta = [exponents.get(k, 1.0) for k in range(len(scored))]
+            train = pd.concat([rows.iloc[f.train].assign(fold=tag(f), bandwidth_exponent=b) for f, b in zip(scored, beta)],
+                              ignore_index=True)
             coeffs = calibrate(train, group_by=["fold"], variant=method, iterations=iterations, loss=SLIM_FITS[method])
-            p = predict(coeffs, test)
+            p = predict(coeffs, test.assign(bandwidth_exponent=np.repeat(beta, [len(f.test) for f in scored])))
             form = np.asarray(form_errors(held_out_scores(p, INTERVAL_LEVEL), kind_codes(test["scenario"]), INTERVAL_LEVEL, eligible))
             m = np.asarray(extrapolation_form_error(bits, form[fold_of]))
             lo, hi = map(np.asarray, transfer_interval(p["pred_throughput"].to_numpy(), p["pred_throughput_log_sd"].to_numpy(), m, INTERVAL_LEVEL))
@@ -149,7 +156,36 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     variants = [m for m in methods if m in SLIM_FITS]
     if variants:
         table[("winning_variant", "")] = score[variants].idxmin(axis=1)
-    return Validation(table, long, chosen, dropped)
+    return Validation(table, long, chosen, dropped, {tag(scored[k]): b for k, b in exponents.items()})
+
+
+def transfer_exponent_errors(rows: pd.DataFrame, scored: list[Fold], iterations: int = 100) -> pd.DataFrame:
+    """Σ |log(E2E_pred / E2E_meas)| of slim-kv over each GPU-transfer fold's held-out rows (index: fold
+    position in ``scored``) at each candidate β (columns), plus the fold's ``setting``; one batched calibration."""
+    gpu = [k for k, f in enumerate(scored) if f.scenario == "gpu-transfer"]
+    if not gpu:
+        return pd.DataFrame(columns=[*BANDWIDTH_EXPONENTS, "setting"])
+    train = pd.concat([rows.iloc[scored[k].train].assign(_g=f"{k}|{b}", bandwidth_exponent=b)
+                       for k in gpu for b in BANDWIDTH_EXPONENTS], ignore_index=True)
+    test = pd.concat([rows.iloc[scored[k].test].assign(_g=f"{k}|{b}", _k=k, _b=b, bandwidth_exponent=b)
+                      for k in gpu for b in BANDWIDTH_EXPONENTS], ignore_index=True)
+    fits = calibrate(train, group_by=["_g"], variant="slim-kv", iterations=iterations, loss=SLIM_FITS["slim-kv"])
+    p = predict(fits, test)
+    e2e = p["e2e_s"].where(p["e2e_s"].notna(), tokens_of(p) / p["throughput"])
+    error = p.assign(err=np.abs(np.log(p["pred_e2e_s"] / e2e))).groupby(["_k", "_b"])["err"].sum().unstack("_b")
+    return error.assign(setting=[setting_name(*rows.iloc[scored[k].test[0]][list(SETTING)]) for k in error.index])
+
+
+def _transfer_exponents(rows: pd.DataFrame, scored: list[Fold], iterations: int) -> dict[int, float]:
+    """slim-kv's β for each GPU-transfer fold (by index into ``scored``): the candidate whose GPU transfers in
+    the *other* (framework, TP) settings err least, so a fold's β never sees its own setting's rows; 1 (the
+    datasheet ratio) where no other setting has a GPU pair."""
+    error = transfer_exponent_errors(rows, scored, iterations)
+    out = {}
+    for k, setting in error["setting"].items():
+        others = error[error["setting"] != setting].drop(columns="setting")
+        out[k] = float(others.sum().idxmin()) if len(others) else 1.0
+    return out
 
 
 def tokens_of(rows: pd.DataFrame) -> pd.Series:

@@ -40,7 +40,9 @@ class StoredCoefficients:
     ranges: dict = dataclasses.field(default_factory=dict)  # {(model, gpu): {axis: (min, max) fitted}}
     n_gpu: float | None = None
     # transfer intervals: {(model, gpu): (form error inside the fitted lengths, beyond them, kind label inside)}
-    form: dict = dataclasses.field(default_factory=dict)  # the tensor-parallel degree the coefficients were fitted at
+    form: dict = dataclasses.field(default_factory=dict)
+    variant: str = "slim"  # the model the store's coefficients belong to
+    bandwidth_exponent: float | None = None  # slim-kv's β the store was fitted with  # the tensor-parallel degree the coefficients were fitted at
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -54,6 +56,8 @@ class SweepCoefficients:
     scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
     stored: StoredCoefficients | None = None  # what a calibrated store said about its fits
     form: np.ndarray | None = None  # (M, G, 6) see Sweep.coeffs_form
+    variant: str = "slim"
+    bandwidth_exponent: float = 1.0  # slim-kv's β (1 for §1, which has none)
 
 
 StoreReader = Callable[[StoreRef, list, list], StoredCoefficients]
@@ -84,18 +88,27 @@ def default_coefficients() -> dict:
         return yaml.safe_load(f)
 
 
-def _per_gpu(value: Any, gpus: list[str]) -> tuple[dict[str, dict[str, float]], str]:
+def shipped_sets(variant: str = "slim") -> tuple[dict, dict]:
+    """(pooled default, {GPU: set}) shipped for ``variant``: §1's at the top of configs/slim/default.yaml,
+    another variant's under ``variants``."""
     shipped = default_coefficients()
-    base = check_coefficients(shipped["default"], "configs/slim/default.yaml: default")
-    per_gpu = {
-        g: check_coefficients(v, f"configs/slim/default.yaml: gpus.{g}", base)
-        for g, v in (shipped.get("gpus") or {}).items()
-    }
+    where = "configs/slim/default.yaml"
+    if variant != "slim":
+        if variant not in (shipped.get("variants") or {}):
+            raise SlimjaxError("slim_variant", f"no shipped {variant!r} coefficients in {where} (run bench/fit_default_slim.py --write)")
+        shipped, where = shipped["variants"][variant], f"{where}: variants.{variant}"
+    base = check_coefficients(shipped["default"], f"{where}: default")
+    return base, {g: check_coefficients(v, f"{where}: gpus.{g}", base) for g, v in (shipped.get("gpus") or {}).items()}
+
+
+def _per_gpu(value: Any, gpus: list[str], variant: str = "slim") -> tuple[dict[str, dict[str, float]], str]:
+    base, per_gpu = shipped_sets(variant)
+    label = "configs/slim/default.yaml" + ("" if variant == "slim" else f" ({variant})")
     if value is None or value == "shared":  # one set for every GPU, so GPUs differ only through their specs
-        return {g: base for g in gpus}, "configs/slim/default.yaml (shared default)"
+        return {g: base for g in gpus}, f"{label} (shared default)"
     if value == "per-gpu":  # fitted per GPU where available: better near their data, not comparable across GPUs
         return ({g: per_gpu.get(g, base) for g in gpus},
-                "configs/slim/default.yaml (per-GPU sets where fitted; GPUs are not comparable far from their data)")
+                f"{label} (per-GPU sets where fitted; GPUs are not comparable far from their data)")
     if not isinstance(value, Mapping):
         raise SlimjaxError("slim", f"must be a mapping of coefficients (optionally keyed by GPU), got {value!r}")
     if all(k in SLIM_PARAMS for k in value):
@@ -130,8 +143,30 @@ def store_ref(value: Any) -> StoreRef | None:
     return None
 
 
-def coefficients_block(value: Any, models: list[str], gpus: list[str], read_store: StoreReader | None = None) -> SweepCoefficients:
-    """The sweep's coefficients per (model, GPU) from its ``slim`` value (see :mod:`this module <.>`)."""
+VARIANTS = ("slim", "slim-kv")  # MODEL.md §1, and the optional variant of slimjax.model.slim_kv
+
+
+def shipped_bandwidth_exponent(variant: str) -> float:
+    """β of the variant's effective bandwidth as shipped (configs/slim/default.yaml; 1 where none is)."""
+    if variant == "slim":
+        return 1.0
+    return float((default_coefficients().get("variants") or {}).get(variant, {}).get("bandwidth_exponent", 1.0))
+
+
+def resolve_variant(variant: str | None, field: str = "slim_variant") -> str | None:
+    """A variant name, or ``recommended``: the one configs/slim/default.yaml names as the transfer winner."""
+    if variant == "recommended":
+        variant = default_coefficients().get("recommended_variant", "slim")
+    if variant is not None and variant not in VARIANTS:
+        raise SlimjaxError(field, f"{variant!r} is not one of {', '.join(VARIANTS)} or recommended{suggest(str(variant), list(VARIANTS))}")
+    return variant
+
+
+def coefficients_block(value: Any, models: list[str], gpus: list[str], read_store: StoreReader | None = None,
+                       variant: str | None = None) -> SweepCoefficients:
+    """The sweep's coefficients per (model, GPU) from its ``slim`` value (see :mod:`this module <.>`), for the
+    ``slim_variant`` asked (default: a store's own variant, else MODEL.md §1's ``slim``)."""
+    variant = resolve_variant(variant)
     ref = store_ref(value)
     if ref is not None:
         if not Path(ref.path).exists():
@@ -140,6 +175,9 @@ def coefficients_block(value: Any, models: list[str], gpus: list[str], read_stor
             raise SlimjaxError(ref.field, "a coefficient store is read by slimjax.api.parse / slimjax.sweep, "
                                           "not by the inputs floor alone")
         stored = read_store(ref, models, gpus)
+        if variant is not None and variant != stored.variant:
+            raise SlimjaxError("slim_variant", f"{variant!r}, but {ref.path} holds {stored.variant!r} coefficients "
+                                               f"(calibrate with --variant {variant}, or drop slim_variant)")
         pairs, unc = stored.pairs, stored.uncertainty
         table = {g: {m: pairs[(m, g)] for m in models} for g in gpus}
         log_cov = scatter = None
@@ -151,9 +189,11 @@ def coefficients_block(value: Any, models: list[str], gpus: list[str], read_stor
         if stored.form:
             form = np.array([[[*stored.form[(m, g)][:2], *stored.ranges[(m, g)]["input_len"], *stored.ranges[(m, g)]["output_len"]]
                               for g in gpus] for m in models], float)
-        return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter, stored, form)
-    table, source = _per_gpu(value, gpus)
+        beta = stored.bandwidth_exponent if stored.bandwidth_exponent is not None else shipped_bandwidth_exponent(stored.variant)
+        return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter, stored, form, stored.variant, beta)
+    variant = variant or "slim"
+    table, source = _per_gpu(value, gpus, variant)
     coeffs = SlimCoeffs(**{
         p: np.broadcast_to(np.asarray([table[g][p] for g in gpus]), (len(models), len(gpus))).copy() for p in SLIM_PARAMS
     })
-    return SweepCoefficients(coeffs, table, source, None, None)
+    return SweepCoefficients(coeffs, table, source, None, None, variant=variant, bandwidth_exponent=shipped_bandwidth_exponent(variant))

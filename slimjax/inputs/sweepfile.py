@@ -24,7 +24,7 @@ from .measured import measured_block
 from .serving import serving_block
 
 REQUIRED_KEYS = ("models", "gpus", "batch", "input_len", "output_len")
-OPTIONAL_KEYS = ("slim", "advisor", "precision", "serving", "arrival_rate", "measured", "agents")
+OPTIONAL_KEYS = ("slim", "slim_variant", "advisor", "precision", "serving", "arrival_rate", "measured", "agents")
 AXES = ("batch", "input_len", "output_len")
 PRECISIONS = ("float32", "float64")
 
@@ -40,6 +40,8 @@ class Sweep:
     coeffs: SlimCoeffs  # leaves (M, G)
     coeffs_table: dict[str, dict[str, float]]  # GPU label -> coefficients, for attrs
     coeffs_source: str
+    slim_variant: str  # "slim" (MODEL.md §1, the default) or "slim-kv" (the optional variant)
+    slim_bandwidth_exponent: float  # slim-kv's β (see slimjax.model.slim_kv); 1 for §1
     coeffs_log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ from a calibrated store
     coeffs_scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
     coeffs_form: np.ndarray | None  # (M, G, 6) transfer intervals: form error inside / beyond the fitted
@@ -161,7 +163,7 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
         raise SlimjaxError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     gpu_names = [g for g, _ in gpus]
     model_names = [m for m, _ in models]
-    coefficients = coefficients_block(data.get("slim"), model_names, gpu_names, read_store)
+    coefficients = coefficients_block(data.get("slim"), model_names, gpu_names, read_store, data.get("slim_variant"))
     capacity = any(k in data for k in ("serving", "arrival_rate", "measured", "agents"))
     max_tokens = float(axes["input_len"][-1] + axes["output_len"][-1])
     serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens) if capacity else (None, None)
@@ -196,6 +198,8 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
         gpu=gpu,
         coeffs=coefficients.coeffs,
         coeffs_table=coefficients.table,
+        slim_variant=coefficients.variant,
+        slim_bandwidth_exponent=coefficients.bandwidth_exponent,
         coeffs_source=coefficients.source,
         advisor=advisor_block(data.get("advisor"), axes["batch"]),
         precision=precision,

@@ -128,9 +128,6 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
     path, select = ref.path, ref.select
     stored = open_store(path)
     variant = stored.attrs.get("variant", "slim")
-    if variant != "slim":
-        raise SlimjaxError("slim", f"{path} holds {variant!r} coefficients; sweeps evaluate MODEL.md §1 SLIM "
-                                   "(calibrate with --variant slim), the variant is for predict and validate")
     coeffs = stored[COEFFICIENTS]
     for dim, v in select.items():
         if dim not in coeffs.dims or v not in coeffs[dim].values:
@@ -189,7 +186,9 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
                         bits |= bit
                 inside, beyond = np.asarray(extrapolation_form_error(np.array([bits, bits | LENGTH]), transfer_form(stored)))
                 form[(m, g)] = (float(inside), float(beyond), extrapolation_label(bits))
-    return StoredCoefficients(table, uncertainty, f"calibrated store {path}", notes, ranges, n_gpu, form)
+    beta = stored.attrs.get("bandwidth_exponent")
+    return StoredCoefficients(table, uncertainty, f"calibrated store {path}", notes, ranges, n_gpu, form, variant,
+                              None if beta is None else float(beta))
 
 
 def transfer_form(stored: xr.Dataset, level: float = INTERVAL_LEVEL) -> np.ndarray:
