@@ -230,6 +230,8 @@ def markdown_table(table: pd.DataFrame) -> str:
     for scenario, r in table.iterrows():
         cells = [f"{r[('mape_throughput', m)]:.1f} / {r[('mape_e2e', m)]:.1f}" for m in methods] + [str(r[("winner", "")])]
         for m in covered:
-            cells += [f"{r[('coverage_90', m)]:.0f} %", f"{r[('coverage_transfer', m)]:.0f} % ({r[('width_transfer', m)]:.0f} %)"]
+            transfer = r[("coverage_transfer", m)]
+            cells += [f"{r[('coverage_90', m)]:.0f} %", f"{transfer:.0f} % ({r[('width_transfer', m)]:.0f} %)" if np.isfinite(transfer)
+                      else "— (no fold of this kind left to calibrate on)"]
         lines.append(f"| {scenario} | {int(r[('n_folds', '')])} | {int(r[('n_test', '')])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
