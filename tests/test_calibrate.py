@@ -254,24 +254,31 @@ def test_roofline_calibration_from_p90_ttft_at_a_known_arrival_rate():
     from slimjax.fit.roofline import calibrate_roofline
 
     truth = dict(compute_efficiency=0.55, bandwidth_efficiency=0.75, launch_overhead_s=3e-5)
+    runs = [(8, 512, 128, 0.5), (8, 2048, 256, 0.8), (32, 1024, 256, 0.7), (32, 256, 64, 0.9),
+            (64, 4096, 512, 0.6), (16, 1024, 1024, 0.85), (np.nan, 4096, 512, 0.3), (4, 128, 32, 0.95)]
+    lengths = dict(input_len=sorted({r[1] for r in runs}), output_len=sorted({r[2] for r in runs}))
+
+    def grid(batches):  # the scalar path's numbers, one jitted grid for every run
+        return slimjax.sweep(dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=sorted(batches), **lengths,
+                                  serving=truth, advisor=False, precision="float64"), quiet=True).squeeze(["model", "gpu"])
+
+    seqs = grid([1]).max_seqs
+    slots = [int(min(float(seqs.sel(input_len=I, output_len=O)), math.inf if np.isnan(c) else c)) for c, I, O, _ in runs]
+    at = grid(set(slots) | {8 if np.isnan(c) else c for c, *_ in runs})
     rows, waits = [], []
-    for cap, I, O, load in [(8, 512, 128, 0.5), (8, 2048, 256, 0.8), (32, 1024, 256, 0.7), (32, 256, 64, 0.9),
-                            (64, 4096, 512, 0.6), (16, 1024, 1024, 0.85), (np.nan, 512, 256, 0.3), (4, 128, 32, 0.95)]:
-        # the truth from the scalar capacity path and the loop M/M/c: m = min(cap, max_seqs), S = S(m)
-        probe = slimjax.capacity("Llama-3.1-8B", "H100-SXM", I, O, 1, serving=truth)
-        m = int(min(probe["max_seqs"], math.inf if np.isnan(cap) else cap))
-        at_m = slimjax.capacity("Llama-3.1-8B", "H100-SXM", I, O, m, serving=truth)
-        S = at_m["service_s"]
+    for (cap, I, O, load), m in zip(runs, slots):
+        # the truth from the grid and the loop M/M/c: m = min(cap, max_seqs), S = S(m)
+        here = at.sel(input_len=I, output_len=O)
+        S = float(here.service_s.sel(batch=m))
         lam = load * m / S
         q = mmc(m, S, lam)
         wait_p = max(0.0, math.log(q["p_wait"] / 0.1) / (m / S - lam)) if q["p_wait"] > 0 else 0.0
-        p90 = wait_p + at_m["prefill_s"] + at_m["itl_s"]
+        p90 = wait_p + float(here.prefill_s) + float(here.itl_s.sel(batch=m))
         waits.append(wait_p / p90)
         batch = 8 if np.isnan(cap) else cap  # no cap: the mean in flight
-        itl = slimjax.capacity("Llama-3.1-8B", "H100-SXM", I, O, batch, serving=truth)["itl_s"]
         rows.append(dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=1, framework="client", batch=batch,
-                         input_len=I, output_len=O, ttft_s=np.nan, itl_s=itl, ttft_p90_s=p90, arrival_rate=lam,
-                         max_concurrency=cap, e2e_s=np.nan, throughput=np.nan))
+                         input_len=I, output_len=O, ttft_s=np.nan, itl_s=float(here.itl_s.sel(batch=batch)), ttft_p90_s=p90,
+                         arrival_rate=lam, max_concurrency=cap, e2e_s=np.nan, throughput=np.nan))
     pts = pd.DataFrame(rows)
     assert sum(w > 0.5 for w in waits) >= 3  # the queue dominates several rows' p90
     ds = calibrate_roofline(pts, group_by=["model"], iterations=100)

@@ -16,6 +16,17 @@ def run(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "slimjax.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
+def run_here(*args):
+    """The same command in this process (click's runner: exit code and stderr kept), for checks that end before
+    any evaluation — a fresh interpreter per error message costs seconds each."""
+    from click.testing import CliRunner
+
+    from slimjax.cli import main
+
+    r = CliRunner().invoke(main, list(args))
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
+
+
 def test_sweep_writes_store_and_prints_table(tmp_path):
     spec = tmp_path / "small.yaml"
     spec.write_text(yaml.safe_dump(SMALL))
@@ -39,7 +50,7 @@ def test_refuses_existing_store_then_overwrites(tmp_path):
     spec.write_text(yaml.safe_dump(SMALL))
     out = tmp_path / "s.zarr"
     assert run("sweep", str(spec), "--out", str(out), "--quiet").returncode == 0
-    r = run("sweep", str(spec), "--out", str(out), "--quiet")
+    r = run_here("sweep", str(spec), "--out", str(out), "--quiet")
     assert r.returncode == 2 and "already exists" in r.stderr and "--overwrite" in r.stderr
     assert run("sweep", str(spec), "--out", str(out), "--quiet", "--overwrite").returncode == 0
 
@@ -101,6 +112,6 @@ def test_capacity_unbounded_and_errors():
     for flags, message in ((("--chunk-size", "-3"), "--chunk-size: must be a non-negative integer"),
                            (("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization: must be in (0, 1]"),
                            (("--arrival-rate", "-1"), "--arrival-rate[0]: must be non-negative")):
-        r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
-                "--batch", "4", *flags)
+        r = run_here("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
+                     "--batch", "4", *flags)
         assert r.returncode == 2 and message in r.stderr, flags

@@ -41,7 +41,7 @@ from .transfer import fold_bits, held_out_scores, kind_codes
 METHODS = ("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")
 SLIM_FITS = {"slim": "squared", "slim-kv": "cauchy"}  # method → calibration loss
 METRICS = ("mape_throughput", "mape_e2e", "coverage_90", "coverage_transfer", "width_transfer")
-BANDWIDTH_EXPONENTS = (0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2)  # slim-kv's β candidates for GPU transfer
+BANDWIDTH_EXPONENTS = (0.4, 0.5, 0.6, 0.7, 0.8, 1.0)  # slim-kv's β candidates for GPU transfer (0.2 and 1.2 were never chosen)
 
 
 class Validation(NamedTuple):
@@ -111,13 +111,7 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     exponents = {}
     for method in methods:
         if method in SLIM_FITS:
-            if method == "slim-kv":
-                exponents = _transfer_exponents(rows, scored, iterations)
-            beta = [exponents.get(k, 1.0) for k in range(len(scored))]
-            train = pd.concat([rows.iloc[f.train].assign(fold=tag(f), bandwidth_exponent=b) for f, b in zip(scored, beta)],
-                              ignore_index=True)
-            coeffs = calibrate(train, group_by=["fold"], variant=method, iterations=iterations, loss=SLIM_FITS[method])
-            p = predict(coeffs, test.assign(bandwidth_exponent=np.repeat(beta, [len(f.test) for f in scored])))
+            p, exponents = _slim_predictions(rows, scored, test, method, iterations)
             form = np.asarray(form_errors(held_out_scores(p, INTERVAL_LEVEL), kind_codes(test["scenario"]), INTERVAL_LEVEL, eligible))
             m = np.asarray(extrapolation_form_error(bits, form[fold_of]))
             lo, hi = map(np.asarray, transfer_interval(p["pred_throughput"].to_numpy(), p["pred_throughput_log_sd"].to_numpy(), m, INTERVAL_LEVEL))
@@ -159,35 +153,6 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     return Validation(table, long, chosen, dropped, {tag(scored[k]): b for k, b in exponents.items()})
 
 
-def transfer_exponent_errors(rows: pd.DataFrame, scored: list[Fold], iterations: int = 100) -> pd.DataFrame:
-    """Σ |log(E2E_pred / E2E_meas)| of slim-kv over each GPU-transfer fold's held-out rows (index: fold
-    position in ``scored``) at each candidate β (columns), plus the fold's ``setting``; one batched calibration."""
-    gpu = [k for k, f in enumerate(scored) if f.scenario == "gpu-transfer"]
-    if not gpu:
-        return pd.DataFrame(columns=[*BANDWIDTH_EXPONENTS, "setting"])
-    train = pd.concat([rows.iloc[scored[k].train].assign(_g=f"{k}|{b}", bandwidth_exponent=b)
-                       for k in gpu for b in BANDWIDTH_EXPONENTS], ignore_index=True)
-    test = pd.concat([rows.iloc[scored[k].test].assign(_g=f"{k}|{b}", _k=k, _b=b, bandwidth_exponent=b)
-                      for k in gpu for b in BANDWIDTH_EXPONENTS], ignore_index=True)
-    fits = calibrate(train, group_by=["_g"], variant="slim-kv", iterations=iterations, loss=SLIM_FITS["slim-kv"])
-    p = predict(fits, test)
-    e2e = p["e2e_s"].where(p["e2e_s"].notna(), tokens_of(p) / p["throughput"])
-    error = p.assign(err=np.abs(np.log(p["pred_e2e_s"] / e2e))).groupby(["_k", "_b"])["err"].sum().unstack("_b")
-    return error.assign(setting=[setting_name(*rows.iloc[scored[k].test[0]][list(SETTING)]) for k in error.index])
-
-
-def _transfer_exponents(rows: pd.DataFrame, scored: list[Fold], iterations: int) -> dict[int, float]:
-    """slim-kv's β for each GPU-transfer fold (by index into ``scored``): the candidate whose GPU transfers in
-    the *other* (framework, TP) settings err least, so a fold's β never sees its own setting's rows; 1 (the
-    datasheet ratio) where no other setting has a GPU pair."""
-    error = transfer_exponent_errors(rows, scored, iterations)
-    out = {}
-    for k, setting in error["setting"].items():
-        others = error[error["setting"] != setting].drop(columns="setting")
-        out[k] = float(others.sum().idxmin()) if len(others) else 1.0
-    return out
-
-
 def tokens_of(rows: pd.DataFrame) -> pd.Series:
     return rows["batch"] * (rows["input_len"] + rows["output_len"])
 
@@ -200,6 +165,49 @@ def _calibrating_rows(scored: list[Fold], n_rows: int) -> np.ndarray:
         used[k, f.train] = used[k, f.test] = 1
         held[k, f.test] = 1
     return (held @ used.T) == 0
+
+
+def _candidate_fits(rows: pd.DataFrame, scored: list[Fold], method: str, iterations: int) -> pd.DataFrame:
+    """Every fold's held-out predictions from one batched calibration: at β = 1 (any β gives the same fit on one
+    GPU), and slim-kv's GPU-transfer folds at every candidate β. Columns ``_k`` (fold position), ``_b`` (β)."""
+    cands = {k: (BANDWIDTH_EXPONENTS if method == "slim-kv" and f.scenario == "gpu-transfer" else (1.0,))
+             for k, f in enumerate(scored)}
+    train = pd.concat([rows.iloc[scored[k].train].assign(_g=f"{k}|{b}", bandwidth_exponent=b) for k, bs in cands.items() for b in bs],
+                      ignore_index=True)
+    test = pd.concat([rows.iloc[scored[k].test].assign(_g=f"{k}|{b}", _k=k, _b=b, bandwidth_exponent=b)
+                      for k, bs in cands.items() for b in bs], ignore_index=True)
+    fits = calibrate(train, group_by=["_g"], variant=method, iterations=iterations, loss=SLIM_FITS[method])
+    return predict(fits, test)
+
+
+def transfer_exponent_errors(rows: pd.DataFrame, scored: list[Fold], iterations: int = 100,
+                             candidates: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Σ |log(E2E_pred / E2E_meas)| of slim-kv over each GPU-transfer fold's held-out rows (index: fold
+    position in ``scored``) at each candidate β (columns), plus the fold's ``setting``."""
+    p = _candidate_fits(rows, scored, "slim-kv", iterations) if candidates is None else candidates
+    p = p[p["_k"].map(lambda k: scored[k].scenario == "gpu-transfer")]
+    if p.empty:
+        return pd.DataFrame(columns=[*BANDWIDTH_EXPONENTS, "setting"])
+    e2e = p["e2e_s"].where(p["e2e_s"].notna(), tokens_of(p) / p["throughput"])
+    error = p.assign(err=np.abs(np.log(p["pred_e2e_s"] / e2e))).groupby(["_k", "_b"])["err"].sum().unstack("_b")
+    return error.assign(setting=[setting_name(*rows.iloc[scored[k].test[0]][list(SETTING)]) for k in error.index])
+
+
+def _slim_predictions(rows, scored, test, method, iterations) -> tuple[pd.DataFrame, dict[int, float]]:
+    """A SLIM method's held-out predictions in ``test``'s order, and slim-kv's β per GPU-transfer fold: the
+    candidate whose GPU transfers in the *other* (framework, TP) settings err least, so a fold's β never
+    sees its own setting's rows; 1 (the datasheet ratio) where no other setting has a GPU pair."""
+    p = _candidate_fits(rows, scored, method, iterations)
+    chosen = {}
+    if method == "slim-kv":
+        error = transfer_exponent_errors(rows, scored, candidates=p)
+        for k, setting in error["setting"].items():
+            others = error[error["setting"] != setting].drop(columns="setting")
+            chosen[k] = float(others.sum().idxmin()) if len(others) else 1.0
+    keep = p["_b"] == p["_k"].map(lambda k: chosen.get(k, 1.0))
+    p = p[keep].reset_index(drop=True)  # fold order, rows in fold order: test's order
+    assert len(p) == len(test)
+    return p.drop(columns=["_g", "_k", "_b"]).set_axis(test.index), chosen
 
 
 def _coverage(g: pd.DataFrame, which: str) -> float:

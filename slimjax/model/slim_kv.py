@@ -18,7 +18,7 @@ The dense term reads the weights at an effective bandwidth BW_eff = BW_max·(BW_
 scales as BW_max^(−β). On one GPU β is absorbed by α and γ (any β fits the same); across GPUs it says how
 much of a faster memory the weight reads actually get: β = 1 is the datasheet ratio; measured A100 ↔ H100
 transfers speed up by less than the bandwidth ratio and want β < 1 (bench/gpu_transfer.py; the shipped
-value is configs/slim/default.yaml's ``bandwidth_exponent``). The KV reads stay at η_m·BW_max (η_m a
+value is the ``bandwidth_exponent`` of the shipped slim-kv coefficients, configs/slim). The KV reads stay at η_m·BW_max (η_m a
 fraction of the peak).
 """
 

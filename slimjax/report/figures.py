@@ -399,8 +399,8 @@ def calibration_table(ds: xr.Dataset) -> pd.DataFrame:
 
 
 def validation_figures(pred: pd.DataFrame, at=None) -> list[Figure]:
-    """``validate --out`` predictions: measured vs predicted throughput with the 90 % interval, relative
-    residuals vs batch and vs I + O, per method."""
+    """``validate --out`` predictions: measured vs predicted throughput with the 90 % interval (the transfer
+    interval where the CSV has one), relative residuals vs batch and vs I + O, per method."""
     need = {"method", "throughput", "pred_throughput", "batch", "input_len", "output_len"}
     if not need <= set(pred.columns):
         return []
@@ -410,10 +410,12 @@ def validation_figures(pred: pd.DataFrame, at=None) -> list[Figure]:
     for k, m in enumerate(methods):
         g = pred[pred["method"] == m]
         colour = PALETTE[k % len(PALETTE)]
-        if "pred_throughput_lo" in g and g["pred_throughput_lo"].notna().any():
-            ax1.errorbar(g["throughput"], g["pred_throughput"], yerr=[g["pred_throughput"] - g["pred_throughput_lo"],
-                                                                       g["pred_throughput_hi"] - g["pred_throughput"]],
-                         fmt="o", ms=3, color=colour, alpha=0.6, elinewidth=0.6, label=f"{m} (90 % interval)")
+        which = next((w for w in ("_transfer", "") if f"pred_throughput{w}_lo" in g and g[f"pred_throughput{w}_lo"].notna().any()), None)
+        if which is not None:
+            lo, hi = g[f"pred_throughput{which}_lo"], g[f"pred_throughput{which}_hi"]
+            ax1.errorbar(g["throughput"], g["pred_throughput"], yerr=[g["pred_throughput"] - lo, hi - g["pred_throughput"]],
+                         fmt="o", ms=3, color=colour, alpha=0.6, elinewidth=0.6,
+                         label=f"{m} (90 % {'transfer ' if which else ''}interval)")
         else:
             ax1.scatter(g["throughput"], g["pred_throughput"], s=9, color=colour, alpha=0.6, label=m)
         resid = g["pred_throughput"] / g["throughput"] - 1
