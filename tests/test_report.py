@@ -140,3 +140,19 @@ def test_intervals_band_and_the_report_options_of_sweep_and_procure(stores, tmp_
     study.write_text(yaml.safe_dump(STUDY))
     r = CliRunner().invoke(main, ["procure", str(study), "--report", str(tmp_path / "x")])
     assert r.exit_code == 2 and "--report needs --out" in r.output and not (tmp_path / "x").exists()
+
+
+def test_validation_figure_draws_the_transfer_interval_where_the_csv_has_one():
+    rows = pd.DataFrame(dict(model="m", gpu="g", batch=[1, 8, 32], input_len=128, output_len=128,
+                             throughput=[100.0, 700.0, 2000.0], e2e_s=1.0, scenario="gpu-transfer", fold="f"))
+    fit = rows.assign(method="slim", pred_throughput=rows.throughput * 1.1, pred_throughput_lo=rows.throughput,
+                      pred_throughput_hi=rows.throughput * 1.2)
+    wide = fit.assign(method="slim-kv", pred_throughput_transfer_lo=rows.throughput * 0.5,
+                      pred_throughput_transfer_hi=rows.throughput * 2.0)
+    fig = F.validation_figures(pd.concat([fit, wide], ignore_index=True))[0].figure
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert labels == ["slim (90 % interval)", "slim-kv (90 % transfer interval)"]
+    # the drawn bar is the transfer interval's
+    bars = [c for c in fig.axes[0].containers if c.get_label() == "slim-kv (90 % transfer interval)"][0]
+    segments = bars.lines[2][0].get_segments()
+    assert [tuple(s[:, 1]) for s in segments] == [(50.0, 200.0), (350.0, 1400.0), (1000.0, 4000.0)]
