@@ -52,7 +52,7 @@ def test_refuses_existing_store_then_overwrites(tmp_path):
     assert run("sweep", str(spec), "--out", str(out), "--quiet").returncode == 0
     r = run_here("sweep", str(spec), "--out", str(out), "--quiet")
     assert r.returncode == 2 and "already exists" in r.stderr and "--overwrite" in r.stderr
-    assert run("sweep", str(spec), "--out", str(out), "--quiet", "--overwrite").returncode == 0
+    assert run_here("sweep", str(spec), "--out", str(out), "--quiet", "--overwrite").returncode == 0
 
 
 def test_bad_input_exits_nonzero_with_field(tmp_path):
@@ -71,9 +71,9 @@ def test_memory_budget_and_at_options(tmp_path):
     r = run("sweep", str(spec), "--out", str(tmp_path / "s.zarr"), "--memory-budget", "200KiB", "--at", "128,64")
     assert r.returncode == 0, r.stderr
     assert "input_len=128, output_len=64" in r.stdout
-    r = run("sweep", str(spec), "--out", str(tmp_path / "t.zarr"), "--memory-budget", "lots")
+    r = run_here("sweep", str(spec), "--out", str(tmp_path / "t.zarr"), "--memory-budget", "lots")
     assert r.returncode != 0 and "memory-budget" in r.stderr
-    r = run("sweep", str(spec), "--out", str(tmp_path / "u.zarr"), "--at", "100,64")
+    r = run_here("sweep", str(spec), "--out", str(tmp_path / "u.zarr"), "--at", "100,64")
     assert r.returncode == 2 and "--at: input_len 100 is not on the grid" in r.stderr
 
 

@@ -107,7 +107,7 @@ def test_max_rate_matches_a_brute_force_search(which):
             lam = float(proc.max_rate_per_replica(jnp.asarray(w), jnp.float64(m), jnp.float64(np.dot(w, service)), jnp.asarray(ttft),
                                                   jnp.asarray(itl), jnp.asarray(service), slo["ttft_s"], slo["itl_s"], slo["e2e_s"], 0.9))
         capacity = m / np.dot(w, service)
-        grid = np.linspace(0, capacity, 2001)[1:-1]
+        grid = np.linspace(0, capacity, 801)[1:-1]  # the check below is to one grid step, whatever the step
         ok = np.array([meets_ref(w, int(m), ttft, itl, service, x, slo, 0.9) for x in grid])
         assert lam < capacity
         if not ok.any():

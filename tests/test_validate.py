@@ -345,11 +345,11 @@ def test_intervals_cover_held_out_points_near_nominal():
     for seed in (21, 23):
         train = synthetic(["Llama-3.1-8B", "OPT-13b"], ["H100-SXM"], TRUE, noise=0.03, seed=seed, rows=40)
         gn.append(cover(calibrate(train, group_by=("model", "gpu"), iterations=60)))
-    boot_ds = calibrate(train, group_by=("model", "gpu"), iterations=60, bootstrap=100, seed=1)
+    boot_ds = calibrate(train, group_by=("model", "gpu"), iterations=60, bootstrap=40, seed=1)
     boot = cover(boot_ds)
     assert 0.75 <= np.mean([c for c, _ in gn]) and max(w for _, w in gn) < 0.3, gn
     assert 0.75 <= boot[0] and boot[1] < 0.3, boot
-    assert boot_ds.bootstrap_log_coefficients.sizes["replicate"] == 100 and boot_ds.attrs["bootstrap"] == 100
+    assert boot_ds.bootstrap_log_coefficients.sizes["replicate"] == 40 and boot_ds.attrs["bootstrap"] == 40
     # the point fit is the same; σ² spends degrees of freedom on identified coefficients only
     plain = calibrate(train, group_by=("model", "gpu"), iterations=60)
     assert np.array_equal(boot_ds.coefficients.values, plain.coefficients.values, equal_nan=True)
