@@ -23,7 +23,7 @@ import xarray as xr
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
-from ..inputs.coefficients import resolve_variant, shipped_bandwidth_exponent
+from ..inputs.coefficients import VARIANTS as VARIANT_NAMES, resolve_variant, shipped_bandwidth_exponent
 from ..model.intervals import extrapolation_form_error, extrapolation_label, log_interval, log_sd, transfer_interval
 from ..model.slim import slim_variables
 from ..model.slim_kv import slim_kv_variables
@@ -70,12 +70,13 @@ class Variant(NamedTuple):
     bounded: tuple[str, ...]
 
 
-VARIANTS = {
-    "slim": Variant(SLIM_PARAMS, STARTS, _slim, ("eta_c",)),
+# keyed by the one list of variant names (slimjax.inputs.coefficients.VARIANTS), in its order
+VARIANTS = dict(zip(VARIANT_NAMES, (
+    Variant(SLIM_PARAMS, STARTS, _slim, ("eta_c",)),
     # per-sequence KV reads and the KV-capacity limit (slim.slim_kv_variables); optional, not the contract
-    "slim-kv": Variant(SLIM_PARAMS, np.vstack([STARTS, [[0.5, 0.5, 64.0, 3e-4, 1e-6, 0.01], [0.2, 0.9, 200.0, 1e-4, 1e-5, 0.1],
-                                                    [0.7, 0.3, 10.0, 1e-3, 1e-6, 1e-4]]]), _slim_kv, ("eta_c", "eta_m")),
-}
+    Variant(SLIM_PARAMS, np.vstack([STARTS, [[0.5, 0.5, 64.0, 3e-4, 1e-6, 0.01], [0.2, 0.9, 200.0, 1e-4, 1e-5, 0.1],
+                                             [0.7, 0.3, 10.0, 1e-3, 1e-6, 1e-4]]]), _slim_kv, ("eta_c", "eta_m")),
+), strict=True))
 
 
 def _variant(name: str) -> Variant:
