@@ -28,7 +28,7 @@ from ..model import advisor as advisor_mod
 from ..model import agents as agents_mod
 from ..model.calculator import capacity_cell_terms, queue_terms, service_terms
 from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
-from ..inputs.serving import default_serving
+from ..inputs.serving import default_max_seqs
 from ..model.calculator import kv_capacity
 from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms, slim_variables
 from ..model.slim_kv import slim_kv_batch_terms, slim_kv_cell_terms, slim_kv_log_throughput_sensitivity, slim_kv_variables
@@ -108,9 +108,9 @@ def _slim_cell(x: dict) -> dict:
         return slim_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O, **tp)
     # the variant's KV-capacity limit: §3 max_seqs at the sweep's serving settings (calibration's defaults without)
     model64, gpu64 = (jax.tree_util.tree_map(lambda v: v.astype(F64), spec) for spec in (x["model"], x["gpu"]))
-    if serving is None:
-        serving = default_serving(model64, n_gpu=jnp.ones(jnp.broadcast_shapes(I.shape, O.shape), F64))
-    seqs = kv_capacity(model64, gpu64, serving, I.astype(F64), O.astype(F64))["max_seqs"].astype(I.dtype)
+    I64, O64 = I.astype(F64), O.astype(F64)
+    seqs = (default_max_seqs(model64, gpu64, jnp.ones(jnp.broadcast_shapes(I.shape, O.shape), F64), I64, O64) if serving is None
+            else kv_capacity(model64, gpu64, serving, I64, O64)["max_seqs"]).astype(I.dtype)
     return slim_kv_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O, seqs, **tp, bandwidth_exponent=x["bandwidth_exponent"])
 
 
@@ -266,7 +266,7 @@ def reference_e2e(sweep: Sweep) -> np.ndarray:
     g = jax.tree_util.tree_map(lambda x: x[None, :], astype(sweep.gpu, dt))
     B, I, O = dt.type(ref["batch"]), dt.type(ref["input_len"]), dt.type(ref["output_len"])
     if sweep.slim_variant == "slim-kv":
-        seqs = kv_capacity(m, g, default_serving(m, n_gpu=np.ones((len(sweep.models), len(sweep.gpus)))), I, O)["max_seqs"]
+        seqs = default_max_seqs(m, g, np.ones((len(sweep.models), len(sweep.gpus))), I, O)
         out = jax.jit(slim_kv_variables)(m, g, astype(sweep.coeffs, dt), B, I, O, seqs, 1.0, dt.type(sweep.slim_bandwidth_exponent))
     else:
         out = jax.jit(slim_variables)(m, g, astype(sweep.coeffs, dt), B, I, O)

@@ -9,8 +9,7 @@ import pandas as pd
 
 from ..errors import SlimjaxError
 from ..inputs.catalog import resolve_gpu, resolve_model
-from ..inputs.serving import default_serving
-from ..model.calculator import kv_capacity
+from ..inputs.serving import default_max_seqs as serving_default_max_seqs
 from ..model.specs import GPUSpec, ModelSpec, stack
 
 
@@ -32,15 +31,25 @@ def row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 def default_max_seqs(m, g, n_gpu, input_len, output_len):
-    """max_seqs (MODEL.md §3) at the serving defaults: the concurrency the KV cache holds, used by
-    the slim-kv variant."""
-    return np.asarray(kv_capacity(m, g, default_serving(m, n_gpu=n_gpu), input_len, output_len)["max_seqs"])
+    """max_seqs (MODEL.md §3) at the serving defaults, per row (:func:`slimjax.inputs.serving.default_max_seqs`)."""
+    return np.asarray(serving_default_max_seqs(m, g, n_gpu, input_len, output_len))
+
+
+def workload_tokens(traces: pd.DataFrame) -> np.ndarray:
+    """B·(I + O) per row: the tokens a batch's E2E covers."""
+    return (traces["batch"] * (traces["input_len"] + traces["output_len"])).to_numpy(float)
 
 
 def measured_throughput(traces: pd.DataFrame) -> np.ndarray:
+    """The measured throughput, or B·(I + O)/E2E where a row has only its E2E."""
     t = traces["throughput"].to_numpy(float)
-    from_e2e = (traces["batch"] * (traces["input_len"] + traces["output_len"]) / traces["e2e_s"]).to_numpy(float)
-    return np.where(np.isfinite(t), t, from_e2e)
+    return np.where(np.isfinite(t), t, workload_tokens(traces) / traces["e2e_s"].to_numpy(float))
+
+
+def measured_e2e(traces: pd.DataFrame) -> np.ndarray:
+    """The measured E2E, or B·(I + O)/throughput where a row has only its throughput."""
+    e = traces["e2e_s"].to_numpy(float)
+    return np.where(np.isfinite(e), e, workload_tokens(traces) / traces["throughput"].to_numpy(float))
 
 
 def padded_groups(traces: pd.DataFrame, group_by: list[str]) -> tuple[list, np.ndarray, np.ndarray]:

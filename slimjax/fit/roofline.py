@@ -40,12 +40,17 @@ def roofline_parameters(e_f, e_b, t_l):
     return parameters_from(np.stack(np.broadcast_arrays(e_f, e_b, t_l), axis=-1), ROOFLINE_PARAMS, ROOFLINE_BOUNDED)
 
 
+def _roofline_cell(compute_efficiency, bandwidth_efficiency, launch_overhead_s, feats):
+    """The capacity calculator's cell terms (§3–§4) at the given e_F, e_B, t_l, the other serving settings at their defaults."""
+    serving = default_serving(feats["model"], n_gpu=feats["n_gpu"], compute_efficiency=compute_efficiency,
+                              bandwidth_efficiency=bandwidth_efficiency, launch_overhead_s=launch_overhead_s)
+    return capacity_cell_terms(feats["model"], feats["gpu"], serving, feats["input_len"], feats["output_len"])
+
+
 def roofline_service_at(compute_efficiency, bandwidth_efficiency, launch_overhead_s, feats):
     """The capacity roofline's service terms (MODEL.md §4) at the given e_F, e_B, t_l and the other
     serving settings at their defaults."""
-    serving = default_serving(feats["model"], n_gpu=feats["n_gpu"], compute_efficiency=compute_efficiency,
-                              bandwidth_efficiency=bandwidth_efficiency, launch_overhead_s=launch_overhead_s)
-    cell = capacity_cell_terms(feats["model"], feats["gpu"], serving, feats["input_len"], feats["output_len"])
+    cell = _roofline_cell(compute_efficiency, bandwidth_efficiency, launch_overhead_s, feats)
     return service_terms(cell, None, feats["batch"], feats["input_len"], feats["output_len"])
 
 
@@ -62,10 +67,12 @@ def ttft_quantile_at(compute_efficiency, bandwidth_efficiency, launch_overhead_s
     """(TTFT at ``quantile``, utilization ρ) of a replica under Poisson arrivals at ``arrival_rate``:
     W_p(λ) + t_pre + ITL(m) (MODEL.md §5 wait quantile, §8 TTFT in a study) on m = min(feats["max_concurrency"]
     (no cap: NaN), max_seqs) slots of S(m); +inf without a steady state."""
-    serving = default_serving(feats["model"], n_gpu=feats["n_gpu"], compute_efficiency=compute_efficiency,
-                              bandwidth_efficiency=bandwidth_efficiency, launch_overhead_s=launch_overhead_s)
+    cell = _roofline_cell(compute_efficiency, bandwidth_efficiency, launch_overhead_s, feats)
+    return _ttft_quantile(cell, feats, arrival_rate, quantile, max_slots)
+
+
+def _ttft_quantile(cell, feats, arrival_rate, quantile, max_slots):
     I, O = feats["input_len"], feats["output_len"]
-    cell = capacity_cell_terms(feats["model"], feats["gpu"], serving, I, O)
     cap = feats["max_concurrency"]
     slots = jnp.minimum(jnp.where(jnp.isnan(cap), jnp.inf, cap), cell["max_seqs"])
     at_m = service_terms(cell, None, jnp.maximum(slots, 1.0), I, O)
@@ -75,10 +82,11 @@ def ttft_quantile_at(compute_efficiency, bandwidth_efficiency, launch_overhead_s
 
 
 def _roofline_residuals(z, feats, itl, ttft, mask_itl, mask_ttft, p90=None, rate=None, mask_p90=None, max_slots=None):
-    p_itl, p_ttft = roofline_predict(z, feats)
-    r = [jnp.where(mask_itl, p_itl / itl - 1.0, 0.0), jnp.where(mask_ttft, p_ttft / ttft - 1.0, 0.0)]
+    cell = _roofline_cell(*roofline_coefficients(z), feats)  # one cell for the mean and the p90 residuals
+    out = service_terms(cell, None, feats["batch"], feats["input_len"], feats["output_len"])
+    r = [jnp.where(mask_itl, out["itl_s"] / itl - 1.0, 0.0), jnp.where(mask_ttft, out["ttft_s"] / ttft - 1.0, 0.0)]
     if p90 is not None:
-        pred, rho = ttft_quantile_at(*roofline_coefficients(z), feats, rate, max_slots=max_slots)
+        pred, rho = _ttft_quantile(cell, feats, rate, TTFT_QUANTILE, max_slots)
         # no steady state at these coefficients although the run had one: a finite penalty that falls with ρ
         r.append(jnp.where(mask_p90, jnp.where(jnp.isfinite(pred), pred / p90 - 1.0, 10.0 + rho), 0.0))
     return jnp.concatenate(r)

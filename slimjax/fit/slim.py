@@ -29,9 +29,9 @@ from ..model.slim import slim_variables
 from ..model.slim_kv import slim_kv_variables
 from ..model.specs import SLIM_PARAMS, SlimCoeffs
 from ..store import coefficients as layout
-from .features import measured_throughput, padded_groups, row_features
+from .features import measured_e2e, measured_throughput, padded_groups, row_features
 from .folds import folds, study_rows
-from .transfer import extrapolation_bits, kind_codes
+from .transfer import extrapolation_bits, held_out_log_ratio, kind_codes
 from .solver import LOSSES, cauchy_residual, coefficient_slopes, coefficients_from, fit_batched, parameters_from, sharded, solver_options
 from .uncertainty import bootstrap_covariance, gauss_newton
 
@@ -200,8 +200,7 @@ def _transfer_residuals(traces, solver, iterations, variant, loss):
     test = pd.concat([rows.iloc[f.test].assign(_fold=k) for k, f in enumerate(every)], ignore_index=True)
     fitted = calibrate(train, group_by=["_fold"], solver=solver, iterations=iterations, variant=variant, loss=loss)
     p = predict(fitted, test)
-    t = measured_throughput(p)
-    return (np.log(t / p["pred_throughput"].to_numpy(float)), p["pred_throughput_log_sd"].to_numpy(float),
+    return (held_out_log_ratio(p), p["pred_throughput_log_sd"].to_numpy(float),
             kind_codes([f.scenario for f in every for _ in f.test]))
 
 
@@ -230,8 +229,7 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     if bootstrap:
         z_boot = _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, bootstrap, seed, fit_options)
         cov = bootstrap_covariance(z_boot, z, cov, coefficient_slopes(z, spec.params, spec.bounded))
-    e_meas = np.where(np.isfinite(traces["e2e_s"].to_numpy(float)), traces["e2e_s"].to_numpy(float),
-                      (traces["batch"] * (traces["input_len"] + traces["output_len"])).to_numpy(float) / t_all)[index]
+    e_meas = measured_e2e(traces)[index]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an underdetermined group has no MAPE, only NaN
         mape_t = np.nanmean(np.where(mask, np.abs(t_pred / t_meas - 1), np.nan), axis=1) * 100
@@ -298,7 +296,7 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     with float64_scope():
         pred = functools.partial(_predict, variant=variant)
         feats = row_features(points.assign(n_gpu=points.get("n_gpu", 1)))
-        beta = float(coeffs.attrs.get("bandwidth_exponent", shipped_bandwidth_exponent(variant) if variant != "slim" else 1.0))
+        beta = float(coeffs.attrs.get("bandwidth_exponent", shipped_bandwidth_exponent(variant)))
         feats["bandwidth_exponent"] = (points["bandwidth_exponent"].to_numpy(float) if "bandwidth_exponent" in points
                                        else np.full(len(points), beta))
         t, e, _ = map(np.asarray, jax.vmap(pred)(jnp.asarray(z), feats))

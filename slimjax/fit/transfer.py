@@ -42,11 +42,14 @@ def fold_bits(rows: pd.DataFrame, fold: Fold) -> np.ndarray:
                               ~test["gpu"].isin(set(train["gpu"])).to_numpy(), ranges)
 
 
+def held_out_log_ratio(pred: pd.DataFrame) -> np.ndarray:
+    """r_i = log(T_meas / T_pred) of predicted rows (``predict`` output with measured ``throughput`` or ``e2e_s``)."""
+    return np.log(measured_throughput(pred) / pred["pred_throughput"].to_numpy(float))
+
+
 def held_out_scores(pred: pd.DataFrame, level: float) -> np.ndarray:
-    """Form scores m_i of predicted rows (``predict`` output with measured ``throughput`` or ``e2e_s``)."""
-    t = measured_throughput(pred)
-    log_ratio = np.log(t / pred["pred_throughput"].to_numpy(float))
-    return np.asarray(form_score(log_ratio, pred["pred_throughput_log_sd"].to_numpy(float), level))
+    """Form scores m_i of predicted rows."""
+    return np.asarray(form_score(held_out_log_ratio(pred), pred["pred_throughput_log_sd"].to_numpy(float), level))
 
 
 def kind_codes(scenarios) -> np.ndarray:

@@ -32,7 +32,7 @@ from ..config import uses_float64
 from ..errors import SlimjaxError, suggest
 from ..model.intervals import INTERVAL_LEVEL, extrapolation_form_error, extrapolation_label, form_errors, transfer_interval
 from .baselines import BASELINES
-from .features import row_features
+from .features import measured_e2e, measured_throughput, row_features, workload_tokens
 from .folds import SCENARIOS, SETTING, Fold, folds, setting_name, study_rows
 from .roofline import roofline_service_at
 from .slim import calibrate, predict
@@ -123,16 +123,14 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
         else:
             fit, apply = BASELINES[method]
             pred[method] = np.concatenate([apply(fit(rows.iloc[f.train]), rows.iloc[f.test]) for f in scored])
-    tokens = (test["batch"] * (test["input_len"] + test["output_len"])).to_numpy(float)
+    tokens = workload_tokens(test)
     test = test.assign(interval_kind=[extrapolation_label(int(b)) for b in bits])
     nan = np.full(len(test), np.nan)
     columns = ("pred_throughput_lo", "pred_throughput_hi", "pred_throughput_transfer_lo", "pred_throughput_transfer_hi", "form_error")
     long = pd.concat([test.assign(method=m, pred_e2e_s=p, pred_throughput=tokens / p, **{c: extra.get(m, {}).get(c, nan) for c in columns})
                       for m, p in pred.items()], ignore_index=True)
     long = long[long["scenario"].isin(scenarios)].reset_index(drop=True)
-    measured = long["throughput"].where(long["throughput"].notna(), tokens_of(long) / long["e2e_s"])
-    e2e = long["e2e_s"].where(long["e2e_s"].notna(), tokens_of(long) / long["throughput"])
-    long = long.assign(throughput=measured, e2e_s=e2e)
+    long = long.assign(throughput=measured_throughput(long), e2e_s=measured_e2e(long))
     records = []
     for (scenario, method), g in long.groupby(["scenario", "method"], sort=False):
         records.append({"scenario": scenario, "method": method, "n_folds": g["fold"].nunique(), "n_test": len(g),
@@ -151,10 +149,6 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     if variants:
         table[("winning_variant", "")] = score[variants].idxmin(axis=1)
     return Validation(table, long, chosen, dropped, {tag(scored[k]): b for k, b in exponents.items()})
-
-
-def tokens_of(rows: pd.DataFrame) -> pd.Series:
-    return rows["batch"] * (rows["input_len"] + rows["output_len"])
 
 
 def _calibrating_rows(scored: list[Fold], n_rows: int) -> np.ndarray:
@@ -188,8 +182,7 @@ def transfer_exponent_errors(rows: pd.DataFrame, scored: list[Fold], iterations:
     p = p[p["_k"].map(lambda k: scored[k].scenario == "gpu-transfer")]
     if p.empty:
         return pd.DataFrame(columns=[*BANDWIDTH_EXPONENTS, "setting"])
-    e2e = p["e2e_s"].where(p["e2e_s"].notna(), tokens_of(p) / p["throughput"])
-    error = p.assign(err=np.abs(np.log(p["pred_e2e_s"] / e2e))).groupby(["_k", "_b"])["err"].sum().unstack("_b")
+    error = p.assign(err=np.abs(np.log(p["pred_e2e_s"] / measured_e2e(p)))).groupby(["_k", "_b"])["err"].sum().unstack("_b")
     return error.assign(setting=[setting_name(*rows.iloc[scored[k].test[0]][list(SETTING)]) for k in error.index])
 
 

@@ -38,11 +38,11 @@ class StoredCoefficients:
     source: str
     notes: dict = dataclasses.field(default_factory=dict)  # {(model, gpu): what is wrong with its fit}
     ranges: dict = dataclasses.field(default_factory=dict)  # {(model, gpu): {axis: (min, max) fitted}}
-    n_gpu: float | None = None
+    n_gpu: float | None = None  # the tensor-parallel degree the coefficients were fitted at
     # transfer intervals: {(model, gpu): (form error inside the fitted lengths, beyond them, kind label inside)}
     form: dict = dataclasses.field(default_factory=dict)
     variant: str = "slim"  # the model the store's coefficients belong to
-    bandwidth_exponent: float | None = None  # slim-kv's β the store was fitted with  # the tensor-parallel degree the coefficients were fitted at
+    bandwidth_exponent: float | None = None  # slim-kv's β the store was fitted with
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

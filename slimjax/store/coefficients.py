@@ -180,9 +180,7 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
             if TRANSFER_LOG_RATIO in stored:
                 bits = 0
                 for col, label, bit in (("model", m, MODEL), ("gpu", g, GPU)):
-                    fitted = at(f"fitted_{col}s", m, g)
-                    if not (col in stored[COEFFICIENTS].dims or (label in fitted[f"fitted_{col}"].values
-                                                                 and bool(fitted.sel({f"fitted_{col}": label})))):
+                    if not _member(at(f"fitted_{col}s", m, g).expand_dims("point"), f"fitted_{col}", [label])[0]:
                         bits |= bit
                 inside, beyond = np.asarray(extrapolation_form_error(np.array([bits, bits | LENGTH]), transfer_form(stored)))
                 form[(m, g)] = (float(inside), float(beyond), extrapolation_label(bits))
