@@ -281,16 +281,20 @@ def agent_table(at: xr.Dataset) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def point(model, gpu, batch: int, input_len: int, output_len: int, *, slim: Mapping | None = None,
-          precision: str = "float64") -> dict[str, float]:
-    """Every SLIM variable at one point, through the same jitted grid evaluation as :func:`sweep`.
+def point(model, gpu, batch: int, input_len: int, output_len: int, *, slim: Mapping | str | None = None,
+          slim_variant: str | None = None, serving: Mapping | None = None, precision: str = "float64") -> dict[str, float]:
+    """Every SLIM variable at one point, through the same jitted grid evaluation as :func:`sweep`, with the
+    memory check (``fits``; every time and throughput NaN where the batch does not fit, at the serving defaults
+    unless ``serving`` is given).
 
-    ``model`` and ``gpu`` are anything a sweep file accepts (catalog name, config path, mapping).
+    ``model`` and ``gpu`` are anything a sweep file accepts (catalog name, config path, mapping); ``slim`` and
+    ``slim_variant`` as the sweep file's keys (default: the recommended variant).
     """
     spec = dict(models=[model], gpus=[gpu], batch=[batch], input_len=[input_len], output_len=[output_len],
                 advisor=False, precision=precision)
-    if slim is not None:
-        spec["slim"] = slim
+    for key, value in (("slim", slim), ("slim_variant", slim_variant), ("serving", serving)):
+        if value is not None:
+            spec[key] = value
     ds = sweep(spec, quiet=True)
     return {k: float(ds[k].values.reshape(-1)[0]) for k in ds.data_vars}
 
@@ -308,8 +312,14 @@ def capacity(model, gpu, input_len: int, output_len: int, batch: int, *, arrival
         spec["arrival_rate"] = [arrival_rate]
     if measured is not None:
         spec["measured"] = dict(measured)
-    ds = sweep(spec, quiet=True)
-    return {k: ds[k].values.reshape(-1)[0].item() for k in ds.data_vars}
+    with float64_scope():
+        sw = parse(spec)
+        ds = sweep(sw, quiet=True)
+        result = {k: ds[k].values.reshape(-1)[0].item() for k in ds.data_vars}
+        # the fix a user needs is the group that holds this batch, not only one sequence
+        result["batch"] = float(batch)
+        result["n_gpu_to_fit_batch"] = float(sweepfile.smallest_tp_for_batch(sw, input_len + output_len, batch)[0, 0])
+    return result
 
 
 def agent(model, gpu, input_len: int, output_len: int, graph: Mapping, *, api: Mapping | None = None,
@@ -403,10 +413,23 @@ def _quantity(value: float, unit: str) -> str:
                 return f"{value / size:,.4g} {name} ({value:,.0f} bytes)"
         return f"{value:,.0f} bytes"
     if unit == "s":
-        return f"{value * 1e3:,.4g} ms" if abs(value) < 1 else f"{value:,.4g} s"
+        for name, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+            if abs(value) >= scale:
+                return f"{_number(value / scale)} {name}"
+        return "0 s" if value == 0 else "< 1 ns"
     if unit == "1":
-        return f"{value:.4g}" if value > 1 or 0 < value < 1e-4 else f"{value:.2%}"
-    return f"{value:,.4g} {unit}"
+        return _number(value) if value > 1 else "< 0.01%" if 0 < value < 1e-4 else f"{value:.2%}"
+    return f"{_number(value)} {unit}"
+
+
+def _number(value: float) -> str:
+    """Four significant figures with thousands separators, never an exponent for the sizes cards show."""
+    if value == 0 or not np.isfinite(value):
+        return f"{value:g}"
+    if abs(value) >= 1e4:
+        return f"{value:,.0f}"
+    digits = max(0, 3 - int(np.floor(np.log10(abs(value)))))
+    return f"{value:,.{digits}f}".rstrip("0").rstrip(".") if digits else f"{value:,.0f}"
 
 
 CARDS = (
@@ -420,7 +443,7 @@ CARDS = (
 
 
 BATCH_CARDS = ("ttft_s", "itl_s", "itl_chunk_s", "service_s", "request_rate", "token_throughput")  # at B itself
-QUEUE_CARDS = ("utilization", "p_wait", "wait_s", "response_s", "in_system")  # at m = min(B, max_seqs) slots
+QUEUE_CARDS = ("utilization", "p_wait", "wait_s", "response_s", "in_system")  # of a batch limit that fits
 
 
 def _runs(result: Mapping[str, float]) -> tuple[bool, bool]:
@@ -437,20 +460,21 @@ def capacity_verdict(result: Mapping[str, float], input_len: int, output_len: in
     if batch_fits:
         return None
     weights, pool, seqs = result["weights_bytes"], result["kv_pool_bytes"], int(result["max_seqs"])
-    n, need = int(result.get("n_gpu", 0)), int(result.get("n_gpu_to_fit", 0))
-    fix = (f"the smallest --n-gpu that fits is {need}" if need else
+    n, need = int(result.get("n_gpu", 0)), int(result.get("n_gpu_to_fit_batch", result.get("n_gpu_to_fit", 0)))
+    batch = result.get("batch")
+    fix = (f"the smallest --n-gpu that fits {'this batch' if batch is None else f'batch {int(batch)}'} is {need}" if need else
            "no tensor-parallel group of 1, 2, 4 or 8 of these GPUs fits it")
     if config_fits:
-        return (f"batch does not fit: the KV pool {_quantity(pool, 'bytes')} holds {seqs} sequence{'s' if seqs != 1 else ''} "
-                f"of {input_len + output_len} tokens ({_quantity(result['seq_footprint_bytes'], 'bytes')} each); run at most "
-                f"{seqs} at once (the queue below uses min(B, max_seqs) = {seqs} slots)")
+        return (f"batch does not fit: the KV pool {_quantity(pool, 'bytes')} holds {seqs:,} sequence{'s' if seqs != 1 else ''} "
+                f"of {input_len + output_len:,} tokens ({_quantity(result['seq_footprint_bytes'], 'bytes')} each); run at most "
+                f"{seqs:,} at once, or {fix}")
     if not n:
         return (f"does not fit: no tensor-parallel group of 1, 2, 4 or 8 of these GPUs holds its weights "
                 f"({_quantity(weights, 'bytes')}) and one sequence of {input_len + output_len} tokens (n_gpu: auto found none)")
     if pool <= 0:
         usable = pool + weights  # u·M − M_R
         why = (f"weights {_quantity(weights, 'bytes')} exceed usable memory {_quantity(usable, 'bytes')} "
-               f"(u·M − M_R on {n} GPU{'s' if n > 1 else ''})")
+               f"(u·M − M_R on {n} GPU{'s' if n > 1 else ''}) by {_quantity(-pool, 'bytes')}")
     else:
         why = (f"the KV pool {_quantity(pool, 'bytes')} is smaller than one sequence of {input_len + output_len} tokens "
                f"({_quantity(result['seq_footprint_bytes'], 'bytes')})")
@@ -469,9 +493,11 @@ def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
                 text = f"{int(value)}" if value else "none of 1, 2, 4, 8 fits"
             elif key == "max_seqs":
                 text = f"{int(value):,}"
+            elif key == "kv_pool_bytes" and value <= 0:  # no negative size: say what it means
+                text = f"none: weights exceed usable memory by {_quantity(-float(value), unit)}"
             else:
                 text = _quantity(float(value), unit)
-            if (not batch_fits and key in BATCH_CARDS) or (not config_fits and key in QUEUE_CARDS):
-                text = "not runnable (does not fit)"  # no number for what cannot happen
+            if not batch_fits and (key in BATCH_CARDS or key in QUEUE_CARDS):
+                text = "not runnable (does not fit)"  # no number for what cannot happen, nor a queue without its service time
             cards.append((label, text))
     return cards

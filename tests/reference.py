@@ -41,12 +41,78 @@ def slim(arch: dict, gpu: dict, theta: dict, B: int, I: int, O: int, n_gpu: int 
                 slim_e2e_s=e2e, slim_throughput=B * (I + O) / e2e)
 
 
+def _attention_coefficients(arch):
+    L, H = arch["n_layers"], arch["n_heads"]
+    if arch["mla"]:
+        return (2 * L * H * (arch["qk_nope_dim"] + arch["rope_dim"] + arch["v_head_dim"]),
+                2 * L * H * (2 * arch["kv_lora_rank"] + arch["rope_dim"]))
+    return 4 * L * H * arch["head_dim"], 4 * L * H * arch["head_dim"]
+
+
+def peak_flops(gpu, b_w):
+    """The Tensor Core peak for the weights' bytes: FP4 at ≤ 0.6 bytes, FP8 at ≤ 1.01, else bf16 (where the GPU has it)."""
+    if b_w <= 0.6 and gpu.get("flops_fp4_per_s", 0) > 0:
+        return gpu["flops_fp4_per_s"]
+    if 0.6 < b_w <= 1.01 and gpu.get("flops_fp8_per_s", 0) > 0:
+        return gpu["flops_fp8_per_s"]
+    return gpu["flops_per_s"]
+
+
+def physical_floor(arch, gpu, B, I, O, n_gpu=1, b_w=None, b_kv=None, r=1.0, o=1.0):
+    """(prefill, decode) seconds at 100 % of the group's peak: the B·I prompt tokens as one pass, then the O − 1
+    decode steps one by one (issue 20's floor, from its statement, by loops)."""
+    b_w = arch["bytes_per_weight"] if b_w is None else b_w
+    b_kv = arch["kv_dtype_bytes"] if b_kv is None else b_kv
+    F, BW = n_gpu * peak_flops(gpu, b_w), n_gpu * gpu["bandwidth_bytes_per_s"]
+    P_e = arch["n_ffn"] * arch["hidden"] * arch["expert_ffn_dim"]
+    P_act = arch["n_params"] - arch["n_moe_layers"] * (arch["n_experts"] - arch["experts_per_token"]) * P_e
+    a_pre, a_dec = _attention_coefficients(arch)
+    M_W = arch["n_params"] * b_w
+    moe = dict(E=arch["n_experts"], k=arch["experts_per_token"], routed=b_w * arch["n_moe_layers"] * P_e)
+    e_kv = kv_bytes_per_layer_token({**arch, "kv_dtype_bytes": b_kv})
+    pre = max(B * (2 * P_act * I + a_pre * I * I / 2) / F, moe_weight_bytes(B * I, M_W, moe) / BW)
+    dec = 0.0
+    w = moe_weight_bytes(B, M_W, moe)
+    for j in range(1, O):
+        T = I + j
+        kv = kv_read(T, e_kv, arch["n_layers"], arch["n_sliding_layers"], arch["window"], r, o)
+        dec += max(B * (2 * P_act + a_dec * T) / F, (w + B * kv) / BW)
+    return pre, dec
+
+
+def default_fit(arch, gpu, B, I, O, n_gpu=1):
+    """(B sequences of I + O fit, B prompts of I fit) at the serving defaults (u = 0.9, β = 16, no reserve)."""
+    pool = 0.9 * n_gpu * gpu["memory_bytes"] - arch["n_params"] * arch["bytes_per_weight"]
+    if pool <= 0:
+        return False, False
+    return B * footprint(arch, I + O, 16) <= pool, B * footprint(arch, I, 16) <= pool
+
+
+def slim_floored(arch, gpu, theta, B, I, O, n_gpu=1, masked=True):
+    """:func:`slim` with each time at least its physical floor, and NaN where the batch does not fit (at the
+    serving defaults) when ``masked``."""
+    out = slim(arch, gpu, theta, B, I, O, n_gpu)
+    pre_f, dec_f = physical_floor(arch, gpu, B, I, O, n_gpu)
+    flag = (1 if pre_f > out["slim_prefill_s"] else 0) + (2 if dec_f > out["slim_decode_s"] else 0)
+    pre, dec = max(out["slim_prefill_s"], pre_f), max(out["slim_decode_s"], dec_f)
+    e2e = pre + dec + theta["t_fixed"]
+    out.update(slim_prefill_s=pre, slim_decode_s=dec, slim_e2e_s=e2e, slim_throughput=B * (I + O) / e2e, slim_at_floor=flag)
+    if masked:
+        fits, prompts_fit = default_fit(arch, gpu, B, I, O, n_gpu)
+        if not prompts_fit:
+            out["slim_prefill_s"] = math.nan
+        if not fits:
+            out.update(slim_decode_s=math.nan, slim_e2e_s=math.nan, slim_throughput=math.nan)
+    return out
+
+
 def b_cap(arch, gpu, theta, batches, I, O, slo_s, epsilon) -> int:
-    """Eq. 13 by enumeration: best throughput among qualifying batches, ties to the smaller B."""
-    t1 = slim(arch, gpu, theta, 1, I, O)["slim_throughput"]
+    """Eq. 13 by enumeration: best throughput among qualifying batches (those that fit), ties to the smaller B;
+    SLIM with its physical floor."""
+    t1 = slim_floored(arch, gpu, theta, 1, I, O, masked=False)["slim_throughput"]
     best, best_t = 0, -math.inf
     for B in sorted(batches):
-        r = slim(arch, gpu, theta, B, I, O)
+        r = slim_floored(arch, gpu, theta, B, I, O)
         if r["slim_e2e_s"] <= slo_s and r["slim_throughput"] / (B * t1) > epsilon and r["slim_throughput"] > best_t:
             best, best_t = B, r["slim_throughput"]
     return best
@@ -185,4 +251,11 @@ def capacity_point(arch, gpu, serving, B, I, O, measured=None):
                prefill_s=t_pre, chunk_max_s=t_max,
                itl_s=itl, itl_chunk_s=roof_itl + t_max, ttft_s=ttft, service_s=S,
                request_rate=B / S, token_throughput=B * (I + O) / S)
+    # no time for what cannot run: a batch beyond max_seqs; a prompt whose own KV does not fit
+    fp_prompt = footprint({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]}, I, int(sv["block_size"]), sv["kv_replication"],
+                          sv["kv_overhead"])
+    if pool <= 0 or fp_prompt > pool:
+        out.update(prefill_s=math.nan, chunk_max_s=math.nan)
+    if B > seqs:
+        out.update({k: math.nan for k in ("itl_s", "itl_chunk_s", "ttft_s", "service_s", "request_rate", "token_throughput")})
     return out, seqs, service

@@ -138,14 +138,17 @@ def test_grid_agrees_with_the_scalar_path_and_hand_costs(swept):
             want = api_schedule_loop(n_st, n_call, d, rpm, 2e6, i, 128, 3.0, 8)
             assert float(a.agent_api_s) == pytest.approx(want, rel=1e-12)
             assert int(a.agent_faster) == (0 if float(a.agent_local_s) <= want else 1)
-    assert (ds.agent_local_s >= ds.agent_dependency_bound_s - 1e-12).all()  # no schedule beats the dependency bound
+    # no schedule beats the dependency bound (NaN: the batch limit does not fit, no local figure)
+    assert ((ds.agent_local_s >= ds.agent_dependency_bound_s - 1e-12) | ds.agent_local_s.isnull()).all()
 
 
-def test_what_does_not_fit_is_infinite_locally_never_nan(swept):
+def test_what_does_not_fit_has_no_local_figure_and_the_api_wins(swept):
     big = swept.sel(model="Llama-3.1-405B")  # 810 GB of weights on one GPU
-    assert np.isinf(big.agent_local_s).all() and np.isinf(big.agent_local_cost_usd).all()
+    assert np.isnan(big.agent_local_s).all() and np.isnan(big.agent_local_cost_usd).all()
     assert (big.agent_faster == 1).all() and (big.agent_cheaper == 1).all()
-    assert not np.isnan(swept.agent_local_s).any()
+    # a local figure exactly where the batch limit fits the replica
+    fits = swept.fits.broadcast_like(swept.agent_local_s)
+    assert np.array_equal(np.isfinite(swept.agent_local_s.values), fits.values)
 
 
 def test_attrs_carry_the_price_date_and_flag_meanings(swept):

@@ -27,7 +27,7 @@ SPEC = dict(
     output_len=[1, 2, 150, 400],
     serving={"chunk_size": 256, "launch_overhead_s": 2e-5, "block_size": 32, "reserved_gib": 1.5,
              "kv_overhead": 1.05, "L40S": {"kv_dtype_bytes": "fp8", "compute_efficiency": 0.7},
-             "Llama-3.1-8B": {"n_gpu": 2, "kv_replication": 2}},
+             "Llama-3.1-8B": {"n_gpu": 2, "kv_replication": 2}, "Mixtral-8x7B": {"n_gpu": 2}},
     measured={"Mixtral-8x7B": MEASURED},
     arrival_rate=[0.0, 0.5, 4.0, 40.0],
     advisor={"slo_s": 60},
@@ -62,6 +62,9 @@ def test_every_capacity_and_queue_variable_matches_loops(ds):
                     assert got == pytest.approx(value, rel=1e-9), (name, m, g, B, I, O)
             slots = min(B, seqs)
             S = service(max(slots, 1))[2]
+            if B > seqs:  # a batch limit that does not fit has no queue figures
+                assert np.isnan(at[["utilization", "p_wait", "wait_s", "response_s", "in_system"]].to_array().values).all()
+                continue
             for lam in SPEC["arrival_rate"]:
                 q = ref.mmc(slots, S, lam) if slots == 0 or not math.isnan(S) else None
                 qa = at.sel(arrival_rate=lam)
@@ -94,40 +97,62 @@ def test_dtypes_and_roofline_attrs(ds):
     assert ds.max_seqs.dtype == np.int64
     assert tuple(ds.p_wait.dims) == ("model", "gpu", "batch", "input_len", "output_len", "arrival_rate")
     # MoE and MLA are on the roofline (MODEL.md §4b), and say how
-    assert np.isfinite(ds.prefill_s.sel(model="DeepSeek-V2")).all() and np.isfinite(ds.prefill_s.sel(model="Mixtral-8x7B")).all()
+    # (NaN only where a prompt's own KV does not fit: DeepSeek-V2's 236 B weights fit none of these single GPUs)
+    for m in ("DeepSeek-V2", "Mixtral-8x7B"):
+        pre, pool = ds.prefill_s.sel(model=m), ds.kv_pool_bytes.sel(model=m)
+        assert np.array_equal(np.isfinite(pre).values, np.broadcast_to((pool > 0).values[:, None], pre.shape) &
+                              np.isfinite(pre).values)
+    assert np.isfinite(ds.prefill_s.sel(model="Mixtral-8x7B", gpu="H100-SXM")).all()  # 2 × H100 hold its 93 GB
     variants = json.loads(ds.itl_s.attrs["roofline_variant"])
     assert variants == {"DeepSeek-V2": "moe+mla", "Mixtral-8x7B": "moe"}
     # n_gpu = 2 on an inline GPU without a link figure: no all-reduce time, and the attr says so
     assert "Llama-3.1-8B/small" in ds.itl_s.attrs["tp_communication"] and "H100-SXM" not in ds.itl_s.attrs["tp_communication"]
     assert "Mixtral-8x7B/H100-SXM" in ds.service_s.attrs["measured_mode"]
     assert ds.itl_chunk_s.attrs["mode"].startswith("roofline only")
-    assert not np.isnan(ds.service_s.sel(model="Mixtral-8x7B")).any()
+    measured = ds.service_s.sel(model="Mixtral-8x7B", gpu="H100-SXM")
+    assert np.array_equal(np.isnan(measured.values), ~ds.fits.sel(model="Mixtral-8x7B", gpu="H100-SXM").values)
     assert json.loads(ds.attrs["serving"])["Llama-3.1-8B"]["L40S"]["kv_dtype_bytes"] == 1.0
     p = ds.p_wait.values
     assert np.all((p[~np.isnan(p)] >= 0) & (p[~np.isnan(p)] <= 1))
 
 
-def test_unbounded_when_nothing_fits(ds):
-    # DeepSeek-V2 (236B) does not fit one GPU: no slots, the queue has no steady state
+def test_no_queue_figures_when_nothing_fits(ds):
+    # DeepSeek-V2 (236B) does not fit one GPU: no slots, no service time, so no queue figure at all (not a number)
     d = ds.sel(model="DeepSeek-V2", gpu="H100-SXM")
     assert int(d.max_seqs.max()) == 0
-    assert np.isinf(d.wait_s.sel(arrival_rate=0.5)).all() and np.isinf(d.utilization).all()
+    for name in ("wait_s", "utilization", "p_wait", "response_s", "in_system", "service_s", "ttft_s"):
+        assert np.isnan(d[name]).all(), name
+    # where the batch fits, a queue past saturation is still +inf (no steady state), never NaN
+    fit = ds.sel(model="Llama-3.1-8B", gpu="H100-SXM", arrival_rate=40.0)
+    assert np.isinf(fit.wait_s.where(fit.fits & (fit.utilization >= 1))).any()
 
 
 def test_b_cap_never_exceeds_max_seqs(ds):
     b_cap, seqs = ds.b_cap.values, ds.max_seqs.values
     assert np.all(b_cap <= seqs)
     assert np.any(b_cap > 0)
+    # without serving, memory is still checked, at the serving defaults (and the attrs say so)
     no_cap = slimjax.sweep({k: v for k, v in SPEC.items() if k not in ("serving", "measured", "arrival_rate")}, quiet=True)
-    assert np.any(no_cap.b_cap.values > seqs)  # the memory limit really binds somewhere
+    assert np.all(no_cap.b_cap.values <= no_cap.max_seqs.values)
+    assert "defaults" in no_cap.max_seqs.attrs["serving"]
+    assert np.any(no_cap.max_seqs.values < SPEC["batch"][-1])  # the memory limit really binds somewhere
+    assert np.isnan(no_cap.slim_throughput.where(~no_cap.fits)).all() and "itl_s" not in no_cap
 
 
-def test_slim_uses_serving_n_gpu_and_kv_dtype(ds):
-    sw = parse(SPEC)
-    i, j = sw.models.index("Llama-3.1-8B"), sw.gpus.index("L40S")
+def test_slim_uses_serving_n_gpu_and_kv_dtype():
+    one = {k: v for k, v in SPEC.items() if k != "measured"}
+    one["serving"] = {k: v for k, v in SPEC["serving"].items() if k != "Mixtral-8x7B"}
+    one.update(models=["Llama-3.1-8B"], gpus=["L40S"], batch=[1, 16], input_len=[700], output_len=[150], slim_variant="slim")
+    theta = parse(one).coeffs_table["L40S"]
     arch = dict(resolve_model("Llama-3.1-8B")[1], kv_dtype_bytes=1.0)
-    want = ref.slim(arch, resolve_gpu("L40S")[1], sw.coeffs_table["L40S"], 16, 700, 150, n_gpu=2)
-    at = ds.isel(model=i, gpu=j).sel(batch=16, input_len=700, output_len=150)
+    l40s = resolve_gpu("L40S")[1]
+    want = ref.slim(arch, l40s, theta, 16, 700, 150, n_gpu=2)
+    # its physical floor on the same group: 2 GPUs, fp8 KV replicated twice with 5 % overhead
+    pre_f, dec_f = ref.physical_floor(arch, l40s, 16, 700, 150, n_gpu=2, r=2.0, o=1.05)
+    want["slim_prefill_s"], want["slim_decode_s"] = max(want["slim_prefill_s"], pre_f), max(want["slim_decode_s"], dec_f)
+    want["slim_e2e_s"] = want["slim_prefill_s"] + want["slim_decode_s"] + theta["t_fixed"]
+    want["slim_throughput"] = 16 * 850 / want["slim_e2e_s"]
+    at = slimjax.sweep(one, quiet=True).isel(model=0, gpu=0).sel(batch=16, input_len=700, output_len=150)
     for k, v in want.items():
         assert float(at[k]) == pytest.approx(v, rel=1e-12), k
 

@@ -199,7 +199,7 @@ def test_capacity_says_first_that_a_configuration_does_not_fit():
             "--batch", "8", "--arrival-rate", "1"]
     out = CliRunner().invoke(main, args).output
     lines = out.splitlines()
-    assert "does not fit: weights 131.4 GiB" in lines[1] and "the smallest --n-gpu that fits is 4" in lines[1]
+    assert "does not fit: weights 131.4 GiB" in lines[1] and "the smallest --n-gpu that fits batch 8 is 4" in lines[1]
     timing = [ln for ln in lines if ln.strip().startswith(("TTFT", "ITL", "Service", "Token throughput", "Wait", "P(wait)"))]
     assert timing and all("not runnable" in ln for ln in timing)
     assert not any(ch.isdigit() for ln in timing for ch in ln.split("not runnable")[1])

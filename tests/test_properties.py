@@ -28,11 +28,16 @@ def sweeps(draw):
 @given(sweeps())
 def test_grid_properties(spec):
     ds = slimjax.sweep(spec, quiet=True)
+    fits = ds.fits.values
     e2e = ds.slim_e2e_s.values
-    assert np.all(np.diff(e2e, axis=2) > 0), "E2E increases with batch"
-    assert np.all(np.diff(e2e, axis=3) > 0), "E2E increases with input length"
-    assert np.all(np.diff(e2e, axis=4) > 0), "E2E increases with output length"
-    for name in ("slim_throughput", "slim_decode_s", "slim_prefill_s", "prefill_flops", "kv_traffic_bytes"):
+    for axis, what in ((2, "batch"), (3, "input length"), (4, "output length")):
+        d = np.diff(e2e, axis=axis)  # the physical floor can hold E2E flat (weights read once a step), never lower it
+        assert np.all(d[np.isfinite(d)] >= 0), f"E2E never decreases with {what}"
+    for name in ("slim_throughput", "slim_decode_s", "slim_e2e_s"):
+        v = ds[name].values
+        assert np.array_equal(np.isnan(v), ~fits), f"{name} is NaN exactly where the batch does not fit"
+        assert np.all(v[fits] > 0) and np.all(np.isfinite(v[fits])), name
+    for name in ("prefill_flops", "kv_traffic_bytes"):
         assert np.all(np.isfinite(ds[name].values)) and np.all(ds[name].values > 0), name
     b_cap = ds.b_cap.values
     assert np.all(np.isin(b_cap, np.concatenate([[0], ds.batch.values])))

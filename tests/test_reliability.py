@@ -217,15 +217,18 @@ def test_default_coefficients_keep_gpu_order_consistent_with_specs():
     pairs = [(a, b) for a in gpus for b in gpus if a != b and spec[a]["flops_per_s"] >= spec[b]["flops_per_s"]
              and spec[a]["bandwidth_bytes_per_s"] >= spec[b]["bandwidth_bytes_per_s"]]
     assert len(pairs) > 10
-    for a, b in pairs:
-        assert (ds.slim_throughput.sel(gpu=a) >= ds.slim_throughput.sel(gpu=b) * (1 - 1e-12)).all(), (a, b)
+    for a, b in pairs:  # (where both run: memory differs too, and a batch that does not fit has no figure)
+        t_a, t_b = ds.slim_throughput.sel(gpu=a), ds.slim_throughput.sel(gpu=b)
+        assert ((t_a >= t_b * (1 - 1e-12)) | t_a.isnull() | t_b.isnull()).all(), (a, b)
+        assert (t_a.notnull() | t_b.isnull() | (ds.max_seqs.sel(gpu=a) < ds.max_seqs.sel(gpu=b))).all(), (a, b)
         if spec[a]["link_bytes_per_s"] >= spec[b]["link_bytes_per_s"]:  # at TP 4 the link counts too (§4c)
-            assert (ds.itl_s.sel(gpu=a) <= ds.itl_s.sel(gpu=b) * (1 + 1e-12)).all(), (a, b)
+            i_a, i_b = ds.itl_s.sel(gpu=a), ds.itl_s.sel(gpu=b)
+            assert ((i_a <= i_b * (1 + 1e-12)) | i_a.isnull() | i_b.isnull()).all(), (a, b)
 
 
 def test_per_gpu_sets_are_opt_in_and_break_gpu_order():
     spec = dict(models=["Llama-3.1-70B"], gpus=["H100-SXM", "H200"], batch=[1], input_len=[1024], output_len=[256],
-                advisor=False, precision="float64")
+                advisor=False, precision="float64", serving={"n_gpu": 2})  # (141 GB of weights: two GPUs)
     shared = slimjax.sweep(spec, quiet=True).slim_throughput.squeeze()
     per_gpu = slimjax.sweep({**spec, "slim": "per-gpu"}, quiet=True)
     assert float(shared.sel(gpu="H200")) >= float(shared.sel(gpu="H100-SXM"))

@@ -20,7 +20,7 @@ import numpy as np
 from ..inputs.sweepfile import Sweep
 from ..model.queue import queue_bound
 from .dispatch import compute_devices, pipelined
-from .groups import GROUPS, active_groups, batch_phase, variable_names
+from .groups import GROUPS, active_groups, batch_phase, mask_unfit, variable_names
 from .plan import BlockPlan, plan_blocks
 from .schema import DIMS, VARIABLES
 
@@ -89,6 +89,7 @@ def _batch_block(x, cells, inputs, *, layout):
     out: dict = {}
     for g in layout.groups:
         out.update(GROUPS[g].batch(x, cells, out))
+    out = mask_unfit(out, [name for name, _ in layout.dtypes])
     return {name: _to_dims(out[name], VARIABLES[name].dims, grid, layout.shape).astype(dtype) for name, dtype in layout.dtypes}
 
 

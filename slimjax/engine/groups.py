@@ -14,7 +14,6 @@ inputs, every group's cell terms, and what earlier groups returned. ``x["dims"]`
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -28,10 +27,11 @@ from ..model import advisor as advisor_mod
 from ..model import agents as agents_mod
 from ..model.calculator import capacity_cell_terms, queue_terms, service_terms
 from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
-from ..inputs.serving import default_max_seqs
-from ..model.calculator import kv_capacity
-from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms, slim_variables
-from ..model.slim_kv import slim_kv_batch_terms, slim_kv_cell_terms, slim_kv_log_throughput_sensitivity, slim_kv_variables
+from ..model.calculator import kv_capacity, roofline_terms
+from ..model.rates import token_throughput
+from ..model.floor import FLOOR_FLAGS, decode_floor_s, prefill_floor_s
+from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms
+from ..model.slim_kv import slim_kv_batch_terms, slim_kv_cell_terms, slim_kv_log_throughput_sensitivity
 from ..model.specs import astype
 from .schema import DIMS, ROOFLINE_ONLY, SERVICE, VARIABLES
 
@@ -88,9 +88,9 @@ def _coordinates(sweep: Sweep) -> dict:
 def _slim_inputs(sweep: Sweep) -> dict:
     dt = sweep.dtype
     out = {"model": (("model",), astype(sweep.model, dt)), "gpu": (("gpu",), astype(sweep.gpu, dt)),
-           "coeffs": (("model", "gpu"), astype(sweep.coeffs, dt)), **_coordinates(sweep)}
-    if sweep.serving is not None:  # tensor parallel and the KV dtype come from the serving settings
-        out["serving"] = (("model", "gpu"), astype(sweep.serving, np.float64))
+           "coeffs": (("model", "gpu"), astype(sweep.coeffs, dt)), **_coordinates(sweep),
+           # tensor parallel, the KV dtype and the physical floor's group come from the serving settings
+           "serving": (("model", "gpu"), astype(sweep.serving, np.float64))}
     if sweep.slim_variant == "slim-kv":
         out["bandwidth_exponent"] = ((), np.asarray(sweep.slim_bandwidth_exponent, dt))
     return out
@@ -100,35 +100,65 @@ def _slim_kv(x: dict) -> bool:
     return x["static"].get("slim_kv", 0) == 1
 
 
+def slim_cell(model, gpu, coeffs, serving, I, O, slim_kv: bool, bandwidth_exponent=None) -> dict:
+    """§1's (or slim-kv's) batch-independent terms on the group ``serving`` describes, and the inputs of its
+    physical floor (:mod:`slimjax.model.floor`) at 100 % of that group's peak."""
+    dt = I.dtype
+    tp = dict(n_gpu=serving.n_gpu.astype(dt), kv_dtype_bytes=serving.kv_dtype_bytes.astype(dt))
+    if not slim_kv:
+        cell = slim_cell_terms(model, gpu, coeffs, I, O, **tp)
+    else:  # the variant's KV-capacity limit: §3 max_seqs at the sweep's serving settings
+        model64, gpu64 = (jax.tree_util.tree_map(lambda v: v.astype(F64), spec) for spec in (model, gpu))
+        seqs = kv_capacity(model64, gpu64, serving, I.astype(F64), O.astype(F64))["max_seqs"].astype(dt)
+        cell = slim_kv_cell_terms(model, gpu, coeffs, I, O, seqs, **tp, bandwidth_exponent=bandwidth_exponent)
+    roof, a_pre, a_dec = roofline_terms(model, gpu, jax.tree_util.tree_map(lambda v: v.astype(dt), serving), at_peak=True)
+    return {**cell, "floor": dict(roof=roof, a_pre=a_pre, a_dec=a_dec)}
+
+
+def slim_terms(cell: dict, coeffs, batch, I, O, slim_kv: bool) -> dict:
+    """§1's (or slim-kv's) batch terms, each time at least its physical floor (flagged in ``slim_at_floor``)."""
+    f = cell["floor"]
+
+    def floor(b):
+        return prefill_floor_s(b, I, f["roof"], f["a_pre"]), decode_floor_s(b, I, O, f["roof"], f["a_dec"])
+
+    terms = slim_kv_batch_terms if slim_kv else slim_batch_terms
+    out = terms(cell, coeffs, batch, I, O, floor=floor)
+    pre, dec = floor(batch)
+    out["_throughput_ceiling"] = token_throughput(batch, I, O, pre + dec)  # no prediction or interval end above it
+    return out
+
+
 def _slim_cell(x: dict) -> dict:
-    I, O = x["input_len"], x["output_len"]
-    serving = x.get("serving")
-    tp = {} if serving is None else dict(n_gpu=serving.n_gpu.astype(I.dtype), kv_dtype_bytes=serving.kv_dtype_bytes.astype(I.dtype))
-    if not _slim_kv(x):
-        return slim_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O, **tp)
-    # the variant's KV-capacity limit: §3 max_seqs at the sweep's serving settings (calibration's defaults without)
-    model64, gpu64 = (jax.tree_util.tree_map(lambda v: v.astype(F64), spec) for spec in (x["model"], x["gpu"]))
-    I64, O64 = I.astype(F64), O.astype(F64)
-    seqs = (default_max_seqs(model64, gpu64, jnp.ones(jnp.broadcast_shapes(I.shape, O.shape), F64), I64, O64) if serving is None
-            else kv_capacity(model64, gpu64, serving, I64, O64)["max_seqs"]).astype(I.dtype)
-    return slim_kv_cell_terms(x["model"], x["gpu"], x["coeffs"], I, O, seqs, **tp, bandwidth_exponent=x["bandwidth_exponent"])
-
-
-def slim_terms(x: dict, cell: dict, batch):
-    """§1's (or with slim_variant slim-kv the variant's) batch terms."""
-    terms = slim_kv_batch_terms if _slim_kv(x) else slim_batch_terms
-    return terms(cell, x["coeffs"], batch, x["input_len"], x["output_len"])
+    return slim_cell(x["model"], x["gpu"], x["coeffs"], x["serving"], x["input_len"], x["output_len"], _slim_kv(x),
+                     x.get("bandwidth_exponent"))
 
 
 def _slim_batch(x: dict, cells: dict, out: dict) -> dict:
     I, O, cell = x["input_len"], x["output_len"], cells["slim"]
-    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_terms(x, cell, x["batch"]),
+
+    def at(batch):
+        return slim_terms(cell, x["coeffs"], batch, I, O, _slim_kv(x))
+
+    terms = at(x["batch"])
+    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **terms, "slim_at_floor": terms["slim_at_floor"].astype(jnp.int8),
             "within_context": I + O <= x["model"].max_context,
             # at B = 1, for the advisor's ε and the intervals (XLA drops it if unused)
-            "_slim_at_1": slim_terms(x, cell, jnp.ones((), x["batch"].dtype))}
+            "_slim_at_1": at(jnp.ones((), x["batch"].dtype))}
 
 
-register_group(Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_slim_cell, batch=_slim_batch))
+def _slim_attrs(sweep: Sweep, name: str) -> dict:
+    if name == "slim_at_floor":
+        return {"flag_masks": [1, 2], "flag_meanings": " ".join(FLOOR_FLAGS),
+                "floor": "100 % of the group's peak FLOP/s and bandwidth, no efficiency, launch or communication cost: "
+                         "the batch's prefill as one pass, each decode step's weight and KV reads (slimjax.model.floor)"}
+    if name in ("slim_prefill_s", "slim_decode_s", "slim_e2e_s", "slim_throughput"):
+        return {"slim_variant": sweep.slim_variant, "physical_floor": "each time is at least the 100 %-of-peak roofline "
+                "of its group (slim_at_floor says where it binds)"}
+    return {}
+
+
+register_group(Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_slim_cell, batch=_slim_batch, attrs=_slim_attrs))
 
 # ------------------------------------------------------------------------- the capacity calculator (§3–§4)
 
@@ -171,6 +201,10 @@ def _capacity_batch(x: dict, cells: dict, out: dict) -> dict:
     result = {k: cap[k] for k in VARIABLES if VARIABLES[k].group == "capacity" and k in cap}
     result.update(service_terms(cap, x.get("measured"), B64, I64, O64))
     result["fits"] = B64 <= cap["max_seqs"]  # the advisor recommends only batches that fit
+    # what mask_unfit applies, by the dims a variable has: the batch of I + O tokens, the batch's prompts alone,
+    # one prompt alone
+    result["_fit_masks"] = {"batch": result["fits"], "sequence": cap["max_seqs"] >= 1,
+                            "prompts": B64 <= cap["prompt_max_seqs"], "prompt": cap["prompt_max_seqs"] >= 1}
     n = x["serving"].n_gpu
     result["n_gpu"] = jnp.where(jnp.isnan(n), 0.0, n)
     result["n_gpu_to_fit"] = x["n_gpu_to_fit"]
@@ -192,8 +226,32 @@ def _capacity_attrs(sweep: Sweep, name: str) -> dict:
     return attrs
 
 
-register_group(Group("capacity", active=lambda sw: sw.serving is not None, inputs=_capacity_inputs, cell=_capacity_cell,
-                     batch=_capacity_batch, attrs=_capacity_attrs, wide=True))
+def _memory_attrs(sweep: Sweep, name: str) -> dict:
+    attrs = {} if sweep.roofline else {"serving": "defaults (MODEL.md §0: the sweep has no serving block)"}
+    return {**attrs, **_capacity_attrs(sweep, name)}
+
+
+register_group(Group("capacity", active=lambda sw: True, inputs=_capacity_inputs, cell=_capacity_cell,
+                     batch=_capacity_batch, attrs=_memory_attrs, wide=True))
+# the roofline timing variables of the calculator (their group is "capacity"; they need this one active too)
+register_group(Group("roofline", active=lambda sw: sw.roofline, inputs=lambda sw: {}, batch=lambda x, cells, out: {}))
+
+
+def mask_unfit(out: dict, names) -> dict:
+    """Every ``fit_masked`` variable NaN where what it times cannot run: a variable with batch and output_len
+    where the batch does not fit (B > max_seqs), one with batch but no output_len (the batch's prefill) where
+    the B prompts alone do not, one with output_len but no batch where one sequence does not, one with neither
+    where one prompt does not."""
+    masks = out["_fit_masks"]
+    for name in names:
+        var = VARIABLES[name]
+        if not var.fit_masked:
+            continue
+        key = ("batch" if "output_len" in var.dims else "prompts") if "batch" in var.dims else (
+            "sequence" if "output_len" in var.dims else "prompt")
+        out[name] = jnp.where(masks[key], out[name], jnp.nan)
+    return out
+
 
 # ------------------------------------------------------------------------------------------- queue (§5)
 
@@ -249,6 +307,7 @@ def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
 
     sd_b, sd_1 = sd(B, out), sd(jnp.ones((), B.dtype), out["_slim_at_1"])
     lo, hi = log_interval(out["slim_throughput"], sd_b, INTERVAL_LEVEL)
+    hi = jnp.minimum(hi, out["_throughput_ceiling"])  # physics caps the optimistic end too
     return {"slim_throughput_lo": lo, "slim_throughput_hi": hi, "_log_sd": sd_b, "_log_sd_at_1": sd_1}
 
 
@@ -259,23 +318,26 @@ register_group(Group("intervals", active=lambda sw: sw.coeffs_log_cov is not Non
 
 
 def reference_e2e(sweep: Sweep) -> np.ndarray:
-    """E2E at the advisor's SLO reference point for every (model, GPU), shape (M, G)."""
+    """E2E at the advisor's SLO reference point for every (model, GPU), shape (M, G): the model the cells use
+    (variant, floor) on each pair's own group (its n_gpu and serving settings)."""
     ref = sweep.advisor.slo_reference
     dt = sweep.dtype
     m = jax.tree_util.tree_map(lambda x: x[:, None], astype(sweep.model, dt))
     g = jax.tree_util.tree_map(lambda x: x[None, :], astype(sweep.gpu, dt))
-    B, I, O = dt.type(ref["batch"]), dt.type(ref["input_len"]), dt.type(ref["output_len"])
-    if sweep.slim_variant == "slim-kv":
-        seqs = default_max_seqs(m, g, np.ones((len(sweep.models), len(sweep.gpus))), I, O)
-        out = jax.jit(slim_kv_variables)(m, g, astype(sweep.coeffs, dt), B, I, O, seqs, 1.0, dt.type(sweep.slim_bandwidth_exponent))
-    else:
-        out = jax.jit(slim_variables)(m, g, astype(sweep.coeffs, dt), B, I, O)
-    return np.asarray(out["slim_e2e_s"])
+    B, I, O = (np.asarray(ref[k], dt) for k in ("batch", "input_len", "output_len"))
+    slim_kv = sweep.slim_variant == "slim-kv"
+
+    def e2e(m, g, c, serving, beta):
+        cell = slim_cell(m, g, c, serving, I, O, slim_kv, beta)
+        return slim_terms(cell, c, B, I, O, slim_kv)["slim_e2e_s"]
+
+    out = jax.jit(e2e)(m, g, astype(sweep.coeffs, dt), astype(sweep.serving, np.float64), np.asarray(sweep.slim_bandwidth_exponent, dt))
+    return np.asarray(out)
 
 
-@functools.lru_cache(maxsize=4)
 def slo_seconds(sweep: Sweep) -> np.ndarray | None:
-    """The advisor's SLO per (model, GPU) in seconds, or None without an advisor."""
+    """The advisor's SLO per (model, GPU) in seconds, or None without an advisor (NaN where the pair's group
+    does not run at all)."""
     if sweep.advisor is None:
         return None
     if sweep.advisor.slo_s is not None:
@@ -343,7 +405,9 @@ def _agent_batch(x: dict, cells: dict, out: dict) -> dict:
     width = agents_mod.wave_width(a.parallelism, slots)
     at_width = service_terms(cap, x.get("measured"), width, I64, O64)["service_s"]
     at_one = service_terms(cap, x.get("measured"), jnp.ones((), F64), I64, O64)["service_s"]
-    local = agents_mod.local_time(a.stages, a.calls, a.tool_delay_s, width, at_width, slots)
+    # a batch limit the KV pool cannot hold is not a replica that runs (+inf: the API wins; NaN once masked)
+    local = jnp.where(B64 <= cap["max_seqs"], agents_mod.local_time(a.stages, a.calls, a.tool_delay_s, width, at_width, slots),
+                      jnp.inf)
     spacing = agents_mod.api_spacing(a.api_rpm, a.api_tpm, I64, O64)
     api = agents_mod.api_time(a.stages, a.calls, a.tool_delay_s, spacing, a.api_service_s, a.api_parallelism)
     n_gpu, price = x["serving"].n_gpu, x["gpu64"].price_per_hour

@@ -3,28 +3,17 @@ defaults calibration assumes, and groups as one padded index array."""
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pandas as pd
 
 from ..errors import SlimjaxError
-from ..inputs.catalog import resolve_gpu, resolve_model
+from ..inputs.physics import row_specs
 from ..inputs.serving import default_max_seqs as serving_default_max_seqs
-from ..model.specs import GPUSpec, ModelSpec, stack
 
 
 def row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per-row model and GPU specs (catalog lookup once per distinct name) and workload."""
-    # one catalog lookup and one spec row per distinct name, gathered by integer codes
-    m_codes, m_names = pd.factorize(traces["model"])
-    g_codes, g_names = pd.factorize(traces["gpu"])
-    m = jax.tree_util.tree_map(lambda x: x[m_codes], stack(ModelSpec, [resolve_model(x, "traces.model")[1] for x in m_names]))
-    g = jax.tree_util.tree_map(lambda x: x[g_codes], stack(GPUSpec, [resolve_gpu(x, "traces.gpu")[1] for x in g_names]))
-    if "weight_dtype_bytes" in traces and traces["weight_dtype_bytes"].notna().any():  # a run with quantized weights
-        import equinox as eqx
-
-        given = traces["weight_dtype_bytes"].to_numpy(float)
-        m = eqx.tree_at(lambda s: s.bytes_per_weight, m, np.where(np.isfinite(given), given, m.bytes_per_weight))
+    m, g = row_specs(traces)
     n_gpu, il, ol = (traces[c].to_numpy(float) for c in ("n_gpu", "input_len", "output_len"))
     return dict(model=m, gpu=g, n_gpu=n_gpu, batch=traces["batch"].to_numpy(float), input_len=il, output_len=ol,
                 max_seqs=default_max_seqs(m, g, n_gpu, il, ol))

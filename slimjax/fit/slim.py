@@ -23,6 +23,7 @@ import xarray as xr
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
+from ..inputs.physics import row_floors
 from ..inputs.coefficients import VARIANTS as VARIANT_NAMES, resolve_variant, shipped_bandwidth_exponent
 from ..model.intervals import extrapolation_form_error, extrapolation_label, log_interval, log_sd, transfer_interval
 from ..model.slim import slim_variables
@@ -204,6 +205,9 @@ def _transfer_residuals(traces, solver, iterations, variant, loss):
             kind_codes([f.scenario for f in every for _ in f.test]))
 
 
+ABSURD_B0 = 1e4  # B0 beyond this many times the largest fitted batch: not converged
+
+
 def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, solver_name) -> xr.Dataset:
     traces = traces.reset_index(drop=True)
     keys, index, valid = padded_groups(traces, group_by)
@@ -224,6 +228,12 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     z = np.where(underdetermined[:, None], np.nan, z)
     cov = np.where(underdetermined[:, None, None], np.nan, cov)
     identified = identified & ~underdetermined[:, None]
+    # an absurd scale is not a calibration: a batch offset far beyond the batches fitted (the decode term carried by
+    # B0 alone, α and γ at 0) or beyond them along a direction the data cannot see
+    b0 = np.asarray(coefficients_from(z, spec.params, spec.bounded))[:, list(spec.params).index("B0")]
+    b_max = np.max(np.where(valid, traces["batch"].to_numpy(float)[index], 0.0), axis=1)
+    absurd = (b0 > ABSURD_B0 * b_max) | (~identified[:, list(spec.params).index("B0")] & (b0 > b_max))
+    conv = np.where(absurd, False, conv)
     t_pred, e_pred, pre_pred = map(np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats))
     z_boot = None
     if bootstrap:
@@ -278,9 +288,24 @@ def _fitted_ranges(traces, index, valid) -> dict:
     return out
 
 
+def _check_points(points: pd.DataFrame) -> None:
+    """Sizes are positive integers (a batch of −3 has no throughput), named by column and row."""
+    for col in ("batch", "input_len", "output_len", "n_gpu"):
+        if col not in points:
+            if col == "n_gpu":
+                continue
+            raise SlimjaxError("points", f"column {col!r} is missing")
+        v = pd.to_numeric(points[col], errors="coerce").to_numpy(float)
+        bad = ~(np.isfinite(v) & (v >= 1) & (v == np.round(v)))
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise SlimjaxError(f"points.{col}", f"must be a positive integer, got {points[col].iloc[k]!r} (row {k})")
+
+
 def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd.DataFrame:
     """``points`` (canonical columns model, gpu, n_gpu, batch, input_len, output_len) with
-    pred_e2e_s, pred_throughput and their ``level`` intervals (_lo, _hi).
+    pred_e2e_s, pred_throughput and their ``level`` intervals (_lo, _hi), none faster than the 100 %-of-peak
+    roofline of the point's configuration (``pred_at_floor`` where that floor binds).
 
     Each point takes the coefficients of its group along the group dims ``coeffs`` has (so
     coefficients fitted per model on one GPU predict another GPU through its specs). Intervals: delta
@@ -290,6 +315,7 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     point's kind of extrapolation, named in ``interval_kind`` (``form_error``: the log-scale term).
     Always: ``pred_throughput_log_sd`` and ``pred_e2e_s_log_sd``, the fit's log-scale sds.
     """
+    _check_points(points)
     found = layout.lookup(coeffs, points)
     z, cov, scatter, zb, variant = found["z"], found["cov"], found["scatter"], found["z_boot"], found["variant"]
     _variant(variant)
@@ -320,7 +346,18 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
             m = np.asarray(extrapolation_form_error(bits, layout.transfer_form(coeffs, level)))
             t_lo, t_hi = map(np.asarray, transfer_interval(t, sd_t, m, level))
             e_lo, e_hi = map(np.asarray, transfer_interval(e, sd_e, m, level))
+    # no prediction faster than physics: E2E at least, throughput at most, the 100 %-of-peak roofline of the point's
+    # configuration (the fit's own model has no weight read in §1; slimjax.model.floor)
+    floors = row_floors(points.assign(n_gpu=points.get("n_gpu", 1)))
+    e_floor = floors["prefill"] + floors["decode"]
+    tokens = (points["batch"] * (points["input_len"] + points["output_len"])).to_numpy(float)
+    ceiling = tokens / e_floor
+    at_floor = e < e_floor
+    t, e = np.minimum(t, ceiling), np.maximum(e, e_floor)
+    t_lo, t_hi = np.minimum(t_lo, ceiling), np.minimum(t_hi, ceiling)
+    e_lo, e_hi = np.maximum(e_lo, e_floor), np.maximum(e_hi, e_floor)
     out = points.copy()
+    out["pred_at_floor"] = at_floor
     out["pred_throughput_log_sd"], out["pred_e2e_s_log_sd"] = sd_t, sd_e
     if transfer:
         out["interval_kind"] = [extrapolation_label(int(b)) for b in bits]

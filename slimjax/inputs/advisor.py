@@ -36,7 +36,8 @@ def advisor_block(value: Any, batch: np.ndarray) -> Advisor | None:
     if unknown:
         name = sorted(unknown)[0]
         raise SlimjaxError(f"advisor.{name}", f"unknown key{suggest(name, ['epsilon', 'slo_s', 'slo_factor', 'slo_reference'])}")
-    epsilon = nonnegative(value.get("epsilon", DEFAULT_EPSILON), "advisor.epsilon")
+    # T(B)/(B·T(1)) ≤ 1 always (batching never more than multiplies one sequence's rate), so ε ≥ 1 admits no batch
+    epsilon = checked_number(value.get("epsilon", DEFAULT_EPSILON), "advisor.epsilon", lambda x: 0 <= x < 1, "in [0, 1)")
     if "slo_s" in value and ("slo_factor" in value or "slo_reference" in value):
         raise SlimjaxError("advisor.slo_s", "give either slo_s or slo_factor (+ slo_reference), not both")
     slo_s = nonnegative(value["slo_s"], "advisor.slo_s", strictly=True) if "slo_s" in value else None

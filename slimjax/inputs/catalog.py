@@ -354,8 +354,19 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
     if isinstance(entry, Mapping):
         if not entry.get("name"):
             raise SlimjaxError(f"{field}.name", "an inline model needs a name")
+        from .serving import SERVING  # (serving imports this module)
+
         body = {k: v for k, v in entry.items() if k != "name"}
+        serving_keys = [k for k in body if k in SERVING or k == "efficiency"]
+        if serving_keys:
+            k = serving_keys[0]
+            raise SlimjaxError(f"{field}.{k}", f"{k!r} is a serving key, not a model field: give it under "
+                                               f"serving.{entry['name']}.{k} (or serving.{k} for every pair)")
         if "config" in body:
+            overrides = [k for k in body if k not in READ_KEYS]
+            if overrides:  # beside a config file, every key is an override of a field the reader uses
+                raise SlimjaxError(f"{field}.{overrides[0]}", "unknown key beside config: not a model field the reader "
+                                                              f"uses{suggest(str(overrides[0]), READ_KEYS)}")
             path = Path(body.pop("config"))
             if base_dir is not None and not path.is_absolute():
                 path = base_dir / path

@@ -165,7 +165,8 @@ def resolve_variant(variant: str | None, field: str = "slim_variant") -> str | N
 def coefficients_block(value: Any, models: list[str], gpus: list[str], read_store: StoreReader | None = None,
                        variant: str | None = None) -> SweepCoefficients:
     """The sweep's coefficients per (model, GPU) from its ``slim`` value (see :mod:`this module <.>`), for the
-    ``slim_variant`` asked (default: a store's own variant, else MODEL.md §1's ``slim``)."""
+    ``slim_variant`` asked (default: a store's own variant, else ``recommended``: the variant
+    configs/slim/default.yaml names, today slim-kv; MODEL.md §1's ``slim`` stays selectable)."""
     variant = resolve_variant(variant)
     ref = store_ref(value)
     if ref is not None:
@@ -191,7 +192,7 @@ def coefficients_block(value: Any, models: list[str], gpus: list[str], read_stor
                               for g in gpus] for m in models], float)
         beta = stored.bandwidth_exponent if stored.bandwidth_exponent is not None else shipped_bandwidth_exponent(stored.variant)
         return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter, stored, form, stored.variant, beta)
-    variant = variant or "slim"
+    variant = variant or resolve_variant("recommended")  # the default: the variant that reads the weights (issue 20)
     table, source = _per_gpu(value, gpus, variant)
     coeffs = SlimCoeffs(**{
         p: np.broadcast_to(np.asarray([table[g][p] for g in gpus]), (len(models), len(gpus))).copy() for p in SLIM_PARAMS

@@ -52,9 +52,11 @@ class Sweep:
     output_len: np.ndarray
     advisor: Advisor | None
     precision: str
-    serving: ServingSpec | None  # leaves (M, G); None: the capacity calculator is off
-    serving_table: dict | None  # model -> GPU -> settings as given units, for attrs
-    tp_to_fit: np.ndarray | None  # (M, G) smallest TP degree in {1, 2, 4, 8} that fits the longest I + O; 0: none
+    serving: ServingSpec  # leaves (M, G); the serving defaults where the sweep has no serving block
+    serving_table: dict  # model -> GPU -> settings as given units, for attrs
+    tp_to_fit: np.ndarray  # (M, G) smallest TP degree in {1, 2, 4, 8} that fits the longest I + O; 0: none
+    roofline: bool  # the roofline timing of the calculator (§4) is on (serving, measured, arrival_rate or agents given);
+    # memory (§3) and the fit check are always on
     coeffs_notes: dict  # "model/gpu" -> what a calibrated store says is wrong with the fit the sweep uses
     measured: MeasuredSpec | None  # leaves (M, G), NaN where a pair has no measurement
     arrival_rate: np.ndarray | None  # requests/s; None: no queue variables
@@ -122,20 +124,41 @@ def _check_stored(coefficients, serving, models, gpus, axes, value) -> dict:
     notes = {}
     for i, m in enumerate(models):
         for j, g in enumerate(gpus):
-            runs = 1.0 if serving is None else float(serving.n_gpu[i, j])
-            if stored.n_gpu is not None and runs != stored.n_gpu and not np.isnan(runs):
-                raise SlimjaxError(field, f"the coefficients were fitted at n_gpu = {stored.n_gpu:g}, but the sweep runs {m} on "
-                                          f"{g} with n_gpu = {runs:g}; set serving n_gpu to {stored.n_gpu:g} or select the "
+            runs = float(serving.n_gpu[i, j])
+            lo, hi = stored.ranges.get((m, g), {}).get("n_gpu", (np.nan, np.nan))
+            if lo < hi and (stored.n_gpu is None or not np.isfinite(stored.n_gpu)):
+                raise SlimjaxError(field, f"the coefficients for {m} on {g} were fitted on rows pooled over n_gpu "
+                                          f"{lo:g}–{hi:g}, but the sweep runs n_gpu = {runs:g}: calibrate with --group-by "
+                                          f"including n_gpu and select the degree the sweep runs")
+            fitted_at = stored.n_gpu if stored.n_gpu is not None else (lo if lo == hi else None)
+            if fitted_at is not None and runs != fitted_at and not np.isnan(runs):
+                raise SlimjaxError(field, f"the coefficients were fitted at n_gpu = {fitted_at:g}, but the sweep runs {m} on "
+                                          f"{g} with n_gpu = {runs:g}; set serving n_gpu to {fitted_at:g} or select the "
                                           f"n_gpu the sweep runs")
             problems = [stored.notes[(m, g)]] if (m, g) in stored.notes else []
             for a, (lo, hi) in stored.ranges.get((m, g), {}).items():
-                if axes[a][0] < lo or axes[a][-1] > hi:
+                if a in axes and (axes[a][0] < lo or axes[a][-1] > hi):
                     problems.append(f"extrapolates {a} {axes[a][0]:g}–{axes[a][-1]:g} beyond the fitted {lo:g}–{hi:g}")
             if problems:
                 notes[f"{m}/{g}"] = "; ".join(problems)
     for pair, text in notes.items():
         warnings.warn(f"slim: the calibrated fit for {pair} {text}", RuntimeWarning, stacklevel=4)
     return notes
+
+
+def _smallest_tp(model, gpu, serving, serving_table, tokens: float, batch: float) -> np.ndarray:
+    auto_r = np.array([[("kv_replication" in serving_table[m][g].get("auto", ())) for g in serving_table[m]]
+                       for m in serving_table])
+    with float64_scope():
+        return np.asarray(smallest_fitting_tp(
+            jax.tree_util.tree_map(lambda x: x[:, None], model), jax.tree_util.tree_map(lambda x: x[None, :], gpu),
+            serving, tokens, auto_r, batch))
+
+
+def smallest_tp_for_batch(sweep: "Sweep", tokens: float, batch: float) -> np.ndarray:
+    """(M, G): the smallest TP degree in {1, 2, 4, 8} dividing H_q whose group holds ``batch`` sequences of
+    ``tokens`` at once, the other serving settings as the sweep has them; 0 where none does."""
+    return _smallest_tp(sweep.model, sweep.gpu, sweep.serving, sweep.serving_table, tokens, batch)
 
 
 def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) -> Sweep:
@@ -164,22 +187,18 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     gpu_names = [g for g, _ in gpus]
     model_names = [m for m, _ in models]
     coefficients = coefficients_block(data.get("slim"), model_names, gpu_names, read_store, data.get("slim_variant"))
-    capacity = any(k in data for k in ("serving", "arrival_rate", "measured", "agents"))
+    roofline = any(k in data for k in ("serving", "arrival_rate", "measured", "agents"))
     max_tokens = float(axes["input_len"][-1] + axes["output_len"][-1])
-    serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens) if capacity else (None, None)
+    # memory is always checked: without a serving block, at the serving defaults (MODEL.md §0)
+    serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens)
     measured = measured_block(data["measured"], model_names, gpu_names)[0] if data.get("measured") is not None else None
     coefficient_notes = _check_stored(coefficients, serving, model_names, gpu_names,
                                       {a: axes[a] for a in AXES}, data.get("slim"))
     model = stack(ModelSpec, [row for _, row in models])
     gpu = stack(GPUSpec, [row for _, row in gpus])
-    tp_to_fit = None
-    if serving is not None:
-        auto_r = np.array([["kv_replication" in serving_table[m][g].get("auto", ()) for g in gpu_names] for m in model_names])
-        with float64_scope():
-            tp_to_fit = np.asarray(smallest_fitting_tp(
-                jax.tree_util.tree_map(lambda x: x[:, None], model), jax.tree_util.tree_map(lambda x: x[None, :], gpu),
-                serving, max_tokens, auto_r))
+    tp_to_fit = _smallest_tp(model, gpu, serving, serving_table, max_tokens, 1.0)
     return Sweep(
+        roofline=roofline,
         coeffs_notes=coefficient_notes,
         tp_to_fit=tp_to_fit,
         coeffs_log_cov=coefficients.log_cov,

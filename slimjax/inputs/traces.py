@@ -340,8 +340,8 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
 
     Rows are dropped, with a count per cause in ``df.attrs['dropped']``: hardware that neither
     configs/hardware.yaml nor the GPU catalog (names, aliases, normalised) knows, counted per name; model not in the catalog, missing
-    values, non-positive sizes or times, and the known garbage rows whose I + O exceeds the model's
-    context. A malformed file is an error naming the file, row and column. ``defaults`` fill
+    values, non-positive sizes or times, the known garbage rows whose I + O exceeds the model's
+    context, and rows faster than their own configuration at 100 % of peak (:mod:`.physics`). A malformed file is an error naming the file, row and column. ``defaults`` fill
     columns a format lacks (e.g. ``gpu='H100-SXM'`` for vLLM JSONs).
     """
     path = Path(path)
@@ -414,6 +414,14 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         # wrong, and a fit cannot tell which
         consistent = df["throughput"] * df["e2e_s"] / (df["batch"] * (df["input_len"] + df["output_len"]))
         drop((consistent - 1.0).abs() > 0.05, "throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)")
+    from .physics import impossible_rows
+
+    taken = np.zeros(len(df), bool)  # faster than its own configuration at 100 % of peak; a row counted once
+    for reason, mask in impossible_rows(df).items():
+        if (mask & ~taken).any():
+            dropped[reason] = int((mask & ~taken).sum())
+        taken |= mask
+    df = df[~taken].reset_index(drop=True)
     for col in ("batch", "input_len", "output_len", "n_gpu"):
         df[col] = df[col].astype(np.int64)
     df.attrs["dropped"] = dropped

@@ -51,35 +51,44 @@ def replicated_kv(n_gpu, n_kv_heads):
     return jnp.maximum(1.0, n_gpu / n_kv_heads)
 
 
-def configuration_fits(model, gpu, serving, tokens):
-    """A configuration fits when its pool > 0 and max_seqs ≥ 1 for a sequence of ``tokens`` (§4c)."""
+def configuration_fits(model, gpu, serving, tokens, batch=1.0):
+    """A configuration fits when its pool > 0 and max_seqs ≥ 1 for a sequence of ``tokens`` (§4c); with
+    ``batch``, when it holds that many such sequences at once."""
     kv = kv_capacity(model, gpu, serving, tokens, 0.0)
-    return (kv["pool"] > 0) & (kv["max_seqs"] >= 1)
+    return (kv["pool"] > 0) & (kv["max_seqs"] >= jnp.maximum(batch, 1.0))
 
 
-def smallest_fitting_tp(model, gpu, serving, tokens, kv_replication_auto=False):
+def smallest_fitting_tp(model, gpu, serving, tokens, kv_replication_auto=False, batch=1.0):
     """The smallest n in TP_DEGREES that divides H_q and with which the group fits a sequence of ``tokens``
-    (§4c ``n_gpu: auto``), the other settings as ``serving`` has them (r = max(1, n/H_kv) where
-    ``kv_replication_auto``); 0 where none does."""
+    (§4c ``n_gpu: auto``; with ``batch``, that many of them), the other settings as ``serving`` has them
+    (r = max(1, n/H_kv) where ``kv_replication_auto``); 0 where none does."""
     best = jnp.zeros(jnp.broadcast_shapes(jnp.shape(model.n_heads), jnp.shape(gpu.memory_bytes), jnp.shape(serving.n_gpu)))
     for n in reversed(TP_DEGREES):
         r = jnp.where(kv_replication_auto, replicated_kv(n, model.n_kv_heads), serving.kv_replication)
         trial = ServingSpec(**{**serving.fields(), "n_gpu": n + 0.0 * serving.n_gpu, "kv_replication": r})
-        ok = (jnp.mod(model.n_heads, n) == 0) & configuration_fits(model, gpu, trial, tokens)
+        ok = (jnp.mod(model.n_heads, n) == 0) & configuration_fits(model, gpu, trial, tokens, batch)
         best = jnp.where(ok, n, best)
     return best
 
 
-def capacity_cell_terms(model, gpu, serving, input_len, output_len):
-    """Memory (§3) per (model, GPU, I, O) and chunked prefill (§4) per (model, GPU, I)."""
-    kv = kv_capacity(model, gpu, serving, input_len, output_len)
-    e_kv, weights, pool, footprint = kv["e_kv"], kv["weights"], kv["pool"], kv["footprint"]
+def roofline_terms(model, gpu, serving, *, at_peak=False):
+    """The §4/§4b/§4c roofline's inputs for one group: active parameters, weight and KV read rates, the
+    group's FLOP/s and bytes/s with the serving efficiencies, t_l and the all-reduce terms; and (a_pre, a_dec).
+
+    ``at_peak``: 100 % of the group's peak FLOP/s and bandwidth, no launch or communication cost (the
+    physical floor of :mod:`.floor`)."""
+    e_kv = memory.model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
+    weights = memory.weights_bytes(model.n_params, serving.bytes_per_weight)
     per_token = serving.kv_replication * serving.kv_overhead * e_kv
     p_e = experts.expert_params(model.n_ffn, model.hidden, model.expert_ffn_dim)
     a_pre, a_dec = experts.attention_flops_coefficients(model.n_layers, model.n_heads, model.head_dim, model.mla,
                                                         model.kv_lora_rank, model.rope_dim, model.qk_nope_dim, model.v_head_dim)
-    comm_fixed, comm_per_token = parallel.tp_comm_terms(model.n_layers, model.hidden, serving.n_gpu, gpu.link_bytes_per_s,
-                                                       gpu.allreduce_latency_s)
+    if at_peak:
+        e_f, e_b, launch, comm_fixed, comm_per_token = 1.0, 1.0, 0.0, 0.0, 0.0
+    else:
+        e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
+        comm_fixed, comm_per_token = parallel.tp_comm_terms(model.n_layers, model.hidden, serving.n_gpu, gpu.link_bytes_per_s,
+                                                           gpu.allreduce_latency_s)
     roof = dict(
         active_params=experts.active_params(model.n_params, model.n_moe_layers, model.n_experts, model.experts_per_token, p_e),
         weights=weights,
@@ -89,12 +98,20 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         kv_per_token_full=per_token * (model.n_layers - model.n_sliding_layers),
         kv_per_token_sliding=per_token * model.n_sliding_layers,
         window=model.window,
-        flops=serving.n_gpu * tensor_core_peak(gpu, serving.bytes_per_weight) * serving.compute_efficiency,
-        bandwidth=serving.n_gpu * gpu.bandwidth_bytes_per_s * serving.bandwidth_efficiency,
-        launch_overhead_s=serving.launch_overhead_s,
+        flops=serving.n_gpu * tensor_core_peak(gpu, serving.bytes_per_weight) * e_f,
+        bandwidth=serving.n_gpu * gpu.bandwidth_bytes_per_s * e_b,
+        launch_overhead_s=launch,
         comm_fixed_s=comm_fixed,
         comm_per_token_s=comm_per_token,
     )
+    return roof, a_pre, a_dec
+
+
+def capacity_cell_terms(model, gpu, serving, input_len, output_len):
+    """Memory (§3) per (model, GPU, I, O) and chunked prefill (§4) per (model, GPU, I)."""
+    kv = kv_capacity(model, gpu, serving, input_len, output_len)
+    e_kv, weights, pool, footprint = kv["e_kv"], kv["weights"], kv["pool"], kv["footprint"]
+    roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
     prefill_s, chunk_max_s, chunks = roofline.prefill_time(input_len, serving.chunk_size, attn=a_pre, **roof)
     return dict(
         weights_bytes=weights,
@@ -102,6 +119,8 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         kv_bytes_per_token=memory.kv_bytes_per_token(model.n_layers, e_kv),
         seq_footprint_bytes=footprint,
         max_seqs=kv["max_seqs"],
+        # a batch of B prompts alone (no output reserved) fits when B ≤ this: the fit check of prefill-only figures
+        prompt_max_seqs=kv_capacity(model, gpu, serving, input_len, 0.0)["max_seqs"],
         prefill_s=prefill_s,
         chunk_max_s=chunk_max_s,
         chunks=chunks,

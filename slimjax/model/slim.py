@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .floor import DECODE_AT_FLOOR, PREFILL_AT_FLOOR, floored
 from .memory import kv_bytes_per_token, model_kv_bytes_per_layer_token
 from .rates import token_throughput
 
@@ -77,18 +78,37 @@ def slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu=1.0, kv_dty
     )
 
 
-def slim_batch_terms(cell, coeffs, batch, input_len, output_len):
-    """SLIM at batch B from the cell terms of :func:`slim_cell_terms` (Eqs. 5–9)."""
+def slim_batch_terms(cell, coeffs, batch, input_len, output_len, floor=None):
+    """SLIM at batch B from the cell terms of :func:`slim_cell_terms` (Eqs. 5–9).
+
+    ``floor`` (optional): ``floor(B) -> (prefill floor, decode floor)`` in seconds (:mod:`.floor`); each time is
+    then the larger of Eq. 7/9's and its floor, E2E their sum with t_fixed, and ``slim_at_floor`` flags which
+    floor binds."""
     t_pre = batch * cell["p1"]
     t_dec = (batch + coeffs.B0) * cell["d1"]
+    flag = None
+    if floor is not None:
+        t_pre, t_dec, flag = floored(t_pre, t_dec, *floor(batch))
     e2e = e2e_latency(t_pre, t_dec, coeffs.t_fixed)
-    return dict(
+    out = dict(
         prefill_flops=batch * cell["f1"],
         slim_prefill_s=t_pre,
         slim_decode_s=t_dec,
         slim_e2e_s=e2e,
         slim_throughput=token_throughput(batch, input_len, output_len, e2e),  # Eq. 6
     )
+    if flag is not None:
+        out["slim_at_floor"] = flag
+    return out
+
+
+def free_parts(terms):
+    """(prefill, decode) masks: 1 where the model's own term sets the time, 0 where its floor does (then no
+    coefficient moves it)."""
+    flag = terms.get("slim_at_floor")
+    if flag is None:
+        return 1.0, 1.0
+    return jnp.where(flag & PREFILL_AT_FLOOR, 0.0, 1.0), jnp.where(flag & DECODE_AT_FLOOR, 0.0, 1.0)
 
 
 def slim_variables(model, gpu, coeffs, batch, input_len, output_len, n_gpu=1.0):
@@ -106,16 +126,18 @@ def log_throughput_sensitivity(cell, coeffs, batch, terms):
     """∂ log T / ∂ log θ for θ = (η_c, η_m, B0, α, γ, t_fixed), stacked on a trailing axis.
 
     From E2E = B·p1 + (B + B0)·d1 + t_fixed with p1 ∝ 1/η_c and d1 ∝ 1/η_m: log T = log(B(I+O)) −
-    log E2E, so each entry is −θ_k·(∂E2E/∂θ_k)/E2E. ``terms`` are :func:`slim_batch_terms`' outputs.
+    log E2E, so each entry is −θ_k·(∂E2E/∂θ_k)/E2E. ``terms`` are :func:`slim_batch_terms`' outputs; where a
+    floor binds, the coefficients of that term do not move the time (their entries are 0).
     """
     e2e = terms["slim_e2e_s"]
     slots = batch + coeffs.B0
+    pre, dec = free_parts(terms)
     parts = (
-        terms["slim_prefill_s"],
-        terms["slim_decode_s"],
-        -coeffs.B0 * cell["d1"],
-        -slots * cell["d_alpha"],
-        -slots * cell["d_gamma"],
+        pre * terms["slim_prefill_s"],
+        dec * terms["slim_decode_s"],
+        -dec * coeffs.B0 * cell["d1"],
+        -dec * slots * cell["d_alpha"],
+        -dec * slots * cell["d_gamma"],
         -coeffs.t_fixed,
     )
     return jnp.stack([jnp.broadcast_to(p, jnp.shape(e2e)) / e2e for p in parts], axis=-1)

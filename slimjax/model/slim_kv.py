@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .floor import floored
 from .rates import token_throughput
-from .slim import e2e_latency, slim_cell_terms
+from .slim import e2e_latency, free_parts, slim_cell_terms
 
 REFERENCE_BANDWIDTH = 1e12  # bytes/s: slim-kv's α and γ are seconds on a device of this bandwidth
 
@@ -76,17 +77,26 @@ def slim_kv_cell_terms(model, gpu, coeffs, input_len, output_len, max_seqs, n_gp
                 t_alpha=coeffs.alpha * output_len * (REFERENCE_BANDWIDTH / weights_bandwidth), max_seqs=max_seqs)
 
 
-def slim_kv_batch_terms(cell, coeffs, batch, input_len, output_len):
+def slim_kv_batch_terms(cell, coeffs, batch, input_len, output_len, floor=None):
     """slim-kv at batch B from :func:`slim_kv_cell_terms`: the B/B_eff waves' total prefill and decode
-    times (slim_prefill_s = B·p1 whatever the waves), E2E and throughput."""
+    times (slim_prefill_s = B·p1 whatever the waves), E2E and throughput. ``floor`` as in
+    :func:`slimjax.model.slim.slim_batch_terms`: each wave's prefill and decode at least their floors at B_eff."""
     b_eff = kv_limited_concurrency(batch, cell["max_seqs"])
     waves = batch / b_eff
     t_pre = b_eff * cell["p1"]
     t_dec = slim_kv_decode_time(b_eff, coeffs.B0, coeffs.eta_m, cell["t_w"], cell["kv_traffic_bytes"], cell["bandwidth"])
+    all_pre = batch * cell["p1"]  # all waves' prefill: (B/B_eff)·B_eff·p1 = B·p1, computed so (its dims have no output length)
+    flag = None
+    if floor is not None:
+        t_pre, t_dec, flag = floored(t_pre, t_dec, *floor(b_eff))
+        all_pre = jnp.maximum(all_pre, floor(batch)[0])
     e2e = kv_limited_e2e(batch, cell["max_seqs"], e2e_latency(t_pre, t_dec, coeffs.t_fixed))
-    # all waves' prefill: (B/B_eff)·B_eff·p1 = B·p1, computed so (its dims have no output length)
-    return dict(prefill_flops=batch * cell["f1"], slim_prefill_s=batch * cell["p1"], slim_decode_s=waves * t_dec, slim_e2e_s=e2e,
-                slim_throughput=token_throughput(batch, input_len, output_len, e2e), slim_waves=waves, _b_eff=b_eff, _round_prefill_s=t_pre)
+    out = dict(prefill_flops=batch * cell["f1"], slim_prefill_s=all_pre, slim_decode_s=waves * t_dec, slim_e2e_s=e2e,
+               slim_throughput=token_throughput(batch, input_len, output_len, e2e), slim_waves=waves, _b_eff=b_eff,
+               _round_prefill_s=t_pre)
+    if flag is not None:
+        out["slim_at_floor"] = flag
+    return out
 
 
 def slim_kv_log_throughput_sensitivity(cell, coeffs, batch, terms):
@@ -97,12 +107,13 @@ def slim_kv_log_throughput_sensitivity(cell, coeffs, batch, terms):
     """
     e2e, w, b = terms["slim_e2e_s"], terms["slim_waves"], terms["_b_eff"]
     slots = w * (b + coeffs.B0)
+    pre, dec = free_parts(terms)
     parts = (
-        terms["slim_prefill_s"],
-        w * b * cell["kv_traffic_bytes"] / (coeffs.eta_m * cell["bandwidth"]),
-        -w * coeffs.B0 * cell["t_w"],
-        -slots * cell["t_alpha"],
-        -slots * (cell["t_w"] - cell["t_alpha"]),
+        pre * w * terms["_round_prefill_s"],
+        dec * w * b * cell["kv_traffic_bytes"] / (coeffs.eta_m * cell["bandwidth"]),
+        -dec * w * coeffs.B0 * cell["t_w"],
+        -dec * slots * cell["t_alpha"],
+        -dec * slots * (cell["t_w"] - cell["t_alpha"]),
         -w * coeffs.t_fixed,
     )
     return jnp.stack([jnp.broadcast_to(p, jnp.shape(e2e)) / e2e for p in parts], axis=-1)

@@ -24,7 +24,7 @@ from ..model.specs import SLIM_PARAMS
 from .sink import open_store
 
 COEFFICIENTS, COVARIANCE, LOG_COEFFICIENTS = "coefficients", "covariance", "log_coefficients"
-RANGE_AXES = ("batch", "input_len", "output_len")  # the fitted data's range per group: {axis}_min, {axis}_max
+RANGE_AXES = ("batch", "input_len", "output_len", "n_gpu")  # the fitted data's range per group: {axis}_min, {axis}_max
 RESIDUAL_VARIANCE, BOOTSTRAP = "residual_variance", "bootstrap_log_coefficients"
 TRANSFER_LOG_RATIO, TRANSFER_LOG_SD, TRANSFER_KIND = "transfer_log_ratio", "transfer_log_sd", "transfer_kind"
 
@@ -92,6 +92,12 @@ def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
     missing = [d for d in dims if d not in points.columns]
     if missing:
         raise SlimjaxError("points", f"column {missing[0]!r} needed to look up the coefficients")
+    for d in dims:  # name the value the store lacks (and what it has), not only that a lookup failed
+        absent = sorted({str(v) for v in points[d].unique()} - {str(v) for v in coeffs[d].values})
+        if absent:
+            raise SlimjaxError(f"points.{d}", f"{absent[0]!r} has no coefficients in the store (its {d}: "
+                                              f"{', '.join(map(str, coeffs[d].values))}); calibrate on rows of it or "
+                                              f"group without {d}")
     sel = {d: xr.DataArray(points[d].to_numpy(), dims="point") for d in dims}
     try:
         out = dict(
@@ -175,8 +181,10 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
                     problems.append(f"left {', '.join(missing)} unidentified")
             if problems:
                 notes[(m, g)] = " and ".join(problems)
-            if all(f"{a}_{e}" in stored for a in RANGE_AXES for e in ("min", "max")):
-                ranges[(m, g)] = {a: (float(at(f"{a}_min", m, g)), float(at(f"{a}_max", m, g))) for a in RANGE_AXES}
+            # (stores written before n_gpu ranges were recorded have batch and lengths only)
+            have = [a for a in RANGE_AXES if f"{a}_min" in stored and f"{a}_max" in stored]
+            if have:
+                ranges[(m, g)] = {a: (float(at(f"{a}_min", m, g)), float(at(f"{a}_max", m, g))) for a in have}
             if TRANSFER_LOG_RATIO in stored:
                 bits = 0
                 for col, label, bit in (("model", m, MODEL), ("gpu", g, GPU)):
