@@ -114,6 +114,12 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
         raise SlimjaxError("scheduler", f"must be 'local' or 'dask', got {scheduler!r}")
     if scheduler == "dask" and out is None:
         raise SlimjaxError("scheduler", "a Dask sweep writes to a store: give out=… / --out")
+    if dask_address is not None:
+        if scheduler != "dask":
+            raise SlimjaxError("--dask-address", "is for --scheduler dask")
+        from .store.distributed import check_address
+
+        check_address(dask_address)  # before any store is made: a failed connect leaves nothing behind
     target = store.check_target(out, overwrite, resume) if out is not None else None
     with float64_scope():
         sw = spec if isinstance(spec, Sweep) else parse(spec)

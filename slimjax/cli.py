@@ -25,9 +25,13 @@ def _bytes(ctx, param, value: str) -> float:
 @click.version_option(package_name="slimjax")
 def main() -> None:
     """slimjax: LLM-serving capacity planning over dense grids (SLIM, B_cap)."""
+    import warnings
+
     import slimjax
 
     slimjax.configure()  # one XLA CPU device per core, float64 available
+    # a warning is one line for a user, not a source location and a line of slimjax's code
+    warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
 
 
 @main.command()
@@ -62,6 +66,8 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
             raise click.BadParameter(f"{at!r} is not IL,OL", param_hint="--at") from None
     start = time.perf_counter()
     try:
+        if report_dir is not None:
+            _check_dir(report_dir, "--report")
         sw = slimjax.parse(sweep_file)
         for axis, v in (("input_len", il), ("output_len", ol)):  # before any work, not after the store is written
             if v is not None and v not in getattr(sw, axis):
@@ -71,7 +77,7 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
                            dask_address=dask_address)
         tables = summary(ds, il, ol)
     except slimjax.SlimjaxError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_cli_words(e)}", err=True)
         sys.exit(2)
     seconds = time.perf_counter() - start
     points = 1
@@ -104,7 +110,7 @@ def report(stores: tuple[str, ...], out: str, at: str | None) -> None:
     try:
         page = slimjax.make_report(list(stores), out, at=where)
     except (slimjax.SlimjaxError, KeyError) as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_cli_words(e)}", err=True)
         sys.exit(2)
     click.echo(f"wrote {page}")
 
@@ -119,7 +125,7 @@ def verify(store_path: str) -> None:
     try:
         report = verify_store(store_path)
     except slimjax.SlimjaxError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_cli_words(e)}", err=True)
         sys.exit(2)
     click.echo(f"{store_path}: {report['recorded']} of {report['blocks']} blocks recorded")
     if report["missing"]:
@@ -145,9 +151,11 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_
         click.echo("error: --report needs --out (the report is drawn from the store)", err=True)
         sys.exit(2)
     try:
+        if report_dir is not None:
+            _check_dir(report_dir, "--report")
         ds = slimjax.procure(study_file, out, overwrite=overwrite)
     except slimjax.SlimjaxError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_cli_words(e)}", err=True)
         sys.exit(2)
     click.echo(slimjax.procure_tables(ds, top=top))
     if out is not None:
@@ -167,9 +175,11 @@ def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
     from slimjax.studies.advise import knee_summary
 
     try:
+        if out is not None:
+            _check_file(out)
         result = slimjax.advise(data_dir, epsilon=epsilon)
     except slimjax.SlimjaxError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_cli_words(e)}", err=True)
         sys.exit(2)
     s = result.summary
     n = int(s["curves"].iloc[0])
@@ -334,7 +344,7 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
                                solver=solver, variant=variant, loss=loss, bootstrap=bootstrap, intervals=intervals)
         store.write_dataset(ds, target)
     except slimjax.SlimjaxError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_cli_words(e)}", err=True)
         sys.exit(2)
     table = ds[["n_points", "mape_throughput", "mape_e2e", "converged"]].to_dataframe()
     table = table[table.n_points > 0]
@@ -365,6 +375,8 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
 
     paths = list(traces) or default_trace_paths()
     try:
+        if out:
+            _check_file(out)
         for p in paths:
             if not os.path.exists(p):
                 raise slimjax.SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
@@ -376,7 +388,7 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
         if out:
             result.predictions.to_csv(out, index=False)
     except slimjax.SlimjaxError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_cli_words(e)}", err=True)
         sys.exit(2)
     click.echo(f"MAPE % of throughput / E2E on held-out rows ({', '.join(map(str, paths))}"
                + (f"; excluding {' | '.join(exclude)}" if exclude else "") + "):\n")
@@ -387,6 +399,32 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
         click.echo(f"\nwrote {out}: {len(result.predictions)} held-out predictions")
 
 
+_OPTION_FIELDS = {"out": "--out", "resume": "--resume", "overwrite": "--overwrite", "scheduler": "--scheduler",
+                  "memory_budget": "--memory-budget", "group_by": "--group-by", "format": "--format", "epsilon": "--epsilon"}
+
+
+def _cli_words(error) -> str:
+    """An error in the command line's words: the library's option names become the flags that set them."""
+    field = getattr(error, "field", None)
+    if field in _OPTION_FIELDS:
+        message = str(error).split(": ", 1)[1] if ": " in str(error) else str(error)
+        return f"{_OPTION_FIELDS[field]}: {message}".replace("resume=True / --resume", "--resume").replace(
+            "overwrite=True / --overwrite", "--overwrite").replace("out=… / --out", "--out")
+    return str(error).replace("resume=True / --resume", "--resume").replace("overwrite=True / --overwrite", "--overwrite")
+
+
+def _check_file(path: str) -> None:
+    from slimjax.store.sink import check_output_file
+
+    check_output_file(path, "--out")
+
+
+def _check_dir(path: str, flag: str) -> None:
+    from slimjax.store.sink import check_output_dir
+
+    check_output_dir(path, flag)
+
+
 def _as_flags(error) -> str:
     """A capacity error in the command line's words: sweep-file fields become the flags that set them."""
     from slimjax.inputs.serving import SERVING
@@ -395,10 +433,18 @@ def _as_flags(error) -> str:
     names = {"models[0]": "--model", "gpus[0]": "--gpu", "batch": "--batch", "input_len": "--input-len",
              "output_len": "--output-len", "arrival_rate": "--arrival-rate",
              **{f"serving.{k}": row.flag for k, row in SERVING.items()},
-             **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in ("batch", "request_rate", "ttft_s", "itl_s")}}
+             **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in ("batch", "request_rate", "ttft_s", "itl_s")},
+             # the agents command's graph "g" and its API block
+             **{f"agents.g.{k}": f"--{flag}" for k, flag in (("stages", "stages"), ("calls_per_stage", "calls"),
+                                                            ("parallelism", "parallelism"), ("tool_delay_s", "tool-delay-s"))},
+             **{f"agents.api.{k}": f"--api-{flag}" for k, flag in (("rpm", "rpm"), ("tpm", "tpm"), ("service_s", "service-s"),
+                                                                  ("parallelism", "parallelism"),
+                                                                  ("price_in_per_mtok", "price-in"),
+                                                                  ("price_out_per_mtok", "price-out"))}}
     for prefix in sorted(names, key=len, reverse=True):
         if field == prefix or field.startswith(prefix + "[") or field.startswith(prefix + "."):
-            return f"{names[prefix]}{field[len(prefix):]}: {message}"
+            rest = field[len(prefix):]
+            return f"{names[prefix]}{'' if rest == '[0]' else rest}: {message}"  # one value per flag: no [0]
     return str(error)
 
 

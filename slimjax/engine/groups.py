@@ -27,9 +27,9 @@ from ..model import advisor as advisor_mod
 from ..model import agents as agents_mod
 from ..model.calculator import capacity_cell_terms, queue_terms, service_terms
 from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
-from ..model.calculator import kv_capacity, roofline_terms
+from ..model.calculator import kv_capacity
+from ..model.floor import FLOOR_FLAGS, floor_inputs, floor_of
 from ..model.rates import token_throughput
-from ..model.floor import FLOOR_FLAGS, decode_floor_s, prefill_floor_s
 from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms
 from ..model.slim_kv import slim_kv_batch_terms, slim_kv_cell_terms, slim_kv_log_throughput_sensitivity
 from ..model.specs import astype
@@ -111,17 +111,12 @@ def slim_cell(model, gpu, coeffs, serving, I, O, slim_kv: bool, bandwidth_expone
         model64, gpu64 = (jax.tree_util.tree_map(lambda v: v.astype(F64), spec) for spec in (model, gpu))
         seqs = kv_capacity(model64, gpu64, serving, I.astype(F64), O.astype(F64))["max_seqs"].astype(dt)
         cell = slim_kv_cell_terms(model, gpu, coeffs, I, O, seqs, **tp, bandwidth_exponent=bandwidth_exponent)
-    roof, a_pre, a_dec = roofline_terms(model, gpu, jax.tree_util.tree_map(lambda v: v.astype(dt), serving), at_peak=True)
-    return {**cell, "floor": dict(roof=roof, a_pre=a_pre, a_dec=a_dec)}
+    return {**cell, "floor": floor_inputs(model, gpu, jax.tree_util.tree_map(lambda v: v.astype(dt), serving))}
 
 
 def slim_terms(cell: dict, coeffs, batch, I, O, slim_kv: bool) -> dict:
     """§1's (or slim-kv's) batch terms, each time at least its physical floor (flagged in ``slim_at_floor``)."""
-    f = cell["floor"]
-
-    def floor(b):
-        return prefill_floor_s(b, I, f["roof"], f["a_pre"]), decode_floor_s(b, I, O, f["roof"], f["a_dec"])
-
+    floor = floor_of(cell["floor"], I, O)
     terms = slim_kv_batch_terms if slim_kv else slim_batch_terms
     out = terms(cell, coeffs, batch, I, O, floor=floor)
     pre, dec = floor(batch)

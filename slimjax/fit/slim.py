@@ -23,7 +23,8 @@ import xarray as xr
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
-from ..inputs.physics import row_floors
+from ..inputs.serving import default_serving
+from ..model.floor import floor_inputs, floor_of
 from ..inputs.coefficients import VARIANTS as VARIANT_NAMES, resolve_variant, shipped_bandwidth_exponent
 from ..model.intervals import extrapolation_form_error, extrapolation_label, log_interval, log_sd, transfer_interval
 from ..model.slim import slim_variables
@@ -50,14 +51,21 @@ _FLOOR = 1e-12  # θ = exp(z) never reaches 0; coefficients below this read as 0
 # on length transfer, 43.7 → 55.3 % combined: it is a shape parameter, not a fraction of peak).
 
 
+def _floor(f):
+    """The physical floor of the rows where features carry its inputs (prediction; a fit matches the model's own
+    curve)."""
+    return floor_of(f["floor"], f["input_len"], f["output_len"]) if "floor" in f else None
+
+
 def _slim(theta, f):
-    out = slim_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"], f["n_gpu"])
+    out = slim_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"], f["n_gpu"],
+                         _floor(f))
     return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
 
 
 def _slim_kv(theta, f):
     out = slim_kv_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"],
-                            f["max_seqs"], f["n_gpu"], f["bandwidth_exponent"])
+                            f["max_seqs"], f["n_gpu"], f["bandwidth_exponent"], _floor(f))
     return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
 
 
@@ -224,6 +232,10 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     cov, identified, sigma2 = gauss_newton(z, cost, J, n, coefficient_slopes(z, spec.params, spec.bounded))
     # fewer residuals than coefficients: any curve fits them exactly, and that is not a calibration
     underdetermined = n < len(spec.params)
+    if underdetermined.all():  # nothing was calibrated: an error, not a store of NaN
+        raise SlimjaxError("traces", f"no group has enough rows to fit {len(spec.params)} coefficients (the largest has "
+                                     f"{int(n.max())} residuals over {len(traces)} rows); add measurements or group "
+                                     f"coarser than {', '.join(group_by)}")
     conv = np.where(underdetermined, False, conv)
     z = np.where(underdetermined[:, None], np.nan, z)
     cov = np.where(underdetermined[:, None, None], np.nan, cov)
@@ -322,10 +334,18 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     with float64_scope():
         pred = functools.partial(_predict, variant=variant)
         feats = row_features(points.assign(n_gpu=points.get("n_gpu", 1)))
+        # no prediction faster than physics: each time at least the 100 %-of-peak roofline of the point's group, as a
+        # sweep has it (slimjax.model.floor; at the serving defaults)
+        feats["floor"] = floor_inputs(feats["model"], feats["gpu"], default_serving(feats["model"], n_gpu=feats["n_gpu"]))
+        floor = floor_of(feats["floor"], feats["input_len"], feats["output_len"])
+        pre_f, dec_f = map(np.asarray, floor(feats["batch"]))
+        e_floor = pre_f + dec_f
+        tokens = feats["batch"] * (feats["input_len"] + feats["output_len"])
         beta = float(coeffs.attrs.get("bandwidth_exponent", shipped_bandwidth_exponent(variant)))
         feats["bandwidth_exponent"] = (points["bandwidth_exponent"].to_numpy(float) if "bandwidth_exponent" in points
                                        else np.full(len(points), beta))
         t, e, _ = map(np.asarray, jax.vmap(pred)(jnp.asarray(z), feats))
+        model_e = np.asarray(jax.vmap(pred)(jnp.asarray(z), {k: v for k, v in feats.items() if k != "floor"})[1])
         if zb is not None:  # the spread of the refits' own predictions
             tb, eb, _ = map(np.asarray, jax.vmap(lambda zr: jax.vmap(pred)(zr, feats))(jnp.asarray(zb)))
             sd_t = np.sqrt(np.var(np.log(tb), axis=0, ddof=1) + scatter)
@@ -346,18 +366,10 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
             m = np.asarray(extrapolation_form_error(bits, layout.transfer_form(coeffs, level)))
             t_lo, t_hi = map(np.asarray, transfer_interval(t, sd_t, m, level))
             e_lo, e_hi = map(np.asarray, transfer_interval(e, sd_e, m, level))
-    # no prediction faster than physics: E2E at least, throughput at most, the 100 %-of-peak roofline of the point's
-    # configuration (the fit's own model has no weight read in §1; slimjax.model.floor)
-    floors = row_floors(points.assign(n_gpu=points.get("n_gpu", 1)))
-    e_floor = floors["prefill"] + floors["decode"]
-    tokens = (points["batch"] * (points["input_len"] + points["output_len"])).to_numpy(float)
-    ceiling = tokens / e_floor
-    at_floor = e < e_floor
-    t, e = np.minimum(t, ceiling), np.maximum(e, e_floor)
-    t_lo, t_hi = np.minimum(t_lo, ceiling), np.minimum(t_hi, ceiling)
-    e_lo, e_hi = np.maximum(e_lo, e_floor), np.maximum(e_hi, e_floor)
+    # the optimistic ends are physics-capped too, as in sweeps
+    t_hi, e_lo = np.minimum(t_hi, tokens / e_floor), np.maximum(e_lo, e_floor)
     out = points.copy()
-    out["pred_at_floor"] = at_floor
+    out["pred_at_floor"] = e > model_e  # the floor raised the model's own time
     out["pred_throughput_log_sd"], out["pred_e2e_s_log_sd"] = sd_t, sd_e
     if transfer:
         out["interval_kind"] = [extrapolation_label(int(b)) for b in bits]

@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import float64_scope
-from ..model.calculator import roofline_terms
-from ..model.floor import decode_floor_s, prefill_floor_s
+from ..model.floor import floor_inputs, floor_of
 from ..model.specs import GPUSpec, ModelSpec, stack
 from .catalog import resolve_gpu, resolve_model
 from .serving import default_serving
@@ -50,14 +49,9 @@ def row_floors(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     with float64_scope():
         m, g = row_specs(traces)
         n, B, I, O = (traces[c].to_numpy(float) for c in ("n_gpu", "batch", "input_len", "output_len"))
-        serving = default_serving(m, n_gpu=n)
-        roof, a_pre, a_dec = roofline_terms(m, g, serving, at_peak=True)
-
-        def floors(b):
-            return np.asarray(prefill_floor_s(b, I, roof, a_pre)), np.asarray(decode_floor_s(b, I, O, roof, a_dec))
-
-        pre_b, dec_b = floors(B)
-        pre_1, dec_1 = floors(np.ones_like(B))
+        floor = floor_of(floor_inputs(m, g, default_serving(m, n_gpu=n)), I, O)
+        pre_b, dec_b = map(np.asarray, floor(B))
+        pre_1, dec_1 = map(np.asarray, floor(np.ones_like(B)))
     return {"prefill": pre_b, "decode": dec_b, "prefill_1": pre_1, "decode_1": dec_1}
 
 

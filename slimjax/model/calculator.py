@@ -83,8 +83,9 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
     p_e = experts.expert_params(model.n_ffn, model.hidden, model.expert_ffn_dim)
     a_pre, a_dec = experts.attention_flops_coefficients(model.n_layers, model.n_heads, model.head_dim, model.mla,
                                                         model.kv_lora_rank, model.rope_dim, model.qk_nope_dim, model.v_head_dim)
-    if at_peak:
-        e_f, e_b, launch, comm_fixed, comm_per_token = 1.0, 1.0, 0.0, 0.0, 0.0
+    if at_peak:  # (arrays shaped like the group's, so the terms vmap like any spec)
+        zero = 0.0 * serving.n_gpu
+        e_f, e_b, launch, comm_fixed, comm_per_token = 1.0 + zero, 1.0 + zero, zero, zero, zero
     else:
         e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
         comm_fixed, comm_per_token = parallel.tp_comm_terms(model.n_layers, model.hidden, serving.n_gpu, gpu.link_bytes_per_s,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .calculator import roofline_terms
 from .experts import weights_read_bytes
 from .roofline import decode_itl
 
@@ -47,3 +48,21 @@ def floored(prefill_s, decode_s, prefill_floor, decode_floor):
     pre_low, dec_low = prefill_floor > prefill_s, decode_floor > decode_s
     flag = jnp.where(pre_low, PREFILL_AT_FLOOR, 0) + jnp.where(dec_low, DECODE_AT_FLOOR, 0)
     return jnp.where(pre_low, prefill_floor, prefill_s), jnp.where(dec_low, decode_floor, decode_s), flag
+
+
+def floor_inputs(model, gpu, serving) -> dict:
+    """What the floor of a group needs: §4's roofline terms at 100 % of its peak (no launch or communication
+    cost) and the attention FLOP coefficients (a_pre, a_dec)."""
+    roof, a_pre, a_dec = roofline_terms(model, gpu, serving, at_peak=True)
+    return dict(roof=roof, a_pre=a_pre, a_dec=a_dec)
+
+
+def floor_of(inputs: dict, input_len, output_len):
+    """``floor(B) -> (prefill floor, decode floor)`` at (I, O) from :func:`floor_inputs`: what
+    :func:`slimjax.model.slim.slim_batch_terms` takes."""
+
+    def floor(batch):
+        return (prefill_floor_s(batch, input_len, inputs["roof"], inputs["a_pre"]),
+                decode_floor_s(batch, input_len, output_len, inputs["roof"], inputs["a_dec"]))
+
+    return floor

@@ -111,15 +111,16 @@ def free_parts(terms):
     return jnp.where(flag & PREFILL_AT_FLOOR, 0.0, 1.0), jnp.where(flag & DECODE_AT_FLOOR, 0.0, 1.0)
 
 
-def slim_variables(model, gpu, coeffs, batch, input_len, output_len, n_gpu=1.0):
+def slim_variables(model, gpu, coeffs, batch, input_len, output_len, n_gpu=1.0, floor=None):
     """Every SLIM quantity for broadcastable specs and workload arrays (MODEL.md §1).
 
     ``model``, ``gpu`` and ``coeffs`` are spec pytrees whose leaves broadcast against the
     workload arrays. Returns prefill_flops, kv_traffic_bytes (per request), slim_prefill_s,
-    slim_decode_s, slim_e2e_s, slim_throughput.
+    slim_decode_s, slim_e2e_s, slim_throughput; with ``floor`` (:func:`slimjax.model.floor.floor_of`) each time
+    at least its physical floor, and slim_at_floor.
     """
     cell = slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu)
-    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, coeffs, batch, input_len, output_len)}
+    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, coeffs, batch, input_len, output_len, floor)}
 
 
 def log_throughput_sensitivity(cell, coeffs, batch, terms):

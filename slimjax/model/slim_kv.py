@@ -119,7 +119,8 @@ def slim_kv_log_throughput_sensitivity(cell, coeffs, batch, terms):
     return jnp.stack([jnp.broadcast_to(p, jnp.shape(e2e)) / e2e for p in parts], axis=-1)
 
 
-def slim_kv_variables(model, gpu, coeffs, batch, input_len, output_len, max_seqs, n_gpu=1.0, bandwidth_exponent=1.0):
+def slim_kv_variables(model, gpu, coeffs, batch, input_len, output_len, max_seqs, n_gpu=1.0, bandwidth_exponent=1.0,
+                      floor=None):
     """The slim-kv variant of SLIM (MODEL.md §1) at B_eff = min(B, max_seqs):
 
         T_pre = B_eff·F_pre,1 / (η_c·F_max)
@@ -129,9 +130,10 @@ def slim_kv_variables(model, gpu, coeffs, batch, input_len, output_len, max_seqs
 
     with BW_eff = :func:`effective_bandwidth` (BW_max at β = 1).
 
-    Returns slim_prefill_s (one round's prefill, s), slim_e2e_s (s) and slim_throughput (tokens/s).
+    Returns slim_prefill_s (one round's prefill, s), slim_e2e_s (s) and slim_throughput (tokens/s); ``floor`` as in
+    :func:`slimjax.model.slim.slim_variables`.
     """
     cell = slim_kv_cell_terms(model, gpu, coeffs, input_len, output_len, max_seqs, n_gpu, bandwidth_exponent=bandwidth_exponent)
-    out = slim_kv_batch_terms(cell, coeffs, batch, input_len, output_len)
+    out = slim_kv_batch_terms(cell, coeffs, batch, input_len, output_len, floor)
     return {"slim_prefill_s": out["_round_prefill_s"], "slim_e2e_s": out["slim_e2e_s"],
             "slim_throughput": out["slim_throughput"]}

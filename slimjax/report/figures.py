@@ -398,11 +398,13 @@ def calibration_table(ds: xr.Dataset) -> pd.DataFrame:
     return frame.pivot_table(index=index, columns="param", values="coefficients").reset_index()
 
 
+VALIDATION_COLUMNS = ("method", "throughput", "pred_throughput", "batch", "input_len", "output_len")  # validate --out's
+
+
 def validation_figures(pred: pd.DataFrame, at=None) -> list[Figure]:
     """``validate --out`` predictions: measured vs predicted throughput with the 90 % interval (the transfer
     interval where the CSV has one), relative residuals vs batch and vs I + O, per method."""
-    need = {"method", "throughput", "pred_throughput", "batch", "input_len", "output_len"}
-    if not need <= set(pred.columns):
+    if not set(VALIDATION_COLUMNS) <= set(pred.columns):
         return []
     methods = list(dict.fromkeys(pred["method"]))
     fig = MplFigure(figsize=(15, 4.2), layout="constrained")

@@ -31,7 +31,16 @@ def _table(frame: pd.DataFrame) -> str:
 def _open(path: Path):
     """('csv', DataFrame) for a validate CSV, else (kind, Dataset) for a store."""
     if path.suffix == ".csv":
-        return "validation", pd.read_csv(path)
+        if not path.is_file():
+            raise SlimjaxError(str(path), "not found")
+        try:
+            frame = pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise SlimjaxError(str(path), f"not a CSV slimjax can read ({e})") from None
+        missing = [c for c in F.VALIDATION_COLUMNS if c not in frame.columns]
+        if missing:
+            raise SlimjaxError(str(path), f"not a `slimjax validate --out` CSV: no column {', '.join(map(repr, missing))}")
+        return "validation", frame
     if not path.exists():
         raise SlimjaxError(str(path), "not found")
     from ..store.sink import open_store
@@ -64,9 +73,11 @@ def figures_for(kind: str, obj, at=None) -> tuple[list, list[tuple[str, pd.DataF
 def write_report(paths, out_dir, *, at: tuple[int, int] | None = None, quiet: bool | None = None) -> Path:
     """Write ``index.html`` and one PNG per figure into ``out_dir`` for every store or CSV in ``paths``;
     returns the page's path."""
-    out = Path(out_dir)
+    from ..store.sink import check_output_dir
+
+    out = check_output_dir(out_dir)
+    loaded = [(Path(p), *_open(Path(p))) for p in paths]  # every input read before anything is written
     out.mkdir(parents=True, exist_ok=True)
-    loaded = [(Path(p), *_open(Path(p))) for p in paths]
     sections = []
     show = (not quiet and sys.stderr.isatty()) if quiet is not None else sys.stderr.isatty()
     progress = None

@@ -38,6 +38,25 @@ def run_blocks(sweep: Sweep, block_plan: BlockPlan, indices: list[int], path: st
     return out
 
 
+def check_address(address: str, timeout_s: float = 3.0) -> None:
+    """Refuse, before any work, a Dask scheduler address that is malformed or that nothing answers at."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in ("tcp", "tls") or not parts.hostname or port is None:
+        raise SlimjaxError("--dask-address", f"{address!r} is not a scheduler address like tcp://HOST:PORT")
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise SlimjaxError("--dask-address", f"no Dask scheduler answers at {address!r} ({e.strerror or e}); start one "
+                                             "(dask scheduler) or leave --dask-address out for a local cluster") from None
+
+
 def _client(workers: int | None, address: str | None):
     try:
         from dask.distributed import Client, LocalCluster

@@ -120,8 +120,45 @@ def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) 
         raise SlimjaxError("out", f"{str(path)!r} already exists (pass overwrite=True / --overwrite to replace it)")
     if path.exists() and not (path / "zarr.json").exists() and not (path / ".zgroup").exists():
         raise SlimjaxError("out", f"{str(path)!r} exists and is not a zarr store; refusing to replace it")
-    if not path.parent.exists():
-        raise SlimjaxError("out", f"folder {str(path.parent)!r} does not exist")
+    _writable_folder(path.parent, "out", "a store")
+    return path
+
+
+def _writable_folder(folder: Path, field: str, what: str) -> None:
+    """Refuse, before any work, a folder that is not one or where this process cannot create a file."""
+    import tempfile
+
+    if not folder.exists():
+        raise SlimjaxError(field, f"folder {str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise SlimjaxError(field, f"{str(folder)!r} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise SlimjaxError(field, f"cannot write {what} in {str(folder)!r} ({e.strerror or e})") from None
+
+
+def check_output_file(out: str | os.PathLike, field: str = "--out") -> Path:
+    """A file slimjax will write at the end (a CSV): its folder must exist and take a file, and it must not be a
+    folder — checked before the work, not after it."""
+    path = Path(out)
+    if path.is_dir():
+        raise SlimjaxError(field, f"{str(path)!r} is a folder; give a file path")
+    _writable_folder(path.parent if str(path.parent) else Path("."), field, "the file")
+    return path
+
+
+def check_output_dir(out: str | os.PathLike, field: str = "--out") -> Path:
+    """A folder slimjax will fill (a report): an existing one must take files; a new one is made under the nearest
+    existing ancestor, which must take it."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise SlimjaxError(field, f"{str(path)!r} exists and is not a folder")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    _writable_folder(existing, field, "the report")
     return path
 
 
