@@ -23,6 +23,7 @@ from .store import sink as store
 from .studies import procure as procurement
 
 DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
+COUNTED = ("slim_at_floor",)  # flags whose set cells a sweep counts into the variable's attrs (nonzero, cells)
 
 
 def _progress(quiet: bool | None):
@@ -133,6 +134,10 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
             if target is None:
                 sink = dataset.MemorySink(sw, names)
                 grid.evaluate(sw, block_plan, sink, progress=progress)
+                for name in COUNTED:  # where SLIM is at its physical floor, counted (the summary says it too)
+                    if name in sink.arrays:
+                        var_attrs[name] = {**var_attrs[name], "nonzero": int(np.count_nonzero(sink.arrays[name])),
+                                           "cells": int(sink.arrays[name].size)}
                 return dataset.in_memory_dataset(sw, sink.arrays, attrs, var_attrs)
             variables = {n: (VARIABLES[n].dims, grid.variable_dtype(sw, n), block_plan.chunks(VARIABLES[n].dims), var_attrs[n])
                          for n in names}
@@ -147,7 +152,7 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
                         evaluate_on_dask(sw, block_plan, sink, workers=workers, address=dask_address, progress=progress)
                     else:
                         grid.evaluate(sw, block_plan, sink, progress=progress, skip=frozenset(sink.done))
-                    sink.commit()
+                    sink.commit(count_nonzero=COUNTED)
                 except BaseException:
                     kept = sink.abort()
                     import warnings
@@ -254,6 +259,15 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
                 group = f"{n} GPU{'s' if n > 1 else ''}" if n else "no TP degree up to 8"
                 fix = f"the smallest TP degree that fits is {need}" if need else "no TP degree in 1, 2, 4, 8 fits it"
                 notes.append(f"{m} on {g} ({group}): does not fit weights plus one sequence of {i + o} tokens; {fix}")
+    if "slim_at_floor" in ds:
+        flag = ds["slim_at_floor"]
+        n_set = flag.attrs.get("nonzero")
+        n_set = int((flag > 0).sum()) if n_set is None else int(n_set)
+        n_fit = int(ds["fits"].sum()) if "fits" in ds else int(flag.size)
+        if n_set:
+            at_floor = int((at["slim_at_floor"] > 0).sum())
+            notes.append(f"SLIM is at its physical floor (100 % of peak FLOP/s and bandwidth on the group) at {n_set:,} of the "
+                         f"{n_fit:,} points that fit ({at_floor:,} of them at I = {i}, O = {o}); slim_at_floor marks them")
     out["notes"] = pd.DataFrame({"note": notes})
     if "agent_local_s" in ds:
         out["agents"] = agent_table(at)

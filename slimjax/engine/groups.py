@@ -144,7 +144,7 @@ def _slim_batch(x: dict, cells: dict, out: dict) -> dict:
 
 def _slim_attrs(sweep: Sweep, name: str) -> dict:
     if name == "slim_at_floor":
-        return {"flag_masks": [1, 2], "flag_meanings": " ".join(FLOOR_FLAGS),
+        return {"flag_masks": [1, 2], "flag_meanings": " ".join(FLOOR_FLAGS), "unfit": "0 where the batch does not fit",
                 "floor": "100 % of the group's peak FLOP/s and bandwidth, no efficiency, launch or communication cost: "
                          "the batch's prefill as one pass, each decode step's weight and KV reads (slimjax.model.floor)"}
     if name in ("slim_prefill_s", "slim_decode_s", "slim_e2e_s", "slim_throughput"):
@@ -245,6 +245,8 @@ def mask_unfit(out: dict, names) -> dict:
         key = ("batch" if "output_len" in var.dims else "prompts") if "batch" in var.dims else (
             "sequence" if "output_len" in var.dims else "prompt")
         out[name] = jnp.where(masks[key], out[name], jnp.nan)
+    if "slim_at_floor" in names:  # a flag has no NaN: 0 where nothing runs
+        out["slim_at_floor"] = jnp.where(masks["batch"], out["slim_at_floor"], 0).astype(jnp.int8)
     return out
 
 

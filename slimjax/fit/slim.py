@@ -311,7 +311,7 @@ def _check_points(points: pd.DataFrame) -> None:
         bad = ~(np.isfinite(v) & (v >= 1) & (v == np.round(v)))
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise SlimjaxError(f"points.{col}", f"must be a positive integer, got {points[col].iloc[k]!r} (row {k})")
+            raise SlimjaxError(f"points.{col}", f"must be a positive integer, got {points[col].iloc[k]} (row {k})")
 
 
 def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd.DataFrame:

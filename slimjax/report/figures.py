@@ -105,6 +105,8 @@ def throughput_figures(ds: xr.Dataset, at=None) -> list[Figure]:
                 ax.text(0.5, 0.5, "does not fit", transform=ax.transAxes, ha="center", color=PALETTE[3], fontsize=12)
             elif seqs <= batch[-1]:
                 ax.axvline(seqs, color=PALETTE[4], ls="-.", label=f"max_seqs = {seqs}")
+                # batches beyond the KV pool have no figure (NaN in the store): greyed, nothing drawn there
+                ax.axvspan(seqs, batch[-1], color="0.88", zorder=0, label="does not fit (no figure)")
         ax.set_xscale("log", base=2)
         if _spans_decades(t):
             ax.set_yscale("log")

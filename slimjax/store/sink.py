@@ -340,9 +340,17 @@ class ZarrSink:
             f.result()
         self.blocks = []
 
-    def commit(self) -> None:
+    def commit(self, count_nonzero: tuple[str, ...] = ()) -> None:
+        """Seal the store; each variable of ``count_nonzero`` (a flag) gets attrs ``nonzero``: how many of its cells
+        are set, counted over every block (resumed ones too)."""
         self._drain()
         self.pool.shutdown()
+        for name in count_nonzero:
+            if name in self.arrays:
+                array = self.arrays[name]
+                step = max(1, array.chunks[0])
+                total = sum(int(np.count_nonzero(array[i:i + step])) for i in range(0, array.shape[0], step))
+                array.attrs.update({"nonzero": total, "cells": int(np.prod(array.shape))})
         names = sorted(self.journal.json_names(), key=lambda n: int(n.removesuffix(".json")))
         records = {n.removesuffix(".json"): self.journal.read_json(n)["crc32"] for n in names}
         with warnings.catch_warnings():
