@@ -114,8 +114,17 @@ def _lookup(name: str, table: Mapping[str, dict], field: str, kind: str) -> tupl
         aliases = [key, *row.get("aliases", [])]
         if any(name.lower() == a.lower() for a in aliases):
             return key, row
-    names = list(table) + [a for row in table.values() for a in row.get("aliases", [])]
-    raise SlimjaxError(field, f"unknown {kind} {name!r}{suggest(name, names)}")
+    import difflib
+
+    # did-you-mean over names and aliases, answered with the catalog names they belong to
+    canonical = {key.lower(): key for key in table}
+    canonical.update({a.lower(): key for key, row in table.items() for a in row.get("aliases", []) if a.lower() not in canonical})
+    close = difflib.get_close_matches(name.lower(), list(canonical), n=8, cutoff=0.5)
+    close = close or [c for c in canonical if name.lower() in c]
+    names = list(dict.fromkeys(canonical[c] for c in close))[:3]
+    hint = f"; did you mean {', '.join(map(repr, names))}?" if names else ""
+    where = "configs/gpus.yaml" if kind == "GPU" else "configs/models.yaml, or give a config.json path"
+    raise SlimjaxError(field, f"unknown {kind} {name!r}{hint} (a new one goes in {where})")
 
 
 # ---------------------------------------------------------------------------------------- models
