@@ -4,7 +4,8 @@
     python bench/golden.py             # compare the current code against tests/golden/
 
 Golden outputs: every array of the quickstart sweep (sha256 of its bytes, dtype and shape), every
-array of a capacity + queue sweep on dense models at n_gpu = 1 (CAPACITY_SWEEP), and the
+array of a capacity + queue sweep on dense models at n_gpu = 1 (CAPACITY_SWEEP), every array of the
+shipped procurement study and its printed tables (PROCURE_STUDY), and the
 `slimjax validate` table on the shared LLM-Inference-Bench data (full precision CSV). The test-suite
 checks the same (tests/test_golden.py, and the validate table inside test_validate). A change that
 is meant to move a figure regenerates them with --write in the same commit and says so.
@@ -60,6 +61,18 @@ def quickstart_digests() -> dict:
     return array_digests(slimjax.sweep(str(REPO / "sweeps" / "quickstart.yaml"), quiet=True))
 
 
+PROCURE_STUDY = REPO / "sweeps" / "procure_azure.yaml"
+
+
+def procure_outputs() -> tuple[dict, str]:
+    """The shipped procurement study (sweeps/procure_azure.yaml, on the shared Azure traces): every array's
+    digest and the ranked tables exactly as ``slimjax procure`` prints them."""
+    import slimjax
+
+    ds = slimjax.procure(str(PROCURE_STUDY))
+    return array_digests(ds), slimjax.procure_tables(ds) + "\n"
+
+
 def validate_table_csv(data: Path) -> str:
     import pandas as pd
 
@@ -80,6 +93,22 @@ def table_csv(table) -> str:
     return flat.to_csv(float_format="%.17g")
 
 
+def same_table(got_csv: str, want_csv: str, rtol: float = 1e-12) -> bool:
+    """The validate table equals the golden one: labels and counts exactly, scores to ``rtol`` (least-squares
+    solves differ in the last bits between BLAS/LAPACK builds, so a fresh install may not repeat 17 digits;
+    any change of method or data moves a score by far more)."""
+    import io
+
+    import pandas as pd
+
+    got, want = (pd.read_csv(io.StringIO(t), index_col=0) for t in (got_csv, want_csv))
+    if list(got.columns) != list(want.columns) or list(got.index) != list(want.index):
+        return False
+    floats = [c for c in want.columns if want[c].dtype.kind == "f"]
+    rest = [c for c in want.columns if c not in floats]
+    return bool(got[rest].equals(want[rest]) and np.allclose(got[floats], want[floats], rtol=rtol, atol=0, equal_nan=True))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
@@ -88,22 +117,30 @@ def main() -> int:
     digests = quickstart_digests()
     capacity = capacity_digests()
     csv = validate_table_csv(data)
+    procure, procure_text = procure_outputs()
     if args.write:
         GOLDEN.mkdir(exist_ok=True)
         (GOLDEN / "quickstart.json").write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
         (GOLDEN / "capacity.json").write_text(json.dumps(capacity, indent=1, sort_keys=True) + "\n")
         (GOLDEN / "validate.csv").write_text(csv)
+        (GOLDEN / "procure.json").write_text(json.dumps(procure, indent=1, sort_keys=True) + "\n")
+        (GOLDEN / "procure_tables.txt").write_text(procure_text)
         print(f"wrote {GOLDEN}")
         return 0
     want = json.loads((GOLDEN / "quickstart.json").read_text())
     bad = [k for k in want if digests.get(k) != want[k]] + [k for k in digests if k not in want]
-    same_csv = csv == (GOLDEN / "validate.csv").read_text()
+    same_csv = same_table(csv, (GOLDEN / "validate.csv").read_text())
     want_cap = json.loads((GOLDEN / "capacity.json").read_text())
     bad_cap = [k for k in want_cap if capacity.get(k) != want_cap[k]]
+    want_proc = json.loads((GOLDEN / "procure.json").read_text())
+    bad_proc = [k for k in want_proc if procure.get(k) != want_proc[k]] + [k for k in procure if k not in want_proc]
+    same_text = procure_text == (GOLDEN / "procure_tables.txt").read_text()
     print("quickstart:", "identical" if not bad else f"differs in {bad}")
     print("capacity (its golden variables):", "identical" if not bad_cap else f"differs in {bad_cap}")
     print("validate table:", "identical" if same_csv else "differs")
-    return 0 if not bad and same_csv and not bad_cap else 1
+    print("procurement store:", "identical" if not bad_proc else f"differs in {bad_proc}")
+    print("procurement tables:", "identical" if same_text else "differ")
+    return 0 if not (bad or bad_cap or bad_proc) and same_csv and same_text else 1
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ SPEC = dict(
     output_len={"start": 128, "stop": 4096, "step": 128},
     advisor={"epsilon": 0.5, "slo_s": 120},
     precision="float32",
+    slim_variant="slim",  # MODEL.md §1, the formulas the numpy reference broadcasts
 )
 
 
@@ -94,9 +95,12 @@ def main() -> None:
     t_engine, _ = timed(lambda: grid.evaluate(sw, grid.plan(sw, args.budget), Discard()), args.repeats)
     t_sweep, ds = timed(lambda: slimjax.sweep(sw, quiet=True, memory_budget_bytes=args.budget), args.repeats)
     t_numpy, ref = timed(lambda: numpy_reference(sw), max(1, args.repeats - 1))
+    # since issue 20 the engine also evaluates memory (the fit mask) and the physical floor, which the numpy
+    # reference does not: values agree where the batch fits and no floor binds, and B_cap is not compared
+    own = ds["fits"].values & (ds["slim_at_floor"].values == 0)
     for k in ("slim_e2e_s", "slim_throughput"):
-        np.testing.assert_allclose(ds[k].values, ref[k], rtol=2e-5)
-    agree = float(np.mean(ds["b_cap"].values == ref["b_cap"]))
+        np.testing.assert_allclose(ds[k].values[own], ref[k][own], rtol=2e-5)
+    agree = float(np.mean(own))
     bytes_per_point = sum(ds[v].nbytes for v in ds.data_vars) / n
     bw = write_bandwidth()
     result = {
@@ -107,7 +111,7 @@ def main() -> None:
         "sweep_in_memory_s": round(t_sweep, 3), "sweep_points_per_s": n / t_sweep,
         "numpy_s": round(t_numpy, 3), "numpy_points_per_s": n / t_numpy,
         "engine_vs_numpy": t_numpy / t_engine, "sweep_vs_numpy": t_numpy / t_sweep,
-        "b_cap_agreement_with_numpy": agree,
+        "share_of_points_compared_with_numpy": agree,
         "result_bytes_per_point": bytes_per_point,
         "machine_write_bandwidth_GBps": bw / 1e9,
         "bandwidth_bound_points_per_s": bw / bytes_per_point,

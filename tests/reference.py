@@ -101,8 +101,8 @@ def slim_floored(arch, gpu, theta, B, I, O, n_gpu=1, masked=True):
         fits, prompts_fit = default_fit(arch, gpu, B, I, O, n_gpu)
         if not prompts_fit:
             out["slim_prefill_s"] = math.nan
-        if not fits:
-            out.update(slim_decode_s=math.nan, slim_e2e_s=math.nan, slim_throughput=math.nan)
+        if not fits:  # (and the flag is 0: nothing runs)
+            out.update(slim_decode_s=math.nan, slim_e2e_s=math.nan, slim_throughput=math.nan, slim_at_floor=0)
     return out
 
 

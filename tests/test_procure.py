@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -358,10 +360,23 @@ def test_cli_prints_ranked_tables_and_writes_the_store(tmp_path):
     assert again.exit_code != 0 and "exists" in again.output  # nothing already written is lost
 
 
-def test_shipped_example_parses(shared_data):
+def test_shipped_example_is_bit_identical_to_its_golden_store_and_tables(shared_data):
+    """sweeps/procure_azure.yaml as recorded by ``python bench/golden.py --write``: every array of the study's
+    Dataset (sha256 of its bytes) and the printed ranked tables character for character."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from golden import GOLDEN, array_digests
+
     study = procurefile.parse("sweeps/procure_azure.yaml")
     assert [w.name for w in study.workloads] == ["conversation", "code"]
     assert study.rate_labels == ["1x", "4x", "16x"] and len(study.gpus) == 6
+    ds = slimjax.procure(study)
+    want = json.loads((GOLDEN / "procure.json").read_text())
+    got = array_digests(ds)
+    assert sorted(got) == sorted(want)
+    assert not [k for k in want if got[k] != want[k]], "procurement arrays differ from tests/golden/procure.json"
+    assert slimjax.procure_tables(ds) + "\n" == (GOLDEN / "procure_tables.txt").read_text()
 
 
 def test_ties_go_to_fewer_gpus_then_smaller_tp_then_smaller_batch_then_the_first_gpu():
