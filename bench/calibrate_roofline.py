@@ -32,18 +32,37 @@ def held_out(traces: pd.DataFrame) -> dict:
     before = roofline_errors(test)
     after = []
     for key, sub in test.groupby(GROUP):
-        c = ds.coefficients.sel(dict(zip(GROUP, key)))
-        after.append(roofline_errors(sub, *[float(c.sel(param=p)) for p in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")]))
+        c = ds.coefficients.sel(dict(zip(GROUP, key, strict=False)))
+        after.append(
+            roofline_errors(
+                sub,
+                *[float(c.sel(param=p)) for p in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")],
+            )
+        )
     after = pd.concat(after)
-    summary = lambda e: {"n": int(e.notna().sum()), "mape": float(e.abs().mean() * 100), "median_signed": float(e.median() * 100)}
-    return {"train_rows": len(train), "test_rows": len(test),
-            "itl_before": summary(before.itl_error), "itl_after": summary(after.itl_error),
-            "ttft_before": summary(before.ttft_error), "ttft_after": summary(after.ttft_error)}
+
+    def summary(e):
+        return {
+            "n": int(e.notna().sum()),
+            "mape": float(e.abs().mean() * 100),
+            "median_signed": float(e.median() * 100),
+        }
+
+    return {
+        "train_rows": len(train),
+        "test_rows": len(test),
+        "itl_before": summary(before.itl_error),
+        "itl_after": summary(after.itl_error),
+        "ttft_before": summary(before.ttft_error),
+        "ttft_after": summary(after.ttft_error),
+    }
 
 
 if __name__ == "__main__":
     out = {
-        "aiconfigurator_llama31_8b_h100": held_out(load_traces(DATA / "measured" / "serving_h100_trtllm_llama31_8b.csv")),
+        "aiconfigurator_llama31_8b_h100": held_out(
+            load_traces(DATA / "measured" / "serving_h100_trtllm_llama31_8b.csv")
+        ),
         "splitwise_llama2_70b": held_out(load_traces(DATA / "measured" / "splitwise_perf_model.csv")),
     }
     print(json.dumps(out, indent=1))

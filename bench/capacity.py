@@ -21,7 +21,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-
 from common import Discard, timed  # bench/common.py (the script folder is on sys.path)
 
 import slimjax
@@ -36,7 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import reference as ref  # noqa: E402  (the loop references of the test-suite)
 
 SPEC = dict(
-    models=["OPT-6.7b", "OPT-13b", "Llama-2-7b", "Llama-3.1-8B", "Llama-3.1-70B", "Mistral-7B-v0.1", "Qwen2-7B", "gemma-2-9b"],
+    models=[
+        "OPT-6.7b",
+        "OPT-13b",
+        "Llama-2-7b",
+        "Llama-3.1-8B",
+        "Llama-3.1-70B",
+        "Mistral-7B-v0.1",
+        "Qwen2-7B",
+        "gemma-2-9b",
+    ],
     gpus=["A100-SXM-80GB", "H100-SXM", "H200", "L40S", "B200"],
     batch={"start": 1, "stop": 64},
     input_len=[64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768],
@@ -84,12 +92,21 @@ def numpy_reference(sw):
     return out
 
 
-
-
-
 def loop_vs_closed_form() -> dict:
-    x = dict(active_params=8.03e9, attn=4.0 * 32 * 32 * 128, weights=1.606e10, routed_expert_bytes=0.0, n_experts=0.0, experts_per_token=0.0, kv_per_token_full=131072.0,
-             kv_per_token_sliding=0.0, window=math.inf, flops=989e12, bandwidth=3.35e12, launch_overhead_s=2e-5)
+    x = dict(
+        active_params=8.03e9,
+        attn=4.0 * 32 * 32 * 128,
+        weights=1.606e10,
+        routed_expert_bytes=0.0,
+        n_experts=0.0,
+        experts_per_token=0.0,
+        kv_per_token_full=131072.0,
+        kv_per_token_sliding=0.0,
+        window=math.inf,
+        flops=989e12,
+        bandwidth=3.35e12,
+        launch_overhead_s=2e-5,
+    )
     args = (8.03e9, 4.0 * 32 * 32 * 128, 1.606e10, 4096.0, 32, 0, math.inf, 989e12, 3.35e12, 2e-5)
     import jax
 
@@ -101,15 +118,24 @@ def loop_vs_closed_form() -> dict:
     td_closed, d_closed = timed(lambda: jax.block_until_ready(decode(64.0, 2048.0, 100_000.0, **x)), 20)
     td_loop, d_loop = timed(lambda: ref.decode_steps(64, 2048, 100_000, *args), 1)
     return {
-        "prefill_I100000_chunk1": {"closed_s": t_closed, "loop_s": t_loop, "speedup": t_loop / t_closed,
-                                   "rel_diff": abs(float(closed) / loop - 1)},
-        "decode_O100000": {"closed_s": td_closed, "loop_s": td_loop, "speedup": td_loop / td_closed,
-                           "rel_diff": abs(float(d_closed) / d_loop - 1)},
+        "prefill_I100000_chunk1": {
+            "closed_s": t_closed,
+            "loop_s": t_loop,
+            "speedup": t_loop / t_closed,
+            "rel_diff": abs(float(closed) / loop - 1),
+        },
+        "decode_O100000": {
+            "closed_s": td_closed,
+            "loop_s": td_loop,
+            "speedup": td_loop / td_closed,
+            "rel_diff": abs(float(d_closed) / d_loop - 1),
+        },
     }
 
 
 def main() -> None:
     import faulthandler
+
     faulthandler.dump_traceback_later(float(__import__("os").environ.get("SLIMJAX_BENCH_WATCHDOG", "1e9")), exit=True)
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -124,14 +150,22 @@ def main() -> None:
     t_numpy, ref_out = timed(lambda: numpy_reference(sw), 1)
     for k in ("itl_s", "ttft_s", "service_s", "p_wait", "wait_s"):
         np.testing.assert_allclose(ds[k].values, np.broadcast_to(ref_out[k], ds[k].shape), rtol=1e-9, atol=1e-300)
-    print(json.dumps({
-        "five_dim_points": five, "points_with_arrival_rate": points,
-        "first_call_s_incl_compile": round(first, 2),
-        "engine_s": round(t_engine, 3), "engine_points_per_s": points / t_engine,
-        "numpy_s": round(t_numpy, 3), "numpy_points_per_s": points / t_numpy,
-        "engine_vs_numpy": t_numpy / t_engine,
-        "closed_form_vs_loop": loop_vs_closed_form(),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "five_dim_points": five,
+                "points_with_arrival_rate": points,
+                "first_call_s_incl_compile": round(first, 2),
+                "engine_s": round(t_engine, 3),
+                "engine_points_per_s": points / t_engine,
+                "numpy_s": round(t_numpy, 3),
+                "numpy_points_per_s": points / t_numpy,
+                "engine_vs_numpy": t_numpy / t_engine,
+                "closed_form_vs_loop": loop_vs_closed_form(),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

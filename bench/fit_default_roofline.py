@@ -33,7 +33,7 @@ FILES = ("serving_h100_trtllm_llama31_8b.csv", "splitwise_perf_model.csv")
 
 def traces() -> pd.DataFrame:
     frames = [slimjax.load_traces(DATA / f) for f in FILES]
-    for f, d in zip(FILES, frames):
+    for f, d in zip(FILES, frames, strict=False):
         d["source"] = f
     t = pd.concat(frames, ignore_index=True)
     # aiconfigurator's TTFT is an online mean under queueing, not the TTFT screen's serialised prefill of
@@ -61,8 +61,13 @@ def held_out(t: pd.DataFrame, train: pd.Series, test: pd.Series) -> dict:
             continue
         e = roofline_errors(rows, **_coeffs(fit, gpu=gpu))
         plain = roofline_errors(rows)
-        out[gpu] = {"rows": len(rows), "itl_mape": mape(e.itl_error), "ttft_mape": mape(e.ttft_error),
-                    "plain_itl_mape": mape(plain.itl_error), "plain_ttft_mape": mape(plain.ttft_error)}
+        out[gpu] = {
+            "rows": len(rows),
+            "itl_mape": mape(e.itl_error),
+            "ttft_mape": mape(e.ttft_error),
+            "plain_itl_mape": mape(plain.itl_error),
+            "plain_ttft_mape": mape(plain.ttft_error),
+        }
     return out
 
 
@@ -73,27 +78,41 @@ def main() -> None:
     ranks = t.groupby(["model", "gpu", "n_gpu"])["batch"].rank(method="dense").astype(int)
     tp8 = held_out(t, t.n_gpu <= 4, t.n_gpu == 8)
     batches = held_out(t, ranks % 2 == 1, ranks % 2 == 0)
-    entry = lambda ds, **w: {**{p: round(v, 6) for p, v in _coeffs(ds, **w).items()},  # noqa: E731
-                             "rows": int(ds.n_points.sel(w)), "mape_itl_in_sample": round(float(ds.mape_itl.sel(w)), 2),
-                             "mape_ttft_in_sample": round(float(ds.mape_ttft.sel(w)), 2)}
+
+    def entry(ds, **w):
+        return {
+            **{p: round(v, 6) for p, v in _coeffs(ds, **w).items()},  # noqa: E731
+            "rows": int(ds.n_points.sel(w)),
+            "mape_itl_in_sample": round(float(ds.mape_itl.sel(w)), 2),
+            "mape_ttft_in_sample": round(float(ds.mape_ttft.sel(w)), 2),
+        }
+
     doc = {
         "provenance": {
             "method": "slimjax.calibrate_roofline (MODEL.md §0, §4, §4b, §4c; relative ITL and TTFT residuals, LM, "
-                      "efficiencies bounded to (0, 1)), bench/fit_default_roofline.py",
+            "efficiencies bounded to (0, 1)), bench/fit_default_roofline.py",
             "data": [f"../shared/data/measured/{f}" for f in FILES],
             "fitted": datetime.date.today().isoformat(),
-            "held_out_tp8": {g: {k: round(v, 2) for k, v in d.items() if k != "rows"} | {"rows": d["rows"]} for g, d in tp8.items()},
-            "held_out_batches": {g: {k: round(v, 2) for k, v in d.items() if k != "rows"} | {"rows": d["rows"]} for g, d in batches.items()},
-            "note": "Residuals: ITL against TPOT / token_time everywhere; TTFT only where it is the batch prefill (splitwise "
-                    "prompt_time), not aiconfigurator's online mean TTFT. Plain roofline (1, 1, 0) stays MODEL.md's default.",
+            "held_out_tp8": {
+                g: {k: round(v, 2) for k, v in d.items() if k != "rows"} | {"rows": d["rows"]} for g, d in tp8.items()
+            },
+            "held_out_batches": {
+                g: {k: round(v, 2) for k, v in d.items() if k != "rows"} | {"rows": d["rows"]}
+                for g, d in batches.items()
+            },
+            "note": "Residuals: ITL against TPOT / token_time everywhere; TTFT only where it is the batch "
+            "prefill (splitwise "
+            "prompt_time), not aiconfigurator's online mean TTFT. Plain roofline (1, 1, 0) stays MODEL.md's default.",
         },
         "default": entry(pooled, pool="all"),  # for GPUs without a fit of their own
         "gpus": {str(g): entry(per_gpu, gpu=g) for g in per_gpu.gpu.values},
     }
     print(json.dumps(doc, indent=1))
     with open(REPO / "configs" / "roofline" / "default.yaml", "w") as f:
-        f.write("# Calibrated capacity-roofline efficiencies (serving: {efficiency: calibrated}); written by\n"
-                "# bench/fit_default_roofline.py. The plain roofline (e_F = e_B = 1, t_l = 0) is MODEL.md's default.\n")
+        f.write(
+            "# Calibrated capacity-roofline efficiencies (serving: {efficiency: calibrated}); written by\n"
+            "# bench/fit_default_roofline.py. The plain roofline (e_F = e_B = 1, t_l = 0) is MODEL.md's default.\n"
+        )
         yaml.safe_dump(doc, f, sort_keys=False, width=200)
 
 

@@ -44,12 +44,16 @@ def rows() -> pd.DataFrame:
 
 def entry(ds, **sel) -> tuple[dict, dict]:
     at = ds.sel(sel)
-    theta = {p: float(f"{v:.6g}") for p, v in zip(SLIM_PARAMS, at.coefficients.values)}
+    theta = {p: float(f"{v:.6g}") for p, v in zip(SLIM_PARAMS, at.coefficients.values, strict=False)}
     se = at.standard_error.values
     info = {
-        "rows": int(at.n_points), "converged": bool(at.converged),
-        "in_sample": f"MAPE throughput {float(at.mape_throughput):.1f}%, E2E {float(at.mape_e2e):.1f}%, TTFT {float(at.mape_ttft):.1f}%",
-        "standard_error": {p: (float(f"{s:.3g}") if np.isfinite(s) else "not identified") for p, s in zip(SLIM_PARAMS, se)},
+        "rows": int(at.n_points),
+        "converged": bool(at.converged),
+        "in_sample": f"MAPE throughput {float(at.mape_throughput):.1f}%, E2E {float(at.mape_e2e):.1f}%, TTFT "
+        f"{float(at.mape_ttft):.1f}%",
+        "standard_error": {
+            p: (float(f"{s:.3g}") if np.isfinite(s) else "not identified") for p, s in zip(SLIM_PARAMS, se, strict=True)
+        },
     }
     return theta, info
 
@@ -82,10 +86,19 @@ def recommendation() -> dict:
     score = (table["mape_throughput"] + table["mape_e2e"]) / 2
     wins = score.idxmin(axis=1)
     winner = wins.value_counts().idxmax()
-    return {"variant": winner, "by": "mean of throughput and E2E MAPE per transfer scenario of slimjax validate "
-                                      "(default traces, every framework and TP setting)",
-            "scenarios": {sc: {m: f"T {table.loc[sc, ('mape_throughput', m)]:.1f}% / E2E {table.loc[sc, ('mape_e2e', m)]:.1f}%"
-                               for m in ("slim", "slim-kv")} | {"winner": wins[sc]} for sc in table.index}}
+    return {
+        "variant": winner,
+        "by": "mean of throughput and E2E MAPE per transfer scenario of slimjax validate "
+        "(default traces, every framework and TP setting)",
+        "scenarios": {
+            sc: {
+                m: f"T {table.loc[sc, ('mape_throughput', m)]:.1f}% / E2E {table.loc[sc, ('mape_e2e', m)]:.1f}%"
+                for m in ("slim", "slim-kv")
+            }
+            | {"winner": wins[sc]}
+            for sc in table.index
+        },
+    }
 
 
 def main() -> None:
@@ -94,28 +107,47 @@ def main() -> None:
     pooled = slimjax.calibrate(d.assign(pool="all"), group_by=["pool"], iterations=100)
     theta, info = entry(pooled, pool="all")
     beta, beta_errors = bandwidth_exponent()
-    kv_per_gpu = slimjax.calibrate(d, group_by=["gpu"], iterations=100, variant="slim-kv", loss="cauchy", bandwidth_exponent=beta)
-    kv_pooled = slimjax.calibrate(d.assign(pool="all"), group_by=["pool"], iterations=100, variant="slim-kv", loss="cauchy",
-                                  bandwidth_exponent=beta)
+    kv_per_gpu = slimjax.calibrate(
+        d, group_by=["gpu"], iterations=100, variant="slim-kv", loss="cauchy", bandwidth_exponent=beta
+    )
+    kv_pooled = slimjax.calibrate(
+        d.assign(pool="all"),
+        group_by=["pool"],
+        iterations=100,
+        variant="slim-kv",
+        loss="cauchy",
+        bandwidth_exponent=beta,
+    )
     kv_theta, kv_info = entry(kv_pooled, pool="all")
     out = {
         "provenance": {
-            "data": "llm_inference_bench.csv + llm_inference_bench_ttft_e2e.csv (argonne-lcf/LLM-Inference-Bench @4211f5d, BSD-3)",
+            "data": "llm_inference_bench.csv + llm_inference_bench_ttft_e2e.csv "
+            "(argonne-lcf/LLM-Inference-Bench @4211f5d, BSD-3)",
             "rows": f"{len(d)} rows: vLLM, 1 GPU, {', '.join(GPUS)}, models {', '.join(sorted(d.model.unique()))}",
             "fitted": datetime.date.today().isoformat(),
-            "method": "slimjax.calibrate (MODEL.md §1, squared relative throughput and TTFT errors, LM, 100 iterations)",
+            "method": "slimjax.calibrate (MODEL.md §1, squared relative throughput and TTFT errors, LM, 100 "
+            "iterations)",
             "script": "bench/fit_default_slim.py",
             "default": info,
         },
         "default": theta,
         "gpus": {},
     }
-    kv = {"provenance": {"method": f"slimjax.calibrate(variant='slim-kv', loss='cauchy', bandwidth_exponent={beta:g}), LM, 100 iterations",
-                         "bandwidth_exponent": {"chosen_by": "least Σ |log(E2E_pred / E2E_meas)| over every GPU-transfer fold of the "
-                                                             "default validate traces (both directions, every framework and TP)",
-                                                "error_per_candidate": beta_errors},
-                         "default": kv_info},
-          "bandwidth_exponent": beta, "default": kv_theta, "gpus": {}}
+    kv = {
+        "provenance": {
+            "method": f"slimjax.calibrate(variant='slim-kv', loss='cauchy', bandwidth_exponent={beta:g}), LM, "
+            "100 iterations",
+            "bandwidth_exponent": {
+                "chosen_by": "least Σ |log(E2E_pred / E2E_meas)| over every GPU-transfer fold of the "
+                "default validate traces (both directions, every framework and TP)",
+                "error_per_candidate": beta_errors,
+            },
+            "default": kv_info,
+        },
+        "bandwidth_exponent": beta,
+        "default": kv_theta,
+        "gpus": {},
+    }
     for g in GPUS:
         theta_g, info_g = entry(per_gpu, gpu=g)
         out["gpus"][g] = theta_g
@@ -129,9 +161,12 @@ def main() -> None:
     print(text)
     if "--write" in sys.argv:
         with open(OUT, "w") as f:
-            f.write("# Shipped SLIM coefficients (MODEL.md §1): `gpus` per GPU, `default` for every other GPU; the same\n"
-                    "# for the slim-kv variant under `variants`, and the variant transfer favours (`recommended_variant`,\n"
-                    "# what `slim_variant: recommended` means). Written by bench/fit_default_slim.py --write; see provenance.\n")
+            f.write(
+                "# Shipped SLIM coefficients (MODEL.md §1): `gpus` per GPU, `default` for every other GPU; the same\n"
+                "# for the slim-kv variant under `variants`, and the variant transfer favours (`recommended_variant`,\n"
+                "# what `slim_variant: recommended` means). Written by bench/fit_default_slim.py --write; see "
+                "provenance.\n"
+            )
             f.write(text)
 
 

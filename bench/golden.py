@@ -41,9 +41,14 @@ def array_digests(ds) -> dict:
 CAPACITY_SWEEP = dict(
     models=["Llama-3.1-8B", "Mistral-7B-v0.1", "gemma-2-9b", "OPT-1.3b", "Llama-3.1-70B"],
     gpus=["H100-SXM", "A100-SXM-80GB", "L40S"],
-    batch=[1, 2, 8, 32, 64], input_len=[128, 1000, 4096, 8192], output_len=[1, 64, 512],
+    batch=[1, 2, 8, 32, 64],
+    input_len=[128, 1000, 4096, 8192],
+    output_len=[1, 64, 512],
     serving={"chunk_size": 512, "launch_overhead_s": 2e-5, "L40S": {"kv_dtype_bytes": "fp8"}},
-    arrival_rate=[0.5, 2.0, 8.0], advisor=False, precision="float64", slim="per-gpu",  # the sets recorded with it
+    arrival_rate=[0.5, 2.0, 8.0],
+    advisor=False,
+    precision="float64",
+    slim="per-gpu",  # the sets recorded with it
 )
 
 
@@ -82,7 +87,10 @@ def validate_table_csv(data: Path) -> str:
         from slimjax.fit.validate import validate
     except ImportError:  # before the layered layout
         from slimjax.validate import validate
-    frames = [slimjax.load_traces(data / "measured" / f) for f in ("llm_inference_bench.csv", "llm_inference_bench_ttft_e2e.csv")]
+    frames = [
+        slimjax.load_traces(data / "measured" / f)
+        for f in ("llm_inference_bench.csv", "llm_inference_bench_ttft_e2e.csv")
+    ]
     table = validate(pd.concat(frames, ignore_index=True)).table
     return table_csv(table)
 
@@ -106,7 +114,9 @@ def same_table(got_csv: str, want_csv: str, rtol: float = 1e-12) -> bool:
         return False
     floats = [c for c in want.columns if want[c].dtype.kind == "f"]
     rest = [c for c in want.columns if c not in floats]
-    return bool(got[rest].equals(want[rest]) and np.allclose(got[floats], want[floats], rtol=rtol, atol=0, equal_nan=True))
+    return bool(
+        got[rest].equals(want[rest]) and np.allclose(got[floats], want[floats], rtol=rtol, atol=0, equal_nan=True)
+    )
 
 
 def main() -> int:

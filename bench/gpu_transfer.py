@@ -32,15 +32,19 @@ def per_direction(predictions: pd.DataFrame, exponents: dict) -> pd.DataFrame:
     def summary(g):
         inside = (g.throughput >= g.pred_throughput_lo) & (g.throughput <= g.pred_throughput_hi)
         inside_t = (g.throughput >= g.pred_throughput_transfer_lo) & (g.throughput <= g.pred_throughput_transfer_hi)
-        return pd.Series({
-            "rows": len(g), "β": g.beta.iloc[0],
-            "MAPE T %": 100 * np.mean(np.abs(g.pred_throughput / g.throughput - 1)),
-            "MAPE E2E %": 100 * np.mean(np.abs(g.pred_e2e_s / g.e2e_s - 1)),
-            "bias E2E %": 100 * np.median(g.pred_e2e_s / g.e2e_s - 1),
-            "fit cover %": 100 * inside.mean(),
-            "transfer cover %": 100 * inside_t.mean(),
-            "transfer width %": 100 * np.median((g.pred_throughput_transfer_hi - g.pred_throughput_transfer_lo) / g.pred_throughput),
-        })
+        return pd.Series(
+            {
+                "rows": len(g),
+                "β": g.beta.iloc[0],
+                "MAPE T %": 100 * np.mean(np.abs(g.pred_throughput / g.throughput - 1)),
+                "MAPE E2E %": 100 * np.mean(np.abs(g.pred_e2e_s / g.e2e_s - 1)),
+                "bias E2E %": 100 * np.median(g.pred_e2e_s / g.e2e_s - 1),
+                "fit cover %": 100 * inside.mean(),
+                "transfer cover %": 100 * inside_t.mean(),
+                "transfer width %": 100
+                * np.median((g.pred_throughput_transfer_hi - g.pred_throughput_transfer_lo) / g.pred_throughput),
+            }
+        )
 
     return p.groupby(["direction", "method"]).apply(summary, include_groups=False).round(1)
 
@@ -52,9 +56,11 @@ def main(paths) -> None:
     with pd.option_context("display.width", 200, "display.max_rows", 200):
         print(table.to_string())
     wins = table.reset_index().pivot(index="direction", columns="method", values="MAPE E2E %")
-    print(f"\nslim-kv errs less on E2E in {int((wins['slim-kv'] < wins['slim']).sum())} of {len(wins)} directions; "
-          f"pooled E2E MAPE slim {v.table.loc['gpu-transfer', ('mape_e2e', 'slim')]:.1f} %, "
-          f"slim-kv {v.table.loc['gpu-transfer', ('mape_e2e', 'slim-kv')]:.1f} %")
+    print(
+        f"\nslim-kv errs less on E2E in {int((wins['slim-kv'] < wins['slim']).sum())} of {len(wins)} directions; "
+        f"pooled E2E MAPE slim {v.table.loc['gpu-transfer', ('mape_e2e', 'slim')]:.1f} %, "
+        f"slim-kv {v.table.loc['gpu-transfer', ('mape_e2e', 'slim-kv')]:.1f} %"
+    )
     rows, _ = study_rows(traces)
     fs = folds(rows)
     errors = transfer_exponent_errors(rows, fs).drop(columns="setting")

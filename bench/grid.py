@@ -15,7 +15,6 @@ import json
 import time
 
 import numpy as np
-
 from common import Discard, timed  # bench/common.py (the script folder is on sys.path)
 
 import slimjax
@@ -25,10 +24,30 @@ from slimjax.engine import grid
 slimjax.configure()
 
 SPEC = dict(
-    models=["OPT-125m", "OPT-1.3b", "OPT-6.7b", "OPT-13b", "Llama-2-7b", "Llama-3.1-8B", "Llama-3.1-70B",
-            "Mistral-7B-v0.1", "Qwen2-7B", "gemma-2-9b"],
-    gpus=["A100-SXM-40GB", "A100-SXM-80GB", "A100-PCIe-80GB", "H100-SXM", "H100-PCIe", "H200", "GH200", "L40S",
-          "B200", "MI300X"],
+    models=[
+        "OPT-125m",
+        "OPT-1.3b",
+        "OPT-6.7b",
+        "OPT-13b",
+        "Llama-2-7b",
+        "Llama-3.1-8B",
+        "Llama-3.1-70B",
+        "Mistral-7B-v0.1",
+        "Qwen2-7B",
+        "gemma-2-9b",
+    ],
+    gpus=[
+        "A100-SXM-40GB",
+        "A100-SXM-80GB",
+        "A100-PCIe-80GB",
+        "H100-SXM",
+        "H100-PCIe",
+        "H200",
+        "GH200",
+        "L40S",
+        "B200",
+        "MI300X",
+    ],
     batch={"start": 1, "stop": 512},
     input_len={"start": 128, "stop": 4096, "step": 128},
     output_len={"start": 128, "stop": 4096, "step": 128},
@@ -51,8 +70,11 @@ def numpy_reference(sw):
     kv_width = m["n_kv_heads"] * m["head_dim"]
     flops = L * (B * I * (4 * D * D + 4 * D * kv_width + 2 * m["n_ffn"] * m["ffn_dim"] * D) + 4 * B * I * I * D)
     t_pre = flops / (c["eta_c"] * g["flops_per_s"])
-    e_kv = np.where(m["mla"] > 0, (m["kv_lora_rank"] + m["rope_dim"]) * m["kv_dtype_bytes"],
-                    2 * m["n_kv_heads"] * m["head_dim"] * m["kv_dtype_bytes"])
+    e_kv = np.where(
+        m["mla"] > 0,
+        (m["kv_lora_rank"] + m["rope_dim"]) * m["kv_dtype_bytes"],
+        2 * m["n_kv_heads"] * m["head_dim"] * m["kv_dtype_bytes"],
+    )
     m_dec = L * e_kv * (O * (I + 1) + O * (O - 1) / 2)
     t_d = c["alpha"] * O + c["gamma"] * L * (D / 1024) ** 2 * O
     t_dec = (B + c["B0"]) / c["eta_m"] * (t_d + m_dec / g["bandwidth_bytes_per_s"])
@@ -62,9 +84,15 @@ def numpy_reference(sw):
     ok = (e2e <= sw.advisor.slo_s) & (tput / (B * t1) > sw.advisor.epsilon)
     masked = np.where(ok, tput, -np.inf)
     b_cap = np.where(ok.any(axis=2), sw.batch[masked.argmax(axis=2)], 0)
-    return dict(prefill_flops=flops, slim_prefill_s=t_pre, kv_traffic_bytes=m_dec, slim_decode_s=t_dec,
-                slim_e2e_s=e2e, slim_throughput=tput, b_cap=b_cap)
-
+    return dict(
+        prefill_flops=flops,
+        slim_prefill_s=t_pre,
+        kv_traffic_bytes=m_dec,
+        slim_decode_s=t_dec,
+        slim_e2e_s=e2e,
+        slim_throughput=tput,
+        b_cap=b_cap,
+    )
 
 
 def write_bandwidth(nbytes: int = 1 << 28) -> float:
@@ -76,8 +104,6 @@ def write_bandwidth(nbytes: int = 1 << 28) -> float:
         buf.fill(1.0)
         best = min(best, time.perf_counter() - t)
     return nbytes / best
-
-
 
 
 def main() -> None:
@@ -107,10 +133,14 @@ def main() -> None:
         "points": n,
         "devices": [str(d) for d in jax.local_devices()],
         "first_call_s_incl_compile": round(first, 3),
-        "engine_s": round(t_engine, 3), "engine_points_per_s": n / t_engine,
-        "sweep_in_memory_s": round(t_sweep, 3), "sweep_points_per_s": n / t_sweep,
-        "numpy_s": round(t_numpy, 3), "numpy_points_per_s": n / t_numpy,
-        "engine_vs_numpy": t_numpy / t_engine, "sweep_vs_numpy": t_numpy / t_sweep,
+        "engine_s": round(t_engine, 3),
+        "engine_points_per_s": n / t_engine,
+        "sweep_in_memory_s": round(t_sweep, 3),
+        "sweep_points_per_s": n / t_sweep,
+        "numpy_s": round(t_numpy, 3),
+        "numpy_points_per_s": n / t_numpy,
+        "engine_vs_numpy": t_numpy / t_engine,
+        "sweep_vs_numpy": t_numpy / t_sweep,
         "share_of_points_compared_with_numpy": agree,
         "result_bytes_per_point": bytes_per_point,
         "machine_write_bandwidth_GBps": bw / 1e9,

@@ -25,6 +25,7 @@ slimjax.configure()
 DATA = Path(os.environ.get("SLIMJAX_DATA", Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
 GROUP = ("model", "gpu", "n_gpu", "framework")
 
+
 def coverage(train, test, bootstrap):
     coeffs = calibrate(train, group_by=GROUP, bootstrap=bootstrap)
     fitted = coeffs.n_points.to_dataframe().reset_index()
@@ -34,11 +35,16 @@ def coverage(train, test, bootstrap):
     inside_e = (p.e2e_s >= p.pred_e2e_s_lo) & (p.e2e_s <= p.pred_e2e_s_hi)
     return {
         "uncertainty": f"bootstrap {bootstrap}" if bootstrap else "Gauss-Newton",
-        "train_rows": len(train), "held_out_rows": len(p), "groups": len(fitted),
-        "coverage_throughput_90": float(inside_t.mean()), "coverage_e2e_90": float(inside_e.mean()),
+        "train_rows": len(train),
+        "held_out_rows": len(p),
+        "groups": len(fitted),
+        "coverage_throughput_90": float(inside_t.mean()),
+        "coverage_e2e_90": float(inside_e.mean()),
         "held_out_mape_throughput": float(np.mean(np.abs(p.pred_throughput / p.throughput - 1)) * 100),
         "held_out_mape_e2e": float(np.mean(np.abs(p.pred_e2e_s / p.e2e_s - 1)) * 100),
-        "median_interval_width_throughput_rel": float(np.median((p.pred_throughput_hi - p.pred_throughput_lo) / p.pred_throughput)),
+        "median_interval_width_throughput_rel": float(
+            np.median((p.pred_throughput_hi - p.pred_throughput_lo) / p.pred_throughput)
+        ),
     }
 
 

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from common import timed  # bench/common.py
 
 import slimjax
@@ -31,18 +30,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import reference as ref  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
-GPUS = ["A100-SXM-40GB", "A100-SXM-80GB", "A100-PCIe-80GB", "H100-SXM", "H100-PCIe", "H200", "GH200", "L40S", "B200", "MI300X"]
+GPUS = [
+    "A100-SXM-40GB",
+    "A100-SXM-80GB",
+    "A100-PCIe-80GB",
+    "H100-SXM",
+    "H100-PCIe",
+    "H200",
+    "GH200",
+    "L40S",
+    "B200",
+    "MI300X",
+]
 BATCH = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 448, 512]
 
 
 def spec(data: Path) -> dict:
     traces = data / "traces"
     return dict(
-        workloads=[dict(name="conversation", trace=str(traces / "AzureLLMInferenceTrace_conv.csv"), classes=4),
-                   dict(name="code", trace=str(traces / "AzureLLMInferenceTrace_code.csv"), classes=4),
-                   dict(name="mooncake", trace=str(traces / "mooncake_conversation_trace.jsonl"), classes=4)],
-        rate_scale=list(np.round(np.geomspace(0.25, 64, 50), 4)), models=["Llama-3.1-8B", "Qwen3-32B", "Llama-3.1-70B"],
-        gpus=GPUS, tp=[1, 2, 4, 8], batch=BATCH, slo=dict(ttft_s=2.0, itl_s=0.05, e2e_s=60.0),
+        workloads=[
+            dict(name="conversation", trace=str(traces / "AzureLLMInferenceTrace_conv.csv"), classes=4),
+            dict(name="code", trace=str(traces / "AzureLLMInferenceTrace_code.csv"), classes=4),
+            dict(name="mooncake", trace=str(traces / "mooncake_conversation_trace.jsonl"), classes=4),
+        ],
+        rate_scale=list(np.round(np.geomspace(0.25, 64, 50), 4)),
+        models=["Llama-3.1-8B", "Qwen3-32B", "Llama-3.1-70B"],
+        gpus=GPUS,
+        tp=[1, 2, 4, 8],
+        batch=BATCH,
+        slo=dict(ttft_s=2.0, itl_s=0.05, e2e_s=60.0),
     )
 
 
@@ -52,26 +68,38 @@ def scalar_candidate(study, ds, w, m, g, n, b):
     classes = wl.classes
     serving = dict(n_gpu=int(n), efficiency="calibrated", kv_replication="auto")
     model, gpu = study.models[m], study.gpus[g]
-    first = [slimjax.capacity(model, gpu, int(i), int(o), 1, serving=serving) for i, o in zip(classes.input_len, classes.output_len)]
+    first = [
+        slimjax.capacity(model, gpu, int(i), int(o), 1, serving=serving)
+        for i, o in zip(classes.input_len, classes.output_len, strict=False)
+    ]
     pool = first[0]["kv_pool_bytes"]
-    footprint = sum(wk * c["seq_footprint_bytes"] for wk, c in zip(classes.weight, first))
+    footprint = sum(wk * c["seq_footprint_bytes"] for wk, c in zip(classes.weight, first, strict=False))
     slots = min(b, ref.max_seqs(pool, footprint)) if pool > 0 else 0
     if slots < 1:
         return 0.0, None
-    at = [slimjax.capacity(model, gpu, int(i), int(o), slots, serving=serving) for i, o in zip(classes.input_len, classes.output_len)]
+    at = [
+        slimjax.capacity(model, gpu, int(i), int(o), slots, serving=serving)
+        for i, o in zip(classes.input_len, classes.output_len, strict=False)
+    ]
     itl = [c["itl_s"] for c in at]
     ttft = [c["prefill_s"] + c["itl_s"] for c in at]
     service = [c["service_s"] for c in at]
-    S = sum(wk * s for wk, s in zip(classes.weight, service))
+    S = sum(wk * s for wk, s in zip(classes.weight, service, strict=False))
     slo = study.slo
 
     def meets(lam):
         q = ref.mmc(slots, S, lam)
         if not math.isfinite(q["wait_s"]):
             return False
-        wp = 0.0 if q["p_wait"] <= 1 - slo["quantile"] else math.log(q["p_wait"] / (1 - slo["quantile"])) / (slots / S - lam)
-        return all(itl[k] <= slo["itl_s"] and wp + ttft[k] <= slo["ttft_s"] and q["wait_s"] + service[k] <= slo["e2e_s"]
-                   for k in range(len(itl)))
+        wp = (
+            0.0
+            if q["p_wait"] <= 1 - slo["quantile"]
+            else math.log(q["p_wait"] / (1 - slo["quantile"])) / (slots / S - lam)
+        )
+        return all(
+            itl[k] <= slo["itl_s"] and wp + ttft[k] <= slo["ttft_s"] and q["wait_s"] + service[k] <= slo["e2e_s"]
+            for k in range(len(itl))
+        )
 
     if not meets(0.0):
         return 0.0, None
@@ -114,12 +142,19 @@ def main() -> None:
         agree += (lam > 0) == (got > 0)
     scalar_per = (time.perf_counter() - start) / args.sample
     grid_per = seconds / n_candidates
-    print(f"study: {n_candidates:,} candidates × {len(study.rate_labels)} rates = {points:,} sized points in {seconds:.2f} s "
-          f"({n_candidates / seconds:,.0f} candidates/s, {points / seconds:,.0f} sized points/s)")
-    print(f"scalar path: {scalar_per * 1e3:,.0f} ms per candidate on {args.sample} sampled candidates "
-          f"({1 / scalar_per:,.2f} candidates/s)")
-    print(f"ratio: {scalar_per / grid_per:,.0f}× per candidate; feasibility agrees on {agree}/{args.sample}; "
-          f"max relative difference λ* {worst_lam:.2e}, $/hour over all rates {worst_cost:.2e}")
+    print(
+        f"study: {n_candidates:,} candidates × {len(study.rate_labels)} rates = {points:,} sized points in "
+        f"{seconds:.2f} s "
+        f"({n_candidates / seconds:,.0f} candidates/s, {points / seconds:,.0f} sized points/s)"
+    )
+    print(
+        f"scalar path: {scalar_per * 1e3:,.0f} ms per candidate on {args.sample} sampled candidates "
+        f"({1 / scalar_per:,.2f} candidates/s)"
+    )
+    print(
+        f"ratio: {scalar_per / grid_per:,.0f}× per candidate; feasibility agrees on {agree}/{args.sample}; "
+        f"max relative difference λ* {worst_lam:.2e}, $/hour over all rates {worst_cost:.2e}"
+    )
 
 
 if __name__ == "__main__":

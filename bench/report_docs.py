@@ -13,8 +13,10 @@ from pathlib import Path
 import slimjax
 
 REPO = Path(__file__).resolve().parent.parent
-KEEP = {"quickstart_throughput_vs_batch.png": "report_throughput_vs_batch.png",
-        "quickstart_b_cap_heatmap.png": "report_b_cap_heatmap.png"}
+KEEP = {
+    "quickstart_throughput_vs_batch.png": "report_throughput_vs_batch.png",
+    "quickstart_b_cap_heatmap.png": "report_b_cap_heatmap.png",
+}
 
 
 def main() -> None:

@@ -68,8 +68,18 @@ def table(t: pd.DataFrame) -> dict:
         plain = roofline_errors(rows)
         pooled = roofline_errors(rows, *(doc["default"][k] for k in fit.ROOFLINE_PARAMS))
         per_gpu = roofline_errors(rows, *(own[k] for k in fit.ROOFLINE_PARAMS))
-        out[key] = {"rows": len(rows), **{f"{name} ITL / TTFT": (mape(e.itl_error), mape(e.ttft_error)) for name, e in
-                    (("plain before §4c", before), ("plain", plain), ("calibrated default", pooled), ("calibrated per GPU", per_gpu))}}
+        out[key] = {
+            "rows": len(rows),
+            **{
+                f"{name} ITL / TTFT": (mape(e.itl_error), mape(e.ttft_error))
+                for name, e in (
+                    ("plain before §4c", before),
+                    ("plain", plain),
+                    ("calibrated default", pooled),
+                    ("calibrated per GPU", per_gpu),
+                )
+            },
+        }
     return out
 
 
@@ -86,5 +96,13 @@ def signed_by_tp(t: pd.DataFrame) -> dict:
 
 if __name__ == "__main__":
     t = fit.traces()
-    print(json.dumps({"mape_by_source": table(t), "held_out_tp8_per_gpu_fit_on_tp_le_4": fit.held_out(t, t.n_gpu <= 4, t.n_gpu == 8),
-                      "calibrated_itl_median_signed_error_pct_by_tp": signed_by_tp(t)}, indent=1))
+    print(
+        json.dumps(
+            {
+                "mape_by_source": table(t),
+                "held_out_tp8_per_gpu_fit_on_tp_le_4": fit.held_out(t, t.n_gpu <= 4, t.n_gpu == 8),
+                "calibrated_itl_median_signed_error_pct_by_tp": signed_by_tp(t),
+            },
+            indent=1,
+        )
+    )

@@ -1,5 +1,6 @@
 """Scale benchmark (issue 12): sweeps of 10^7, 10^8 and 10^9 points to zarr — wall time (after the one
-compile, as the engine's rate is), points/s, bytes written, peak RSS (each in a fresh subprocess) — against the in-memory engine (a sink that keeps nothing)
+compile, as the engine's rate is), points/s, bytes written, peak RSS (each in a fresh subprocess) — against the
+in-memory engine (a sink that keeps nothing)
 and a dd-style sequential write of the same number of bytes, measured in the same run; a queue sweep with
 the pure-JAX Erlang B against the SciPy host callback it replaced; Dask LocalCluster (2 workers) against
 in-process.
@@ -21,24 +22,56 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from common import Discard, timed  # bench/common.py
 
 import slimjax
 from slimjax.api import DEFAULT_MEMORY_BUDGET, parse
 from slimjax.engine import grid
 
-MODELS = ["OPT-125m", "OPT-1.3b", "OPT-6.7b", "Llama-2-7b", "Meta-Llama-3-8B", "Llama-3.1-8B", "Mistral-7B-v0.1", "Qwen2-7B",
-          "gemma-2-9b", "OPT-13b", "Llama-3.1-70B", "Qwen3-32B", "Qwen3-8B", "OPT-2.7b", "OPT-350m", "Mixtral-8x7B"]
-GPUS = ["A100-SXM-40GB", "A100-SXM-80GB", "A100-PCIe-80GB", "H100-SXM", "H100-PCIe", "H200", "GH200", "L40S", "B200", "MI300X"]
+MODELS = [
+    "OPT-125m",
+    "OPT-1.3b",
+    "OPT-6.7b",
+    "Llama-2-7b",
+    "Meta-Llama-3-8B",
+    "Llama-3.1-8B",
+    "Mistral-7B-v0.1",
+    "Qwen2-7B",
+    "gemma-2-9b",
+    "OPT-13b",
+    "Llama-3.1-70B",
+    "Qwen3-32B",
+    "Qwen3-8B",
+    "OPT-2.7b",
+    "OPT-350m",
+    "Mixtral-8x7B",
+]
+GPUS = [
+    "A100-SXM-40GB",
+    "A100-SXM-80GB",
+    "A100-PCIe-80GB",
+    "H100-SXM",
+    "H100-PCIe",
+    "H200",
+    "GH200",
+    "L40S",
+    "B200",
+    "MI300X",
+]
 
 
 def spec_of(points: float) -> dict:
     """A SLIM + B_cap sweep of about ``points`` grid points (batch 1…256, models × GPUs × I × O grown to fit)."""
     n_io = max(1, int(round(math.sqrt(points / (256 * 16 * 10)))))
-    return dict(models=MODELS, gpus=GPUS, batch={"start": 1, "stop": 256},
-                input_len={"start": 16, "stop": 16 * n_io, "step": 16}, output_len={"start": 8, "stop": 8 * n_io, "step": 8},
-                slim="shared", precision="float32")
+    return dict(
+        models=MODELS,
+        gpus=GPUS,
+        batch={"start": 1, "stop": 256},
+        input_len={"start": 16, "stop": 16 * n_io, "step": 16},
+        output_len={"start": 8, "stop": 8 * n_io, "step": 8},
+        slim="shared",
+        precision="float32",
+    )
 
 
 CHILD = """
@@ -56,7 +89,8 @@ with slimjax.config.float64_scope():  # compile first (one block), as the engine
     grid.evaluate(sw, plan, Discard(), skip=set(range(1, plan.n_blocks)))
 t = time.perf_counter()
 slimjax.sweep(sw, out, quiet=True, compression=compression)
-print(json.dumps({"seconds": time.perf_counter() - t, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+print(json.dumps({"seconds": time.perf_counter() - t, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+* 1024}))
 """
 
 
@@ -93,7 +127,9 @@ def engine_rate(spec: dict) -> tuple[float, float]:
 def to_zarr(spec: dict, folder: Path, compression: str) -> dict:
     out = folder / "scale.zarr"
     shutil.rmtree(out, ignore_errors=True)
-    run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec), str(out), compression], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(spec), str(out), compression], capture_output=True, text=True
+    )
     if run.returncode != 0:
         raise RuntimeError(run.stderr[-3000:])
     result = json.loads(run.stdout.strip().splitlines()[-1])
@@ -111,17 +147,29 @@ def queue_rates() -> dict:
     import slimjax.engine.groups as groups
     import slimjax.model.queue as queue
 
-    spec = dict(models=["Llama-3.1-8B", "Qwen3-32B", "Llama-3.1-70B", "Mistral-7B-v0.1"],
-                gpus=["H100-SXM", "H200", "A100-SXM-80GB", "L40S", "B200"], batch={"start": 1, "stop": 256},
-                input_len=[128, 512, 1024, 2048, 4096, 8192], output_len=[64, 128, 256, 512, 1024],
-                arrival_rate=[0.1, 0.5, 1, 2, 5, 10, 20, 50], serving=dict(n_gpu="auto"), advisor=False, precision="float32")
+    spec = dict(
+        models=["Llama-3.1-8B", "Qwen3-32B", "Llama-3.1-70B", "Mistral-7B-v0.1"],
+        gpus=["H100-SXM", "H200", "A100-SXM-80GB", "L40S", "B200"],
+        batch={"start": 1, "stop": 256},
+        input_len=[128, 512, 1024, 2048, 4096, 8192],
+        output_len=[64, 128, 256, 512, 1024],
+        arrival_rate=[0.1, 0.5, 1, 2, 5, 10, 20, 50],
+        serving=dict(n_gpu="auto"),
+        advisor=False,
+        precision="float32",
+    )
     points, pure = engine_rate(spec)
 
     def scipy_erlang_b(servers, load, max_servers=None):
         log_pmf = servers * jnp.log(load) - load - jax.scipy.special.gammaln(servers + 1.0)
         shape = jnp.broadcast_shapes(jnp.shape(servers), jnp.shape(load))
-        q = jax.pure_callback(lambda a, x: np.asarray(gammaincc(a, x)), jax.ShapeDtypeStruct(shape, jnp.float64),
-                              jnp.broadcast_to(servers + 1.0, shape), jnp.broadcast_to(load, shape), vmap_method="broadcast_all")
+        q = jax.pure_callback(
+            lambda a, x: np.asarray(gammaincc(a, x)),
+            jax.ShapeDtypeStruct(shape, jnp.float64),
+            jnp.broadcast_to(servers + 1.0, shape),
+            jnp.broadcast_to(load, shape),
+            vmap_method="broadcast_all",
+        )
         return jnp.where(load > 0, jnp.exp(log_pmf) / q, 0.0)
 
     real_b, real_group = queue.erlang_b, groups.GROUPS["queue"]
@@ -169,24 +217,44 @@ def main() -> None:
         for compression in args.compression.split(","):
             z = to_zarr(spec, folder, compression)
             disk_s = dd(folder / "dd.bin", z["bytes"])
-            rows.append(dict(points=points, compression=compression, engine_pts_s=points / engine_s, zarr_s=z["seconds"],
-                             zarr_pts_s=points / z["seconds"], bytes=z["bytes"], disk_mb_s=z["bytes"] / disk_s / 1e6,
-                             zarr_mb_s=z["bytes"] / z["seconds"] / 1e6, peak_rss_mb=z["peak_rss"] / 1e6))
+            rows.append(
+                dict(
+                    points=points,
+                    compression=compression,
+                    engine_pts_s=points / engine_s,
+                    zarr_s=z["seconds"],
+                    zarr_pts_s=points / z["seconds"],
+                    bytes=z["bytes"],
+                    disk_mb_s=z["bytes"] / disk_s / 1e6,
+                    zarr_mb_s=z["bytes"] / z["seconds"] / 1e6,
+                    peak_rss_mb=z["peak_rss"] / 1e6,
+                )
+            )
             r = rows[-1]
             goal = min(0.6 * r["engine_pts_s"] / r["zarr_pts_s"], 0.7 * r["disk_mb_s"] / r["zarr_mb_s"])
-            print(f"{points:>14,} pts {compression:>4}: zarr {r['zarr_s']:7.1f} s = {r['zarr_pts_s']:12,.0f} pts/s "
-                  f"({r['zarr_pts_s'] / r['engine_pts_s']:.0%} of the engine's {r['engine_pts_s']:,.0f}); "
-                  f"{r['bytes'] / 1e9:6.2f} GB at {r['zarr_mb_s']:6.0f} MB/s ({r['zarr_mb_s'] / r['disk_mb_s']:.0%} of dd's "
-                  f"{r['disk_mb_s']:.0f} MB/s); peak RSS {r['peak_rss_mb']:,.0f} MB; goal {'met' if goal <= 1 else 'not met'}",
-                  flush=True)
+            print(
+                f"{points:>14,} pts {compression:>4}: zarr {r['zarr_s']:7.1f} s = {r['zarr_pts_s']:12,.0f} pts/s "
+                f"({r['zarr_pts_s'] / r['engine_pts_s']:.0%} of the engine's {r['engine_pts_s']:,.0f}); "
+                f"{r['bytes'] / 1e9:6.2f} GB at {r['zarr_mb_s']:6.0f} MB/s "
+                f"({r['zarr_mb_s'] / r['disk_mb_s']:.0%} of dd's "
+                f"{r['disk_mb_s']:.0f} MB/s); peak RSS {r['peak_rss_mb']:,.0f} MB; goal "
+                f"{'met' if goal <= 1 else 'not met'}",
+                flush=True,
+            )
     if not args.skip_queue:
         q = queue_rates()
-        print(f"queue sweep {q['points']:,} pts: pure JAX {q['points'] / q['pure_jax_s']:,.0f} pts/s (every device), "
-              f"SciPy callback {q['points'] / q['scipy_callback_s']:,.0f} pts/s (one device)", flush=True)
+        print(
+            f"queue sweep {q['points']:,} pts: pure JAX {q['points'] / q['pure_jax_s']:,.0f} pts/s (every device), "
+            f"SciPy callback {q['points'] / q['scipy_callback_s']:,.0f} pts/s (one device)",
+            flush=True,
+        )
     if not args.skip_dask:
         d = dask_vs_local(folder)
-        print(f"dask vs in-process, {d['points']:,} pts to zarr: in-process {d['in-process']:.1f} s, "
-              f"dask LocalCluster 2 workers {d['dask 2 workers']:.1f} s (incl. cluster start)", flush=True)
+        print(
+            f"dask vs in-process, {d['points']:,} pts to zarr: in-process {d['in-process']:.1f} s, "
+            f"dask LocalCluster 2 workers {d['dask 2 workers']:.1f} s (incl. cluster start)",
+            flush=True,
+        )
     shutil.rmtree(folder, ignore_errors=True)
 
 

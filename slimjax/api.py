@@ -67,7 +67,9 @@ def result_bytes(sw: Sweep) -> float:
     sizes = {d: len(v) for d, v in sw.coords.items()}
     total = 0.0
     for n in variable_names(sw):
-        total += float(np.prod([sizes[d] for d in VARIABLES[n].dims], dtype=float)) * grid.variable_dtype(sw, n).itemsize
+        total += (
+            float(np.prod([sizes[d] for d in VARIABLES[n].dims], dtype=float)) * grid.variable_dtype(sw, n).itemsize
+        )
     return total
 
 
@@ -79,21 +81,36 @@ def _check_room(sw: Sweep, target) -> None:
     if target is None:
         have = _available_memory_bytes()
         if need > have:
-            raise SlimjaxError("sweep", f"the result needs {_size(need)} of memory but {_size(have)} is available; "
-                                        "write it to a store (out=… / --out) or sample the axes")
+            raise SlimjaxError(
+                "sweep",
+                f"the result needs {_size(need)} of memory but {_size(have)} is available; "
+                "write it to a store (out=… / --out) or sample the axes",
+            )
         return
     if store.is_url(target):
         return  # an object store's free space is not ours to know
     free = shutil.disk_usage(target.parent).free
     if need > free:
-        raise SlimjaxError("out", f"the store needs up to {_size(need)} (uncompressed) but {str(target.parent)!r} has "
-                                  f"{_size(free)} free; free space, write elsewhere, or sample the axes")
+        raise SlimjaxError(
+            "out",
+            f"the store needs up to {_size(need)} (uncompressed) but {str(target.parent)!r} has "
+            f"{_size(free)} free; free space, write elsewhere, or sample the axes",
+        )
 
 
-def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | None = None, *, overwrite: bool = False,
-          memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET, quiet: bool | None = None, resume: bool = False,
-          compression: str = "none", scheduler: str = "local", workers: int | None = None,
-          dask_address: str | None = None) -> xr.Dataset:
+def sweep(
+    spec: str | os.PathLike | Mapping | Sweep,
+    out: str | os.PathLike | None = None,
+    *,
+    overwrite: bool = False,
+    memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET,
+    quiet: bool | None = None,
+    resume: bool = False,
+    compression: str = "none",
+    scheduler: str = "local",
+    workers: int | None = None,
+    dask_address: str | None = None,
+) -> xr.Dataset:
     """Evaluate a sweep (file path, mapping or parsed :class:`Sweep`) over its dense grid.
 
     With ``out``, the Dataset is written to a zarr store and returned opened lazily from it; without, it
@@ -136,15 +153,27 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
                 grid.evaluate(sw, block_plan, sink, progress=progress)
                 for name in COUNTED:  # where SLIM is at its physical floor, counted (the summary says it too)
                     if name in sink.arrays:
-                        var_attrs[name] = {**var_attrs[name], "nonzero": int(np.count_nonzero(sink.arrays[name])),
-                                           "cells": int(sink.arrays[name].size)}
+                        var_attrs[name] = {
+                            **var_attrs[name],
+                            "nonzero": int(np.count_nonzero(sink.arrays[name])),
+                            "cells": int(sink.arrays[name].size),
+                        }
                 return dataset.in_memory_dataset(sw, sink.arrays, attrs, var_attrs)
-            variables = {n: (VARIABLES[n].dims, grid.variable_dtype(sw, n), block_plan.chunks(VARIABLES[n].dims), var_attrs[n])
-                         for n in names}
+            variables = {
+                n: (VARIABLES[n].dims, grid.variable_dtype(sw, n), block_plan.chunks(VARIABLES[n].dims), var_attrs[n])
+                for n in names
+            }
             with store.sigterm_as_exit():
-                sink = store.ZarrSink(target, sw.coords, {d: DIMS[d].attrs for d in sw.coords}, variables, attrs,
-                                      compression=compression, resume=resume,
-                                      shards={n: block_plan.shards(VARIABLES[n].dims) for n in names})
+                sink = store.ZarrSink(
+                    target,
+                    sw.coords,
+                    {d: DIMS[d].attrs for d in sw.coords},
+                    variables,
+                    attrs,
+                    compression=compression,
+                    resume=resume,
+                    shards={n: block_plan.shards(VARIABLES[n].dims) for n in names},
+                )
                 try:
                     if scheduler == "dask":
                         from .store.distributed import evaluate_on_dask
@@ -157,8 +186,12 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
                     kept = sink.abort()
                     import warnings
 
-                    warnings.warn(f"sweep interrupted; its partial store {str(kept)!r} is kept: rerun with resume=True / "
-                                  "--resume to continue it", RuntimeWarning, stacklevel=2)
+                    warnings.warn(
+                        f"sweep interrupted; its partial store {str(kept)!r} is kept: rerun with resume=True / "
+                        "--resume to continue it",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                     raise
             return dataset.canonical(store.open_store(str(target)))
         finally:
@@ -166,8 +199,12 @@ def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | No
                 progress.close()
 
 
-def procure(spec: str | os.PathLike | Mapping | procurefile.Study, out: str | os.PathLike | None = None, *,
-            overwrite: bool = False) -> xr.Dataset:
+def procure(
+    spec: str | os.PathLike | Mapping | procurefile.Study,
+    out: str | os.PathLike | None = None,
+    *,
+    overwrite: bool = False,
+) -> xr.Dataset:
     """A procurement study (MODEL.md §8) from a procurement file (path), mapping or parsed
     :class:`~slimjax.inputs.procurefile.Study`: every (GPU, TP, batch limit) candidate per workload,
     rate and model, the cheapest feasible choice and the per-class mix. With ``out`` the Dataset is
@@ -218,6 +255,7 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
     configuration that does not run, with the smallest TP degree that would fit it; ``notes`` also
     names each model whose context (max_position_embeddings) I + O exceeds.
     """
+
     def nearest(axis: str, target: float) -> int:
         values = ds[axis].values
         return int(values[np.argmin(np.abs(np.log(values) - np.log(target)))])
@@ -245,8 +283,10 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
     if "within_context" in ds:
         for m in models:
             if not bool(at["within_context"].sel(model=m)):
-                notes.append(f"{m}: I + O = {i + o} tokens is beyond its context (max_position_embeddings); "
-                             "its figures are extrapolated")
+                notes.append(
+                    f"{m}: I + O = {i + o} tokens is beyond its context (max_position_embeddings); "
+                    "its figures are extrapolated"
+                )
     if runs is not None:
         out["runs"] = frame(runs)
         out["n_gpu"] = frame(ds["n_gpu"])
@@ -266,8 +306,10 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
         n_fit = int(ds["fits"].sum()) if "fits" in ds else int(flag.size)
         if n_set:
             at_floor = int((at["slim_at_floor"] > 0).sum())
-            notes.append(f"SLIM is at its physical floor (100 % of peak FLOP/s and bandwidth on the group) at {n_set:,} of the "
-                         f"{n_fit:,} points that fit ({at_floor:,} of them at I = {i}, O = {o}); slim_at_floor marks them")
+            notes.append(
+                f"SLIM is at its physical floor (100 % of peak FLOP/s and bandwidth on the group) at {n_set:,} of the "
+                f"{n_fit:,} points that fit ({at_floor:,} of them at I = {i}, O = {o}); slim_at_floor marks them"
+            )
     out["notes"] = pd.DataFrame({"note": notes})
     if "agent_local_s" in ds:
         out["agents"] = agent_table(at)
@@ -288,21 +330,38 @@ def agent_table(at: xr.Dataset) -> pd.DataFrame:
                 k = int(np.argmin(local)) if fits else 0
                 best = c.isel(batch=k)
                 api_s = float(best["agent_api_s"])
-                rows.append({"model": m, "gpu": g, "agent": a,
-                             "n_gpu": int(at["n_gpu"].sel(model=m, gpu=g)) if "n_gpu" in at else 1,
-                             "batch": int(at["batch"].values[k]) if fits else "—",
-                             "local": _quantity(float(best["agent_local_s"]), "s") if fits else "does not fit",
-                             "dependency bound": _quantity(float(best["agent_dependency_bound_s"]), "s") if fits else "—",
-                             "API": _quantity(api_s, "s"), "API bound by": API_LIMIT_NAMES[int(best["agent_api_limit"])],
-                             "local $": f"{float(best['agent_local_cost_usd']):.4f}" if fits else "—",
-                             "API $": f"{float(best['agent_api_cost_usd']):.4f}",
-                             "faster": WINNER_NAMES[int(best["agent_faster"])],
-                             "cheaper": WINNER_NAMES[int(best["agent_cheaper"])]})
+                rows.append(
+                    {
+                        "model": m,
+                        "gpu": g,
+                        "agent": a,
+                        "n_gpu": int(at["n_gpu"].sel(model=m, gpu=g)) if "n_gpu" in at else 1,
+                        "batch": int(at["batch"].values[k]) if fits else "—",
+                        "local": _quantity(float(best["agent_local_s"]), "s") if fits else "does not fit",
+                        "dependency bound": _quantity(float(best["agent_dependency_bound_s"]), "s") if fits else "—",
+                        "API": _quantity(api_s, "s"),
+                        "API bound by": API_LIMIT_NAMES[int(best["agent_api_limit"])],
+                        "local $": f"{float(best['agent_local_cost_usd']):.4f}" if fits else "—",
+                        "API $": f"{float(best['agent_api_cost_usd']):.4f}",
+                        "faster": WINNER_NAMES[int(best["agent_faster"])],
+                        "cheaper": WINNER_NAMES[int(best["agent_cheaper"])],
+                    }
+                )
     return pd.DataFrame(rows)
 
 
-def point(model, gpu, batch: int, input_len: int, output_len: int, *, slim: Mapping | str | None = None,
-          slim_variant: str | None = None, serving: Mapping | None = None, precision: str = "float64") -> dict[str, float]:
+def point(
+    model,
+    gpu,
+    batch: int,
+    input_len: int,
+    output_len: int,
+    *,
+    slim: Mapping | str | None = None,
+    slim_variant: str | None = None,
+    serving: Mapping | None = None,
+    precision: str = "float64",
+) -> dict[str, float]:
     """Every SLIM variable at one point, through the same jitted grid evaluation as :func:`sweep`, with the
     memory check (``fits``; every time and throughput NaN where the batch does not fit, at the serving defaults
     unless ``serving`` is given).
@@ -310,8 +369,15 @@ def point(model, gpu, batch: int, input_len: int, output_len: int, *, slim: Mapp
     ``model`` and ``gpu`` are anything a sweep file accepts (catalog name, config path, mapping); ``slim`` and
     ``slim_variant`` as the sweep file's keys (default: the recommended variant).
     """
-    spec = dict(models=[model], gpus=[gpu], batch=[batch], input_len=[input_len], output_len=[output_len],
-                advisor=False, precision=precision)
+    spec = dict(
+        models=[model],
+        gpus=[gpu],
+        batch=[batch],
+        input_len=[input_len],
+        output_len=[output_len],
+        advisor=False,
+        precision=precision,
+    )
     for key, value in (("slim", slim), ("slim_variant", slim_variant), ("serving", serving)):
         if value is not None:
             spec[key] = value
@@ -319,15 +385,32 @@ def point(model, gpu, batch: int, input_len: int, output_len: int, *, slim: Mapp
     return {k: float(ds[k].values.reshape(-1)[0]) for k in ds.data_vars}
 
 
-def capacity(model, gpu, input_len: int, output_len: int, batch: int, *, arrival_rate: float | None = None,
-             serving: Mapping | None = None, measured: Mapping | None = None) -> dict[str, float]:
+def capacity(
+    model,
+    gpu,
+    input_len: int,
+    output_len: int,
+    batch: int,
+    *,
+    arrival_rate: float | None = None,
+    serving: Mapping | None = None,
+    measured: Mapping | None = None,
+) -> dict[str, float]:
     """The capacity calculator at one point (float64), through the same jitted grid as :func:`sweep`.
 
     ``serving`` takes the sweep file's serving keys, ``measured`` its four measured keys. Returns every
     §3–§5 variable (queue variables only with ``arrival_rate``) and the SLIM ones.
     """
-    spec = dict(models=[model], gpus=[gpu], batch=[batch], input_len=[input_len], output_len=[output_len],
-                advisor=False, precision="float64", serving=dict(serving or {}))
+    spec = dict(
+        models=[model],
+        gpus=[gpu],
+        batch=[batch],
+        input_len=[input_len],
+        output_len=[output_len],
+        advisor=False,
+        precision="float64",
+        serving=dict(serving or {}),
+    )
     if arrival_rate is not None:
         spec["arrival_rate"] = [arrival_rate]
     if measured is not None:
@@ -342,8 +425,18 @@ def capacity(model, gpu, input_len: int, output_len: int, batch: int, *, arrival
     return result
 
 
-def agent(model, gpu, input_len: int, output_len: int, graph: Mapping, *, api: Mapping | None = None,
-          batch: int | None = None, serving: Mapping | None = None, measured: Mapping | None = None) -> dict:
+def agent(
+    model,
+    gpu,
+    input_len: int,
+    output_len: int,
+    graph: Mapping,
+    *,
+    api: Mapping | None = None,
+    batch: int | None = None,
+    serving: Mapping | None = None,
+    measured: Mapping | None = None,
+) -> dict:
     """One agent graph (MODEL.md §6) at one (model, GPU, I, O), through the same jitted grid as :func:`sweep`,
     with where the winner flips: the graph itself, then the same graph over calls per stage
     (1 … 8192) and over the API's RPM (1 … 10^6 and unlimited), all as one agent axis.
@@ -366,8 +459,17 @@ def agent(model, gpu, input_len: int, output_len: int, graph: Mapping, *, api: M
     for r in rpms:
         graphs[f"rpm={r:g}"] = {**graph, "api": {**dict(graph.get("api") or {}), "rpm": float(r)}}
     limit = int(batch) if batch is not None else int(min(p, 1 << 20)) if np.isfinite(p) else n
-    spec = dict(models=[model], gpus=[gpu], batch=[limit], input_len=[input_len], output_len=[output_len], advisor=False,
-                precision="float64", serving=dict(serving or {}), agents={"api": dict(api or {}), **graphs})
+    spec = dict(
+        models=[model],
+        gpus=[gpu],
+        batch=[limit],
+        input_len=[input_len],
+        output_len=[output_len],
+        advisor=False,
+        precision="float64",
+        serving=dict(serving or {}),
+        agents={"api": dict(api or {}), **graphs},
+    )
     if measured is not None:
         spec["measured"] = dict(measured)
     ds = sweep(spec, quiet=True).isel(model=0, gpu=0, batch=0, input_len=0, output_len=0)
@@ -385,12 +487,21 @@ def agent(model, gpu, input_len: int, output_len: int, graph: Mapping, *, api: M
 
     def flip(df, key, column):
         change = np.flatnonzero(np.diff(df[key].to_numpy()) != 0)
-        return None if not change.size else (df[column].iloc[change[0]], df[column].iloc[change[0] + 1],
-                                             WINNER_NAMES[int(df[key].iloc[change[0] + 1])])
+        return (
+            None
+            if not change.size
+            else (
+                df[column].iloc[change[0]],
+                df[column].iloc[change[0] + 1],
+                WINNER_NAMES[int(df[key].iloc[change[0] + 1])],
+            )
+        )
 
-    flips = {"faster_by_calls": flip(by_calls, "agent_faster", "calls_per_stage"),
-             "cheaper_by_calls": flip(by_calls, "agent_cheaper", "calls_per_stage"),
-             "faster_by_rpm": flip(by_rpm, "agent_faster", "rpm")}
+    flips = {
+        "faster_by_calls": flip(by_calls, "agent_faster", "calls_per_stage"),
+        "cheaper_by_calls": flip(by_calls, "agent_cheaper", "calls_per_stage"),
+        "faster_by_rpm": flip(by_rpm, "agent_faster", "rpm"),
+    }
     return {"at": at, "calls": by_calls, "rpm": by_rpm, "flips": flips, "settings": settings, "batch": limit}
 
 
@@ -404,20 +515,42 @@ def agent_cards(result: Mapping) -> list[tuple[str, str]]:
 
     at, flips = result["at"], result["flips"]
     local_fits = np.isfinite(at["agent_local_s"])
-    cards = [("Local replica", f"{int(at['n_gpu'])} GPU(s), {int(at['slots'])} slots (batch limit {result['batch']}, "
-                               f"max_seqs {int(at['max_seqs'])})" if local_fits else "does not fit (no slots)"),
-             ("Local time T_local", _quantity(at["agent_local_s"], "s") if local_fits else "not runnable (does not fit)"),
-             ("Dependency bound", _quantity(at["agent_dependency_bound_s"], "s") if local_fits else "not runnable (does not fit)"),
-             ("API time T_api", f"{_quantity(at['agent_api_s'], 's')} (bound by {API_LIMIT_NAMES[int(at['agent_api_limit'])]})"),
-             ("Local cost", f"${at['agent_local_cost_usd']:,.4f}" if local_fits else "not runnable (does not fit)"),
-             ("API cost", f"${at['agent_api_cost_usd']:,.4f}"),
-             ("Faster", WINNER_NAMES[int(at["agent_faster"])]), ("Cheaper", WINNER_NAMES[int(at["agent_cheaper"])])]
-    for key, label, unit in (("faster_by_calls", "Faster flips", "calls per stage"),
-                             ("cheaper_by_calls", "Cheaper flips", "calls per stage"),
-                             ("faster_by_rpm", "Faster flips", "API RPM")):
+    cards = [
+        (
+            "Local replica",
+            f"{int(at['n_gpu'])} GPU(s), {int(at['slots'])} slots (batch limit {result['batch']}, "
+            f"max_seqs {int(at['max_seqs'])})"
+            if local_fits
+            else "does not fit (no slots)",
+        ),
+        ("Local time T_local", _quantity(at["agent_local_s"], "s") if local_fits else "not runnable (does not fit)"),
+        (
+            "Dependency bound",
+            _quantity(at["agent_dependency_bound_s"], "s") if local_fits else "not runnable (does not fit)",
+        ),
+        (
+            "API time T_api",
+            f"{_quantity(at['agent_api_s'], 's')} (bound by {API_LIMIT_NAMES[int(at['agent_api_limit'])]})",
+        ),
+        ("Local cost", f"${at['agent_local_cost_usd']:,.4f}" if local_fits else "not runnable (does not fit)"),
+        ("API cost", f"${at['agent_api_cost_usd']:,.4f}"),
+        ("Faster", WINNER_NAMES[int(at["agent_faster"])]),
+        ("Cheaper", WINNER_NAMES[int(at["agent_cheaper"])]),
+    ]
+    for key, label, unit in (
+        ("faster_by_calls", "Faster flips", "calls per stage"),
+        ("cheaper_by_calls", "Cheaper flips", "calls per stage"),
+        ("faster_by_rpm", "Faster flips", "API RPM"),
+    ):
         f = flips[key]
-        cards.append((f"{label} ({unit})", "never over the range searched" if f is None else
-                      f"between {f[0]:g} and {f[1]:g} {unit}: {f[2]} from there on"))
+        cards.append(
+            (
+                f"{label} ({unit})",
+                "never over the range searched"
+                if f is None
+                else f"between {f[0]:g} and {f[1]:g} {unit}: {f[2]} from there on",
+            )
+        )
     cards.append(("Prices", f"illustrative, dated {API_PRICE_DATE} (GPU catalog, API defaults; editable)"))
     return cards
 
@@ -453,11 +586,22 @@ def _number(value: float) -> str:
 
 
 CARDS = (
-    ("n_gpu", "GPUs in the group"), ("weights_bytes", "Weights"), ("kv_pool_bytes", "KV pool"), ("kv_bytes_per_token", "KV bytes per token"),
-    ("seq_footprint_bytes", "Footprint per sequence"), ("max_seqs", "Max concurrent sequences"),
-    ("ttft_s", "TTFT"), ("itl_s", "ITL"), ("itl_chunk_s", "ITL with an interleaved chunk"),
-    ("service_s", "Service time S(B)"), ("request_rate", "Request rate"), ("token_throughput", "Token throughput"),
-    ("utilization", "Utilization"), ("p_wait", "P(wait)"), ("wait_s", "Wait"), ("response_s", "Response"),
+    ("n_gpu", "GPUs in the group"),
+    ("weights_bytes", "Weights"),
+    ("kv_pool_bytes", "KV pool"),
+    ("kv_bytes_per_token", "KV bytes per token"),
+    ("seq_footprint_bytes", "Footprint per sequence"),
+    ("max_seqs", "Max concurrent sequences"),
+    ("ttft_s", "TTFT"),
+    ("itl_s", "ITL"),
+    ("itl_chunk_s", "ITL with an interleaved chunk"),
+    ("service_s", "Service time S(B)"),
+    ("request_rate", "Request rate"),
+    ("token_throughput", "Token throughput"),
+    ("utilization", "Utilization"),
+    ("p_wait", "P(wait)"),
+    ("wait_s", "Wait"),
+    ("response_s", "Response"),
     ("in_system", "In system"),
 )
 
@@ -482,22 +626,36 @@ def capacity_verdict(result: Mapping[str, float], input_len: int, output_len: in
     weights, pool, seqs = result["weights_bytes"], result["kv_pool_bytes"], int(result["max_seqs"])
     n, need = int(result.get("n_gpu", 0)), int(result.get("n_gpu_to_fit_batch", result.get("n_gpu_to_fit", 0)))
     batch = result.get("batch")
-    fix = (f"the smallest --n-gpu that fits {'this batch' if batch is None else f'batch {int(batch)}'} is {need}" if need else
-           "no tensor-parallel group of 1, 2, 4 or 8 of these GPUs fits it")
+    fix = (
+        f"the smallest --n-gpu that fits {'this batch' if batch is None else f'batch {int(batch)}'} is {need}"
+        if need
+        else "no tensor-parallel group of 1, 2, 4 or 8 of these GPUs fits it"
+    )
     if config_fits:
-        return (f"batch does not fit: the KV pool {_quantity(pool, 'bytes')} holds {seqs:,} sequence{'s' if seqs != 1 else ''} "
-                f"of {input_len + output_len:,} tokens ({_quantity(result['seq_footprint_bytes'], 'bytes')} each); run at most "
-                f"{seqs:,} at once, or {fix}")
+        return (
+            f"batch does not fit: the KV pool {_quantity(pool, 'bytes')} holds {seqs:,} "
+            f"sequence{'s' if seqs != 1 else ''} "
+            f"of {input_len + output_len:,} tokens ({_quantity(result['seq_footprint_bytes'], 'bytes')} each); "
+            f"run at most "
+            f"{seqs:,} at once, or {fix}"
+        )
     if not n:
-        return (f"does not fit: no tensor-parallel group of 1, 2, 4 or 8 of these GPUs holds its weights "
-                f"({_quantity(weights, 'bytes')}) and one sequence of {input_len + output_len} tokens (n_gpu: auto found none)")
+        return (
+            f"does not fit: no tensor-parallel group of 1, 2, 4 or 8 of these GPUs holds its weights "
+            f"({_quantity(weights, 'bytes')}) and one sequence of {input_len + output_len} tokens (n_gpu: auto "
+            f"found none)"
+        )
     if pool <= 0:
         usable = pool + weights  # u·M − M_R
-        why = (f"weights {_quantity(weights, 'bytes')} exceed usable memory {_quantity(usable, 'bytes')} "
-               f"(u·M − M_R on {n} GPU{'s' if n > 1 else ''}) by {_quantity(-pool, 'bytes')}")
+        why = (
+            f"weights {_quantity(weights, 'bytes')} exceed usable memory {_quantity(usable, 'bytes')} "
+            f"(u·M − M_R on {n} GPU{'s' if n > 1 else ''}) by {_quantity(-pool, 'bytes')}"
+        )
     else:
-        why = (f"the KV pool {_quantity(pool, 'bytes')} is smaller than one sequence of {input_len + output_len} tokens "
-               f"({_quantity(result['seq_footprint_bytes'], 'bytes')})")
+        why = (
+            f"the KV pool {_quantity(pool, 'bytes')} is smaller than one sequence of {input_len + output_len} tokens "
+            f"({_quantity(result['seq_footprint_bytes'], 'bytes')})"
+        )
     return f"does not fit: {why}; {fix}"
 
 
@@ -518,6 +676,7 @@ def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
             else:
                 text = _quantity(float(value), unit)
             if not batch_fits and (key in BATCH_CARDS or key in QUEUE_CARDS):
-                text = "not runnable (does not fit)"  # no number for what cannot happen, nor a queue without its service time
+                # no number for what cannot happen, nor a queue without its service time
+                text = "not runnable (does not fit)"
             cards.append((label, text))
     return cards

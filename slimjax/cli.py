@@ -39,19 +39,54 @@ def main() -> None:
 @click.option("--out", "out", required=True, type=click.Path(), help="zarr store to write (STORE.zarr).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
-@click.option("--memory-budget", default="256MiB", show_default=True, callback=_bytes,
-              help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).")
+@click.option(
+    "--memory-budget",
+    default="256MiB",
+    show_default=True,
+    callback=_bytes,
+    help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).",
+)
 @click.option("--at", "at", default=None, help="IL,OL of the summary table (default: grid values nearest 1024,256).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep from its OUT.partial store.")
-@click.option("--compression", type=click.Choice(["none", "zstd"]), default="none", show_default=True,
-              help="Chunk compression of the store.")
-@click.option("--scheduler", type=click.Choice(["local", "dask"]), default="local", show_default=True,
-              help="Run blocks in this process, or on a Dask cluster whose workers write to the store.")
-@click.option("--workers", type=click.IntRange(1), default=None, help="Dask LocalCluster worker processes (default: cores).")
+@click.option(
+    "--compression",
+    type=click.Choice(["none", "zstd"]),
+    default="none",
+    show_default=True,
+    help="Chunk compression of the store.",
+)
+@click.option(
+    "--scheduler",
+    type=click.Choice(["local", "dask"]),
+    default="local",
+    show_default=True,
+    help="Run blocks in this process, or on a Dask cluster whose workers write to the store.",
+)
+@click.option(
+    "--workers", type=click.IntRange(1), default=None, help="Dask LocalCluster worker processes (default: cores)."
+)
 @click.option("--dask-address", default=None, help="An existing Dask scheduler, tcp://HOST:PORT.")
-@click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False), help="Write the report (PNGs, index.html) here.")
-def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget: float, at: str | None, resume: bool,
-          compression: str, scheduler: str, workers: int | None, dask_address: str | None, report_dir: str | None) -> None:
+@click.option(
+    "--report",
+    "report_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Write the report (PNGs, index.html) here.",
+)
+def sweep(
+    sweep_file: str,
+    out: str,
+    overwrite: bool,
+    quiet: bool,
+    memory_budget: float,
+    at: str | None,
+    resume: bool,
+    compression: str,
+    scheduler: str,
+    workers: int | None,
+    dask_address: str | None,
+    report_dir: str | None,
+) -> None:
     """Evaluate SWEEP_FILE over its grid and write the Dataset to --out."""
     import time
 
@@ -71,10 +106,21 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
         sw = slimjax.parse(sweep_file)
         for axis, v in (("input_len", il), ("output_len", ol)):  # before any work, not after the store is written
             if v is not None and v not in getattr(sw, axis):
-                raise slimjax.SlimjaxError("--at", f"{axis} {v} is not on the grid ({', '.join(map(str, getattr(sw, axis)))})")
-        ds = slimjax.sweep(sw, out, overwrite=overwrite, memory_budget_bytes=memory_budget, quiet=True if quiet else None,
-                           resume=resume, compression=compression, scheduler=scheduler, workers=workers,
-                           dask_address=dask_address)
+                raise slimjax.SlimjaxError(
+                    "--at", f"{axis} {v} is not on the grid ({', '.join(map(str, getattr(sw, axis)))})"
+                )
+        ds = slimjax.sweep(
+            sw,
+            out,
+            overwrite=overwrite,
+            memory_budget_bytes=memory_budget,
+            quiet=True if quiet else None,
+            resume=resume,
+            compression=compression,
+            scheduler=scheduler,
+            workers=workers,
+            dask_address=dask_address,
+        )
         tables = summary(ds, il, ol)
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {_cli_words(e)}", err=True)
@@ -85,7 +131,9 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
         points *= ds.sizes[d]
     click.echo(f"wrote {out}: {points:,} grid points in {seconds:.1f} s")
     if report_dir is not None:
-        page = slimjax.make_report([out], report_dir, at=(il, ol) if il is not None else None, quiet=True if quiet else None)
+        page = slimjax.make_report(
+            [out], report_dir, at=(il, ol) if il is not None else None, quiet=True if quiet else None
+        )
         click.echo(f"wrote {page}")
     if quiet:
         return
@@ -95,7 +143,9 @@ def sweep(sweep_file: str, out: str, overwrite: bool, quiet: bool, memory_budget
 
 @main.command()
 @click.argument("stores", nargs=-1, required=True, type=click.Path())
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Folder for index.html and the PNGs.")
+@click.option(
+    "--out", "out", required=True, type=click.Path(file_okay=False), help="Folder for index.html and the PNGs."
+)
 @click.option("--at", "at", default=None, help="IL,OL of the throughput and queue figures (default: nearest 1024,256).")
 def report(stores: tuple[str, ...], out: str, at: str | None) -> None:
     """PNGs and one self-contained index.html for STORES (sweep, procurement, calibration stores; validate CSVs)."""
@@ -141,8 +191,16 @@ def verify(store_path: str) -> None:
 @click.argument("study_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out", default=None, type=click.Path(), help="zarr store to write the study to (STUDY.zarr).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
-@click.option("--top", default=5, show_default=True, type=click.IntRange(1), help="Feasible (GPU, TP) groups per table.")
-@click.option("--report", "report_dir", default=None, type=click.Path(file_okay=False), help="Write the report (PNGs, index.html) here.")
+@click.option(
+    "--top", default=5, show_default=True, type=click.IntRange(1), help="Feasible (GPU, TP) groups per table."
+)
+@click.option(
+    "--report",
+    "report_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Write the report (PNGs, index.html) here.",
+)
 def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_dir: str | None) -> None:
     """Size and price a fleet for STUDY_FILE's workloads under its SLOs (MODEL.md §8)."""
     import slimjax
@@ -165,10 +223,21 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_
 
 
 @main.command()
-@click.option("--data", "data_dir", default=None, type=click.Path(file_okay=False),
-              help="Shared data folder (default: $SLIMJAX_DATA, else ../shared/data).")
+@click.option(
+    "--data",
+    "data_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Shared data folder (default: $SLIMJAX_DATA, else ../shared/data).",
+)
 @click.option("--epsilon", default=0.5, show_default=True, type=float, help="Plateau threshold ε of MODEL.md §2.")
-@click.option("--out", "out", default=None, type=click.Path(dir_okay=False), help="CSV of every curve's truth and recommendations.")
+@click.option(
+    "--out",
+    "out",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="CSV of every curve's truth and recommendations.",
+)
 def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
     """Evaluate the batch-capacity advisor on measured curves as the SLIM paper does (§VII-B)."""
     import slimjax
@@ -184,21 +253,40 @@ def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
     s = result.summary
     n = int(s["curves"].iloc[0])
     click.echo(f"B_cap on {n} measured curves (ε = {epsilon:g}; SLO = factor × the curve's measured E2E at B = 32)")
-    table = s.assign(**{c: s[c].map(lambda v: f"{v:.0%}") for c in ("exact_match", "within_one_step", "slo_violations",
-                                                                       "in_plateau", "profiling_effort", "kv_saving_mean")},
-                     **{c: s[c].map(lambda v: f"{v:+.1%}") for c in ("throughput_lost_mean", "throughput_shortfall_mean",
-                                                                       "throughput_lost_worst")})
+    table = s.assign(
+        **{
+            c: s[c].map(lambda v: f"{v:.0%}")
+            for c in (
+                "exact_match",
+                "within_one_step",
+                "slo_violations",
+                "in_plateau",
+                "profiling_effort",
+                "kv_saving_mean",
+            )
+        },
+        **{
+            c: s[c].map(lambda v: f"{v:+.1%}")
+            for c in ("throughput_lost_mean", "throughput_shortfall_mean", "throughput_lost_worst")
+        },
+    )
     with_pd_options(lambda: click.echo(table.drop(columns="curves").to_string(index=False)))
     click.echo("\nknee (T/(B·T(1)) = ε), predicted vs measured:")
-    with_pd_options(lambda: click.echo(knee_summary(result.knees).to_string(index=False, float_format=lambda v: f"{v:.3g}")))
+    with_pd_options(
+        lambda: click.echo(knee_summary(result.knees).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    )
     if out is not None:
         result.per_curve.to_csv(out, index=False)
         click.echo(f"\nwrote {out}")
 
 
 _MEASURED_OPTIONS = (("batch", int), ("request_rate", float), ("ttft_s", float), ("itl_s", float))
-_MEASURED_HELP = {"batch": "measured mode: the calibration concurrency B_cal", "request_rate": "measured completed requests/s at B_cal",
-                  "ttft_s": "measured time to first token, s", "itl_s": "measured inter-token latency, s"}
+_MEASURED_HELP = {
+    "batch": "measured mode: the calibration concurrency B_cal",
+    "request_rate": "measured completed requests/s at B_cal",
+    "ttft_s": "measured time to first token, s",
+    "itl_s": "measured inter-token latency, s",
+}
 
 
 def _options(options, prefix: str = ""):
@@ -207,6 +295,7 @@ def _options(options, prefix: str = ""):
             flag = "--" + (prefix + name).replace("_", "-")
             fn = click.option(flag, f"{prefix}{name}", type=kind, default=None, help=_MEASURED_HELP.get(name, name))(fn)
         return fn
+
     return wrap
 
 
@@ -229,9 +318,15 @@ class _ServingCommand(click.Command):
     def get_params(self, ctx):
         from slimjax.inputs.serving import SERVING
 
-        extra = [click.Option([row.flag, row.key], type=_AutoOr(row.cli_type) if row.auto is not None else row.cli_type, default=None,
-                              help=row.help + (" (or auto)" if row.auto is not None else ""))
-                 for row in SERVING.values()]
+        extra = [
+            click.Option(
+                [row.flag, row.key],
+                type=_AutoOr(row.cli_type) if row.auto is not None else row.cli_type,
+                default=None,
+                help=row.help + (" (or auto)" if row.auto is not None else ""),
+            )
+            for row in SERVING.values()
+        ]
         return super().get_params(ctx)[:-1] + extra + super().get_params(ctx)[-1:]  # --help stays last
 
 
@@ -242,8 +337,12 @@ class _ServingCommand(click.Command):
 @click.option("--output-len", required=True, type=int)
 @click.option("--batch", required=True, type=int, help="Concurrency B.")
 @click.option("--arrival-rate", type=float, default=None, help="Poisson arrivals, requests/s (adds the queue cards).")
-@click.option("--calibrated", is_flag=True, help="Roofline efficiencies fitted on measured serving data "
-              "(configs/roofline/default.yaml) instead of the plain roofline.")
+@click.option(
+    "--calibrated",
+    is_flag=True,
+    help="Roofline efficiencies fitted on measured serving data "
+    "(configs/roofline/default.yaml) instead of the plain roofline.",
+)
 @_options(_MEASURED_OPTIONS, prefix="measured_")
 def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated, **options) -> None:
     """The capacity calculator's cards at one operating point (same functions as the sweep)."""
@@ -255,13 +354,23 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated,
         serving["efficiency"] = "calibrated"
     measured = {k: options["measured_" + k] for k, _ in _MEASURED_OPTIONS if options["measured_" + k] is not None}
     try:
-        result = slimjax.capacity(model, gpu, input_len, output_len, batch, arrival_rate=arrival_rate,
-                                  serving=serving, measured=measured or None)
+        result = slimjax.capacity(
+            model,
+            gpu,
+            input_len,
+            output_len,
+            batch,
+            arrival_rate=arrival_rate,
+            serving=serving,
+            measured=measured or None,
+        )
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {_as_flags(e)}", err=True)
         sys.exit(2)
-    click.echo(f"{model} on {gpu}: I={input_len}, O={output_len}, B={batch}"
-               + (f", λ={arrival_rate:g} requests/s" if arrival_rate is not None else ""))
+    click.echo(
+        f"{model} on {gpu}: I={input_len}, O={output_len}, B={batch}"
+        + (f", λ={arrival_rate:g} requests/s" if arrival_rate is not None else "")
+    )
     verdict = slimjax.api.capacity_verdict(result, input_len, output_len)
     if verdict:
         click.echo(f"  {verdict}")
@@ -286,8 +395,25 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated,
 @click.option("--api-price-in", type=float, default=None, help="API USD per million input tokens (default 3).")
 @click.option("--api-price-out", type=float, default=None, help="API USD per million output tokens (default 15).")
 @click.option("--calibrated", is_flag=True, help="Calibrated roofline efficiencies (configs/roofline/default.yaml).")
-def agents(model, gpu, input_len, output_len, stages, calls_per_stage, parallelism, tool_delay_s, batch, calibrated,
-           api_rpm, api_tpm, api_service_s, api_parallelism, api_price_in, api_price_out, **options) -> None:
+def agents(
+    model,
+    gpu,
+    input_len,
+    output_len,
+    stages,
+    calls_per_stage,
+    parallelism,
+    tool_delay_s,
+    batch,
+    calibrated,
+    api_rpm,
+    api_tpm,
+    api_service_s,
+    api_parallelism,
+    api_price_in,
+    api_price_out,
+    **options,
+) -> None:
     """One agent graph on a local replica vs a rate-limited API (MODEL.md §6), with where the winner flips."""
     import slimjax
     from slimjax.inputs.serving import SERVING
@@ -295,10 +421,24 @@ def agents(model, gpu, input_len, output_len, stages, calls_per_stage, paralleli
     serving = {k: options[k] for k in SERVING if options.get(k) is not None}
     if calibrated:
         serving["efficiency"] = "calibrated"
-    api = {k: v for k, v in (("rpm", api_rpm), ("tpm", api_tpm), ("service_s", api_service_s), ("parallelism", api_parallelism),
-                             ("price_in_per_mtok", api_price_in), ("price_out_per_mtok", api_price_out)) if v is not None}
-    graph = {"stages": stages, "calls_per_stage": calls_per_stage, "tool_delay_s": tool_delay_s,
-             **({"parallelism": parallelism} if parallelism is not None else {})}
+    api = {
+        k: v
+        for k, v in (
+            ("rpm", api_rpm),
+            ("tpm", api_tpm),
+            ("service_s", api_service_s),
+            ("parallelism", api_parallelism),
+            ("price_in_per_mtok", api_price_in),
+            ("price_out_per_mtok", api_price_out),
+        )
+        if v is not None
+    }
+    graph = {
+        "stages": stages,
+        "calls_per_stage": calls_per_stage,
+        "tool_delay_s": tool_delay_s,
+        **({"parallelism": parallelism} if parallelism is not None else {}),
+    }
     try:
         result = slimjax.agent(model, gpu, input_len, output_len, graph, api=api, batch=batch, serving=serving)
     except slimjax.SlimjaxError as e:
@@ -312,18 +452,40 @@ def agents(model, gpu, input_len, output_len, stages, calls_per_stage, paralleli
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--format", "fmt", default=None, help="Trace format (default: detected).")
-@click.option("--group-by", default="model,gpu,n_gpu,framework", show_default=True, help="Comma-separated trace columns.")
+@click.option(
+    "--group-by", default="model,gpu,n_gpu,framework", show_default=True, help="Comma-separated trace columns."
+)
 @click.option("--solver", type=click.Choice(["lm", "adam"]), default="lm", show_default=True)
-@click.option("--variant", type=click.Choice(["slim", "slim-kv", "recommended"]), default="slim", show_default=True,
-              help="slim: MODEL.md §1 (the contract); slim-kv: the optional variant; recommended: the one "
-                   "configs/slim/default.yaml names from validate's transfer scenarios (slim-kv). Sweeps evaluate the store's.")
-@click.option("--loss", type=click.Choice(["squared", "cauchy"]), default="squared", show_default=True,
-              help="squared relative errors, or the robust Cauchy loss for traces with outlying runs.")
-@click.option("--bootstrap", type=int, default=0, show_default=True,
-              help="Wild-bootstrap refits per group for the covariance and intervals (0: Gauss–Newton).")
-@click.option("--intervals", type=click.Choice(["fit", "transfer"]), default="fit", show_default=True,
-              help="fit: the fit's own intervals; transfer: widened per kind of extrapolation (new length, model, GPU) "
-                   "by the validation scenarios' held-out errors on these traces.")
+@click.option(
+    "--variant",
+    type=click.Choice(["slim", "slim-kv", "recommended"]),
+    default="slim",
+    show_default=True,
+    help="slim: MODEL.md §1 (the contract); slim-kv: the optional variant; recommended: the one "
+    "configs/slim/default.yaml names from validate's transfer scenarios (slim-kv). Sweeps evaluate the store's.",
+)
+@click.option(
+    "--loss",
+    type=click.Choice(["squared", "cauchy"]),
+    default="squared",
+    show_default=True,
+    help="squared relative errors, or the robust Cauchy loss for traces with outlying runs.",
+)
+@click.option(
+    "--bootstrap",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Wild-bootstrap refits per group for the covariance and intervals (0: Gauss–Newton).",
+)
+@click.option(
+    "--intervals",
+    type=click.Choice(["fit", "transfer"]),
+    default="fit",
+    show_default=True,
+    help="fit: the fit's own intervals; transfer: widened per kind of extrapolation (new length, model, GPU) "
+    "by the validation scenarios' held-out errors on these traces.",
+)
 @click.option("--out", required=True, type=click.Path(), help="zarr store for the coefficients.")
 @click.option("--overwrite", is_flag=True)
 def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals, out, overwrite) -> None:
@@ -336,12 +498,19 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
     try:
         target = store.check_target(out, overwrite)
         frames = [slimjax.load_traces(t, format=fmt) for t in traces]
-        for t, f in zip(traces, frames):
+        for t, f in zip(traces, frames, strict=False):
             click.echo(_read_line(t, f))
         combined = pd.concat(frames, ignore_index=True)
         combined.attrs["dropped"] = _merged_dropped(frames)
-        ds = slimjax.calibrate(combined, group_by=[g.strip() for g in group_by.split(",")],
-                               solver=solver, variant=variant, loss=loss, bootstrap=bootstrap, intervals=intervals)
+        ds = slimjax.calibrate(
+            combined,
+            group_by=[g.strip() for g in group_by.split(",")],
+            solver=solver,
+            variant=variant,
+            loss=loss,
+            bootstrap=bootstrap,
+            intervals=intervals,
+        )
         store.write_dataset(ds, target)
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {_cli_words(e)}", err=True)
@@ -353,17 +522,26 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
     if intervals == "transfer":
         from slimjax.fit.transfer import form_error_table
 
-        click.echo("transfer intervals: 90 % form error per kind of extrapolation, from the held-out rows of these traces")
+        click.echo(
+            "transfer intervals: 90 % form error per kind of extrapolation, from the held-out rows of these traces"
+        )
         with_pd_options(lambda: click.echo(form_error_table(ds).to_string(index=False)))
 
 
 @main.command()
 @click.argument("traces", nargs=-1, type=click.Path(exists=True))
 @click.option("--format", "fmt", default=None, help="Trace format (default: detected).")
-@click.option("--methods", default=",".join(("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")), show_default=True)
-@click.option("--scenarios", default=",".join(("same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined")),
-              show_default=True)
-@click.option("--exclude", multiple=True, help="Pandas query over trace columns; matching rows leave the study (repeatable).")
+@click.option(
+    "--methods", default=",".join(("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")), show_default=True
+)
+@click.option(
+    "--scenarios",
+    default=",".join(("same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined")),
+    show_default=True,
+)
+@click.option(
+    "--exclude", multiple=True, help="Pandas query over trace columns; matching rows leave the study (repeatable)."
+)
 @click.option("--out", type=click.Path(), default=None, help="CSV of every held-out prediction.")
 def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     """The SLIM paper's generalization study on measured TRACES (default: llm_inference_bench.csv and
@@ -371,7 +549,8 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     import pandas as pd
 
     import slimjax
-    from slimjax.fit.validate import default_trace_paths, markdown_table, validate as run
+    from slimjax.fit.validate import default_trace_paths, markdown_table
+    from slimjax.fit.validate import validate as run
 
     paths = list(traces) or default_trace_paths()
     try:
@@ -381,7 +560,7 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
             if not os.path.exists(p):
                 raise slimjax.SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
         frames = [slimjax.load_traces(p, format=fmt) for p in paths]
-        for p, f in zip(paths, frames):
+        for p, f in zip(paths, frames, strict=False):
             click.echo(_read_line(p, f))
         frame = pd.concat(frames, ignore_index=True)
         result = run(frame, methods=_list(methods), scenarios=_list(scenarios), exclude=exclude)
@@ -390,8 +569,11 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     except slimjax.SlimjaxError as e:
         click.echo(f"error: {_cli_words(e)}", err=True)
         sys.exit(2)
-    click.echo(f"MAPE % of throughput / E2E on held-out rows ({', '.join(map(str, paths))}"
-               + (f"; excluding {' | '.join(exclude)}" if exclude else "") + "):\n")
+    click.echo(
+        f"MAPE % of throughput / E2E on held-out rows ({', '.join(map(str, paths))}"
+        + (f"; excluding {' | '.join(exclude)}" if exclude else "")
+        + "):\n"
+    )
     click.echo(markdown_table(result.table))
     for cause, n in result.dropped.items():
         click.echo(f"left out: {n} rows: {cause}")
@@ -399,8 +581,16 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
         click.echo(f"\nwrote {out}: {len(result.predictions)} held-out predictions")
 
 
-_OPTION_FIELDS = {"out": "--out", "resume": "--resume", "overwrite": "--overwrite", "scheduler": "--scheduler",
-                  "memory_budget": "--memory-budget", "group_by": "--group-by", "format": "--format", "epsilon": "--epsilon"}
+_OPTION_FIELDS = {
+    "out": "--out",
+    "resume": "--resume",
+    "overwrite": "--overwrite",
+    "scheduler": "--scheduler",
+    "memory_budget": "--memory-budget",
+    "group_by": "--group-by",
+    "format": "--format",
+    "epsilon": "--epsilon",
+}
 
 
 def _cli_words(error) -> str:
@@ -408,9 +598,14 @@ def _cli_words(error) -> str:
     field = getattr(error, "field", None)
     if field in _OPTION_FIELDS:
         message = str(error).split(": ", 1)[1] if ": " in str(error) else str(error)
-        return f"{_OPTION_FIELDS[field]}: {message}".replace("resume=True / --resume", "--resume").replace(
-            "overwrite=True / --overwrite", "--overwrite").replace("out=… / --out", "--out")
-    return str(error).replace("resume=True / --resume", "--resume").replace("overwrite=True / --overwrite", "--overwrite")
+        return (
+            f"{_OPTION_FIELDS[field]}: {message}".replace("resume=True / --resume", "--resume")
+            .replace("overwrite=True / --overwrite", "--overwrite")
+            .replace("out=… / --out", "--out")
+        )
+    return (
+        str(error).replace("resume=True / --resume", "--resume").replace("overwrite=True / --overwrite", "--overwrite")
+    )
 
 
 def _check_file(path: str) -> None:
@@ -430,20 +625,40 @@ def _as_flags(error) -> str:
     from slimjax.inputs.serving import SERVING
 
     field, message = error.field, str(error).split(": ", 1)[1] if ": " in str(error) else str(error)
-    names = {"models[0]": "--model", "gpus[0]": "--gpu", "batch": "--batch", "input_len": "--input-len",
-             "output_len": "--output-len", "arrival_rate": "--arrival-rate",
-             **{f"serving.{k}": row.flag for k, row in SERVING.items()},
-             **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in ("batch", "request_rate", "ttft_s", "itl_s")},
-             # the agents command's graph "g" and its API block
-             **{f"agents.g.{k}": f"--{flag}" for k, flag in (("stages", "stages"), ("calls_per_stage", "calls"),
-                                                            ("parallelism", "parallelism"), ("tool_delay_s", "tool-delay-s"))},
-             **{f"agents.api.{k}": f"--api-{flag}" for k, flag in (("rpm", "rpm"), ("tpm", "tpm"), ("service_s", "service-s"),
-                                                                  ("parallelism", "parallelism"),
-                                                                  ("price_in_per_mtok", "price-in"),
-                                                                  ("price_out_per_mtok", "price-out"))}}
+    names = {
+        "models[0]": "--model",
+        "gpus[0]": "--gpu",
+        "batch": "--batch",
+        "input_len": "--input-len",
+        "output_len": "--output-len",
+        "arrival_rate": "--arrival-rate",
+        **{f"serving.{k}": row.flag for k, row in SERVING.items()},
+        **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in ("batch", "request_rate", "ttft_s", "itl_s")},
+        # the agents command's graph "g" and its API block
+        **{
+            f"agents.g.{k}": f"--{flag}"
+            for k, flag in (
+                ("stages", "stages"),
+                ("calls_per_stage", "calls"),
+                ("parallelism", "parallelism"),
+                ("tool_delay_s", "tool-delay-s"),
+            )
+        },
+        **{
+            f"agents.api.{k}": f"--api-{flag}"
+            for k, flag in (
+                ("rpm", "rpm"),
+                ("tpm", "tpm"),
+                ("service_s", "service-s"),
+                ("parallelism", "parallelism"),
+                ("price_in_per_mtok", "price-in"),
+                ("price_out_per_mtok", "price-out"),
+            )
+        },
+    }
     for prefix in sorted(names, key=len, reverse=True):
         if field == prefix or field.startswith(prefix + "[") or field.startswith(prefix + "."):
-            rest = field[len(prefix):]
+            rest = field[len(prefix) :]
             return f"{names[prefix]}{'' if rest == '[0]' else rest}: {message}"  # one value per flag: no [0]
     return str(error)
 
@@ -451,7 +666,9 @@ def _as_flags(error) -> str:
 def _read_line(path, frame) -> str:
     dropped = frame.attrs.get("dropped", {})
     read = len(frame) + sum(dropped.values())
-    return (f"{path}: {len(frame)} rows kept of {read} read" + "".join(f"; dropped {n} ({why})" for why, n in dropped.items()))
+    return f"{path}: {len(frame)} rows kept of {read} read" + "".join(
+        f"; dropped {n} ({why})" for why, n in dropped.items()
+    )
 
 
 def _merged_dropped(frames) -> dict:
@@ -486,8 +703,10 @@ def _print_tables(tables, i: int, o: int) -> None:
     click.echo(f"\nPlateau throughput (best over the batches that fit), tokens/s, at input_len={i}, output_len={o}:")
     click.echo(_cells(tables["plateau_throughput"], runs).to_string())
     if "agents" in tables:
-        click.echo(f"\nAgent graphs at input_len={i}, output_len={o} per call (local: the batch limit with the shortest time; "
-                   "prices illustrative, dated 2026-10-27):")
+        click.echo(
+            f"\nAgent graphs at input_len={i}, output_len={o} per call (local: the batch limit with the shortest time; "
+            "prices illustrative, dated 2026-10-27):"
+        )
         click.echo(tables["agents"].to_string(index=False))
     notes = tables.get("notes")
     if notes is not None and len(notes):

@@ -47,16 +47,21 @@ def configure(cpu_devices: int | None = None, x64: bool = True) -> dict:
     jax.config.update("jax_enable_x64", bool(x64))
     if _backends_initialized():
         if len(jax.devices("cpu")) != cpu_devices:
-            warnings.warn(f"slimjax.configure(cpu_devices={cpu_devices}) came after JAX started its CPU backend "
-                          f"({len(jax.devices('cpu'))} device(s)); call it before any JAX computation", stacklevel=2)
+            warnings.warn(
+                f"slimjax.configure(cpu_devices={cpu_devices}) came after JAX started its CPU backend "
+                f"({len(jax.devices('cpu'))} device(s)); call it before any JAX computation",
+                stacklevel=2,
+            )
     else:
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_cpu_experimental_ynn_fusion_type" not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} {_YNN_OFF}".strip()
         if _DEVICE_COUNT_FLAG not in flags:  # the user's own XLA_FLAGS win
             jax.config.update("jax_num_cpu_devices", cpu_devices)
-    return {"cpu_devices": len(jax.devices("cpu")) if _backends_initialized() else cpu_devices,
-            "x64": bool(jax.config.jax_enable_x64)}
+    return {
+        "cpu_devices": len(jax.devices("cpu")) if _backends_initialized() else cpu_devices,
+        "x64": bool(jax.config.jax_enable_x64),
+    }
 
 
 def float64_scope():
@@ -68,12 +73,17 @@ def float64_scope():
 def warn_if_one_cpu_device(devices) -> None:
     """A sweep on one CPU device of a multi-core machine uses one core: say how to use them all."""
     if len(devices) == 1 and devices[0].platform == "cpu" and cpu_cores() > 1 and len(jax.devices()) == 1:
-        warnings.warn(f"slimjax runs on one CPU device of {cpu_cores()} cores; call slimjax.configure() before "
-                      "JAX starts (or set SLIMJAX_CPU_DEVICES) to use them all", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"slimjax runs on one CPU device of {cpu_cores()} cores; call slimjax.configure() before "
+            "JAX starts (or set SLIMJAX_CPU_DEVICES) to use them all",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def uses_float64(fn):
     """Run ``fn`` inside :func:`float64_scope` (for entry points whose arithmetic is float64)."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with float64_scope():

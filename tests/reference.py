@@ -37,20 +37,29 @@ def slim(arch: dict, gpu: dict, theta: dict, B: int, I: int, O: int, n_gpu: int 
     t_d = theta["alpha"] * O + theta["gamma"] * arch["n_layers"] * (arch["hidden"] / 1024) ** 2 * O
     t_dec = (B + theta["B0"]) / theta["eta_m"] * (t_d + m_dec / BW)
     e2e = t_pre + t_dec + theta["t_fixed"]
-    return dict(prefill_flops=flops, kv_traffic_bytes=m_dec, slim_prefill_s=t_pre, slim_decode_s=t_dec,
-                slim_e2e_s=e2e, slim_throughput=B * (I + O) / e2e)
+    return dict(
+        prefill_flops=flops,
+        kv_traffic_bytes=m_dec,
+        slim_prefill_s=t_pre,
+        slim_decode_s=t_dec,
+        slim_e2e_s=e2e,
+        slim_throughput=B * (I + O) / e2e,
+    )
 
 
 def _attention_coefficients(arch):
     L, H = arch["n_layers"], arch["n_heads"]
     if arch["mla"]:
-        return (2 * L * H * (arch["qk_nope_dim"] + arch["rope_dim"] + arch["v_head_dim"]),
-                2 * L * H * (2 * arch["kv_lora_rank"] + arch["rope_dim"]))
+        return (
+            2 * L * H * (arch["qk_nope_dim"] + arch["rope_dim"] + arch["v_head_dim"]),
+            2 * L * H * (2 * arch["kv_lora_rank"] + arch["rope_dim"]),
+        )
     return 4 * L * H * arch["head_dim"], 4 * L * H * arch["head_dim"]
 
 
 def peak_flops(gpu, b_w):
-    """The Tensor Core peak for the weights' bytes: FP4 at ≤ 0.6 bytes, FP8 at ≤ 1.01, else bf16 (where the GPU has it)."""
+    """The Tensor Core peak for the weights' bytes: FP4 at ≤ 0.6 bytes, FP8 at ≤ 1.01, else bf16 (where the GPU has
+    it)."""
     if b_w <= 0.6 and gpu.get("flops_fp4_per_s", 0) > 0:
         return gpu["flops_fp4_per_s"]
     if 0.6 < b_w <= 1.01 and gpu.get("flops_fp8_per_s", 0) > 0:
@@ -96,7 +105,9 @@ def slim_floored(arch, gpu, theta, B, I, O, n_gpu=1, masked=True):
     flag = (1 if pre_f > out["slim_prefill_s"] else 0) + (2 if dec_f > out["slim_decode_s"] else 0)
     pre, dec = max(out["slim_prefill_s"], pre_f), max(out["slim_decode_s"], dec_f)
     e2e = pre + dec + theta["t_fixed"]
-    out.update(slim_prefill_s=pre, slim_decode_s=dec, slim_e2e_s=e2e, slim_throughput=B * (I + O) / e2e, slim_at_floor=flag)
+    out.update(
+        slim_prefill_s=pre, slim_decode_s=dec, slim_e2e_s=e2e, slim_throughput=B * (I + O) / e2e, slim_at_floor=flag
+    )
     if masked:
         fits, prompts_fit = default_fit(arch, gpu, B, I, O, n_gpu)
         if not prompts_fit:
@@ -123,7 +134,10 @@ def b_cap(arch, gpu, theta, batches, I, O, slo_s, epsilon) -> int:
 
 def footprint(arch: dict, N: int, block: int, r: float = 1.0, o: float = 1.0) -> float:
     e_kv = kv_bytes_per_layer_token(arch)
-    rnd = lambda n: math.ceil(n / block) * block
+
+    def rnd(n):
+        return math.ceil(n / block) * block
+
     L_s = arch["n_sliding_layers"]
     L_f = arch["n_layers"] - L_s
     return r * o * e_kv * (L_f * rnd(N) + L_s * rnd(min(N, arch["window"])))
@@ -184,7 +198,9 @@ def decode_steps(B, I, O, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0, 
     w = moe_weight_bytes(B, M_W, moe)
     for j in range(1, O):
         T = I + j
-        total += max(B * (2 * P + a * T) / F, (w + B * kv_read(T, e_kv, L, L_s, W, r, o)) / BW) + t_l + comm_seconds(B, comm)
+        total += (
+            max(B * (2 * P + a * T) / F, (w + B * kv_read(T, e_kv, L, L_s, W, r, o)) / BW) + t_l + comm_seconds(B, comm)
+        )
     return total / (O - 1)
 
 
@@ -214,7 +230,13 @@ def capacity_point(arch, gpu, serving, B, I, O, measured=None):
     e_kv = kv_bytes_per_layer_token({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]})
     M_W = arch["n_params"] * sv["bytes_per_weight"]
     pool = sv["memory_utilization"] * sv["n_gpu"] * gpu["memory_bytes"] - M_W - sv["reserved_bytes"]
-    fp = footprint({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]}, I + O, int(sv["block_size"]), sv["kv_replication"], sv["kv_overhead"])
+    fp = footprint(
+        {**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]},
+        I + O,
+        int(sv["block_size"]),
+        sv["kv_replication"],
+        sv["kv_overhead"],
+    )
     seqs = 0 if pool <= 0 else math.floor(pool / fp)  # float quotient: 1.05 etc. are inexact in binary
     # §4b by the contract's own arithmetic (not slimjax's): P_act, a_pre / a_dec, expert reads
     L, H = arch["n_layers"], arch["n_heads"]
@@ -225,12 +247,28 @@ def capacity_point(arch, gpu, serving, B, I, O, measured=None):
         a_dec = 2 * L * H * (2 * arch["kv_lora_rank"] + arch["rope_dim"])
     else:
         a_pre = a_dec = 4 * L * H * arch["head_dim"]
-    moe = dict(E=arch["n_experts"], k=arch["experts_per_token"], routed=sv["bytes_per_weight"] * arch["n_moe_layers"] * P_e)
-    comm = dict(n=sv["n_gpu"], L=L, D=arch["hidden"], link=gpu.get("link_bytes_per_s", 0.0), tau=gpu.get("allreduce_latency_s", 0.0))
-    rest = (M_W, e_kv, arch["n_layers"], arch["n_sliding_layers"], arch["window"],
-            sv["n_gpu"] * gpu["flops_per_s"] * sv["compute_efficiency"],
-            sv["n_gpu"] * gpu["bandwidth_bytes_per_s"] * sv["bandwidth_efficiency"], sv["launch_overhead_s"],
-            sv["kv_replication"], sv["kv_overhead"])
+    moe = dict(
+        E=arch["n_experts"], k=arch["experts_per_token"], routed=sv["bytes_per_weight"] * arch["n_moe_layers"] * P_e
+    )
+    comm = dict(
+        n=sv["n_gpu"],
+        L=L,
+        D=arch["hidden"],
+        link=gpu.get("link_bytes_per_s", 0.0),
+        tau=gpu.get("allreduce_latency_s", 0.0),
+    )
+    rest = (
+        M_W,
+        e_kv,
+        arch["n_layers"],
+        arch["n_sliding_layers"],
+        arch["window"],
+        sv["n_gpu"] * gpu["flops_per_s"] * sv["compute_efficiency"],
+        sv["n_gpu"] * gpu["bandwidth_bytes_per_s"] * sv["bandwidth_efficiency"],
+        sv["launch_overhead_s"],
+        sv["kv_replication"],
+        sv["kv_overhead"],
+    )
     pre = lambda s_: prefill_chunks(I, s_, P_act, a_pre, *rest, moe=moe, comm=comm)  # noqa: E731
     dec = lambda b: decode_steps(b, I, O, P_act, a_dec, *rest, moe=moe, comm=comm)  # noqa: E731
 
@@ -246,16 +284,33 @@ def capacity_point(arch, gpu, serving, B, I, O, measured=None):
     t_pre, t_max, _ = pre(int(sv["chunk_size"]))
     ttft, itl, S = service(B)
     roof_itl = dec(B)
-    out = dict(weights_bytes=M_W, kv_pool_bytes=pool, kv_bytes_per_token=arch["n_layers"] * e_kv,
-               seq_footprint_bytes=fp, max_seqs=seqs,
-               prefill_s=t_pre, chunk_max_s=t_max,
-               itl_s=itl, itl_chunk_s=roof_itl + t_max, ttft_s=ttft, service_s=S,
-               request_rate=B / S, token_throughput=B * (I + O) / S)
+    out = dict(
+        weights_bytes=M_W,
+        kv_pool_bytes=pool,
+        kv_bytes_per_token=arch["n_layers"] * e_kv,
+        seq_footprint_bytes=fp,
+        max_seqs=seqs,
+        prefill_s=t_pre,
+        chunk_max_s=t_max,
+        itl_s=itl,
+        itl_chunk_s=roof_itl + t_max,
+        ttft_s=ttft,
+        service_s=S,
+        request_rate=B / S,
+        token_throughput=B * (I + O) / S,
+    )
     # no time for what cannot run: a batch beyond max_seqs; a prompt whose own KV does not fit
-    fp_prompt = footprint({**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]}, I, int(sv["block_size"]), sv["kv_replication"],
-                          sv["kv_overhead"])
+    fp_prompt = footprint(
+        {**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]},
+        I,
+        int(sv["block_size"]),
+        sv["kv_replication"],
+        sv["kv_overhead"],
+    )
     if pool <= 0 or fp_prompt > pool:
         out.update(prefill_s=math.nan, chunk_max_s=math.nan)
     if B > seqs:
-        out.update({k: math.nan for k in ("itl_s", "itl_chunk_s", "ttft_s", "service_s", "request_rate", "token_throughput")})
+        out.update(
+            {k: math.nan for k in ("itl_s", "itl_chunk_s", "ttft_s", "service_s", "request_rate", "token_throughput")}
+        )
     return out, seqs, service

@@ -58,7 +58,7 @@ def test_two_profiled_points_are_fitted_exactly(shared_data):
     curves = advise.measured_curves(shared_data)
     sample = [c.reset_index(drop=True) for _, c in list(curves.groupby("curve"))[:12]]
     ab = advise._affine_fit(sample, 2)
-    for (a, s), c in zip(ab, sample):
+    for (a, s), c in zip(ab, sample, strict=False):
         b, e = c["batch"].to_numpy(float)[:2], c["e2e_s"].to_numpy(float)[:2]
         if e[1] > e[0]:  # an increasing pair is an exact affine fit with a, b ≥ 0 whenever the intercept is ≥ 0
             slope = (e[1] - e[0]) / (b[1] - b[0])

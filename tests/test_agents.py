@@ -63,15 +63,23 @@ def test_api_closed_form_equals_the_call_by_call_schedule(case):
 def test_api_closed_form_on_random_graphs():
     rng = np.random.default_rng(11)
     for _ in range(300):
-        args = (int(rng.integers(1, 6)), int(rng.integers(1, 50)), float(rng.choice([0.0, rng.uniform(0, 5)])),
-                float(rng.choice([math.inf, rng.uniform(5, 2000)])), float(rng.choice([math.inf, rng.uniform(1e3, 1e6)])),
-                int(rng.integers(1, 4000)), int(rng.integers(1, 2000)), float(rng.uniform(0.1, 10)),
-                float(rng.choice([math.inf, rng.integers(1, 20)])))
+        args = (
+            int(rng.integers(1, 6)),
+            int(rng.integers(1, 50)),
+            float(rng.choice([0.0, rng.uniform(0, 5)])),
+            float(rng.choice([math.inf, rng.uniform(5, 2000)])),
+            float(rng.choice([math.inf, rng.uniform(1e3, 1e6)])),
+            int(rng.integers(1, 4000)),
+            int(rng.integers(1, 2000)),
+            float(rng.uniform(0.1, 10)),
+            float(rng.choice([math.inf, rng.integers(1, 20)])),
+        )
         assert closed_form(*args) == pytest.approx(api_schedule_loop(*args), rel=1e-10), args
 
 
-@pytest.mark.parametrize("case,limit", [("spacing", 0), ("parallelism", 1), ("service", 2), ("one call", 2),
-                                        ("spacing across stages", 0)])
+@pytest.mark.parametrize(
+    "case,limit", [("spacing", 0), ("parallelism", 1), ("service", 2), ("one call", 2), ("spacing across stages", 0)]
+)
 def test_binding_limit_names_what_sets_the_api_time(case, limit):
     n_st, n_call, d, rpm, tpm, I, O, s, p = CASES[case]
     with float64_scope():
@@ -96,7 +104,12 @@ def test_local_time_matches_brute_force_waves():
     rng = np.random.default_rng(3)
     service = lambda w: 2.0 + 0.1 * w  # noqa: E731
     for _ in range(200):
-        n_st, n_call, p, m = (int(rng.integers(1, 6)), int(rng.integers(1, 70)), int(rng.integers(1, 40)), int(rng.integers(0, 50)))
+        n_st, n_call, p, m = (
+            int(rng.integers(1, 6)),
+            int(rng.integers(1, 70)),
+            int(rng.integers(1, 40)),
+            int(rng.integers(0, 50)),
+        )
         d = float(rng.uniform(0, 3))
         with float64_scope():
             w = float(ag.wave_width(float(p), float(m)))
@@ -106,11 +119,18 @@ def test_local_time_matches_brute_force_waves():
 
 
 SWEEP = dict(
-    models=["Llama-3.1-8B", "Llama-3.1-405B"], gpus=["H100-SXM", "L40S"], batch=[1, 4, 32], input_len=[512, 2048], output_len=[128],
-    serving=dict(n_gpu=1), precision="float64",
-    agents=dict(api=dict(rpm=500, tpm=2_000_000, service_s=3.0, parallelism=8, price_in_per_mtok=2.0, price_out_per_mtok=10.0),
-                research=dict(stages=4, calls_per_stage=16, tool_delay_s=2.0),
-                coding=dict(stages=2, calls_per_stage=3, parallelism=2, rpm=20)),
+    models=["Llama-3.1-8B", "Llama-3.1-405B"],
+    gpus=["H100-SXM", "L40S"],
+    batch=[1, 4, 32],
+    input_len=[512, 2048],
+    output_len=[128],
+    serving=dict(n_gpu=1),
+    precision="float64",
+    agents=dict(
+        api=dict(rpm=500, tpm=2_000_000, service_s=3.0, parallelism=8, price_in_per_mtok=2.0, price_out_per_mtok=10.0),
+        research=dict(stages=4, calls_per_stage=16, tool_delay_s=2.0),
+        coding=dict(stages=2, calls_per_stage=3, parallelism=2, rpm=20),
+    ),
 )
 
 
@@ -129,7 +149,9 @@ def test_grid_agrees_with_the_scalar_path_and_hand_costs(swept):
             s_w = slimjax.capacity(model, gpu, i, 128, w, serving=dict(n_gpu=1))["service_s"]
             s_1 = slimjax.capacity(model, gpu, i, 128, 1, serving=dict(n_gpu=1))["service_s"]
             a = c.sel(agent=agent)
-            assert float(a.agent_local_s) == pytest.approx(n_st * math.ceil(n_call / w) * s_w + (n_st - 1) * d, rel=1e-12)
+            assert float(a.agent_local_s) == pytest.approx(
+                n_st * math.ceil(n_call / w) * s_w + (n_st - 1) * d, rel=1e-12
+            )
             assert float(a.agent_dependency_bound_s) == pytest.approx(n_st * s_1 + (n_st - 1) * d, rel=1e-12)
             price = {"H100-SXM": 2.99, "L40S": 1.19}[gpu]
             assert float(a.agent_local_cost_usd) == pytest.approx(price * float(a.agent_local_s) / 3600, rel=1e-12)
@@ -160,17 +182,20 @@ def test_attrs_carry_the_price_date_and_flag_meanings(swept):
     assert list(swept.agent.values) == ["research", "coding"]
 
 
-@pytest.mark.parametrize("block,field", [
-    (dict(g=dict(stages=2, calls_per_stage=4, rpm=0)), "agents.g.rpm"),
-    (dict(api=dict(tpm=-5), g=dict(stages=2, calls_per_stage=4)), "agents.api.tpm"),
-    (dict(g=dict(stages=2, calls_per_stage=4, parallelism=0)), "agents.g.parallelism"),
-    (dict(g=dict(stages=0, calls_per_stage=4)), "agents.g.stages"),
-    (dict(g=dict(stages=2, calls_per_stage=4, tool_delay_s=-1)), "agents.g.tool_delay_s"),
-    (dict(g=dict(stages=2)), "agents.g.calls_per_stage"),
-    (dict(g=dict(stages=2, calls_per_stage=4, colour=1)), "agents.g.colour"),
-    (dict(g=dict(stages=2, calls_per_stage=4, api=dict(parallelism=0.5))), "agents.g.api.parallelism"),
-    (dict(api=dict(rpm=10)), "agents"),
-])
+@pytest.mark.parametrize(
+    "block,field",
+    [
+        (dict(g=dict(stages=2, calls_per_stage=4, rpm=0)), "agents.g.rpm"),
+        (dict(api=dict(tpm=-5), g=dict(stages=2, calls_per_stage=4)), "agents.api.tpm"),
+        (dict(g=dict(stages=2, calls_per_stage=4, parallelism=0)), "agents.g.parallelism"),
+        (dict(g=dict(stages=0, calls_per_stage=4)), "agents.g.stages"),
+        (dict(g=dict(stages=2, calls_per_stage=4, tool_delay_s=-1)), "agents.g.tool_delay_s"),
+        (dict(g=dict(stages=2)), "agents.g.calls_per_stage"),
+        (dict(g=dict(stages=2, calls_per_stage=4, colour=1)), "agents.g.colour"),
+        (dict(g=dict(stages=2, calls_per_stage=4, api=dict(parallelism=0.5))), "agents.g.api.parallelism"),
+        (dict(api=dict(rpm=10)), "agents"),
+    ],
+)
 def test_bad_agent_input_names_graph_field_and_value(block, field):
     with pytest.raises(slimjax.SlimjaxError) as e:
         agents_block(block)
@@ -178,8 +203,15 @@ def test_bad_agent_input_names_graph_field_and_value(block, field):
 
 
 def test_one_graph_cards_and_where_the_winner_flips():
-    result = slimjax.agent("Llama-3.1-8B", "H100-SXM", 1024, 256, dict(stages=3, calls_per_stage=8, tool_delay_s=1.0),
-                           api=dict(rpm=60, service_s=2.0), serving=dict(n_gpu=1))
+    result = slimjax.agent(
+        "Llama-3.1-8B",
+        "H100-SXM",
+        1024,
+        256,
+        dict(stages=3, calls_per_stage=8, tool_delay_s=1.0),
+        api=dict(rpm=60, service_s=2.0),
+        serving=dict(n_gpu=1),
+    )
     by_rpm = result["rpm"]
     faster = by_rpm["agent_faster"].to_numpy()
     flip = result["flips"]["faster_by_rpm"]
@@ -194,8 +226,11 @@ def test_one_graph_cards_and_where_the_winner_flips():
     assert at["agent_api_s"] == pytest.approx(want, rel=1e-12)
     cards = dict(slimjax.agent_cards(result))
     assert "bound by" in cards["API time T_api"] and "2026-10-27" in cards["Prices"]
-    big = dict(slimjax.agent_cards(slimjax.agent("Llama-3.1-405B", "L40S", 1024, 256, dict(stages=2, calls_per_stage=4),
-                                                 serving=dict(n_gpu=1))))
+    big = dict(
+        slimjax.agent_cards(
+            slimjax.agent("Llama-3.1-405B", "L40S", 1024, 256, dict(stages=2, calls_per_stage=4), serving=dict(n_gpu=1))
+        )
+    )
     assert big["Local time T_local"] == "not runnable (does not fit)" and big["Faster"] == "api"
 
 
@@ -204,11 +239,45 @@ def test_cli_agents_and_the_sweep_table(tmp_path):
 
     from slimjax.cli import main
 
-    out = CliRunner().invoke(main, ["agents", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "1024",
-                                    "--output-len", "256", "--stages", "2", "--calls", "4", "--api-rpm", "0"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "agents",
+            "--model",
+            "Llama-3.1-8B",
+            "--gpu",
+            "H100-SXM",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "256",
+            "--stages",
+            "2",
+            "--calls",
+            "4",
+            "--api-rpm",
+            "0",
+        ],
+    )
     assert out.exit_code == 2 and "rpm" in out.output  # a bad quota names the field
-    out = CliRunner().invoke(main, ["agents", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "1024",
-                                    "--output-len", "256", "--stages", "2", "--calls", "4"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "agents",
+            "--model",
+            "Llama-3.1-8B",
+            "--gpu",
+            "H100-SXM",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "256",
+            "--stages",
+            "2",
+            "--calls",
+            "4",
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "API time T_api" in out.output and "Faster flips" in out.output
     import yaml

@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from fitmodel import slim_model
 
 import slimjax
 from slimjax import SlimjaxError
 from slimjax.fit.slim import calibrate, predict
 from slimjax.inputs.traces import load_traces
-from fitmodel import slim_model
 
 TRUE = dict(eta_c=0.45, eta_m=0.7, B0=6.0, alpha=2e-4, gamma=3e-6, t_fixed=0.3)
 
@@ -22,10 +22,17 @@ def synthetic(models, gpus, theta, noise=0.0, seed=0, rows=None):
     for m in models:
         for g in gpus:
             n = rows or 30
-            pts = pd.DataFrame(dict(model=m, gpu=g, n_gpu=1, framework="synthetic",
-                                    batch=rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 256], n),
-                                    input_len=rng.choice([32, 128, 512, 2048, 8192], n),
-                                    output_len=rng.choice([16, 64, 256, 1024], n)))
+            pts = pd.DataFrame(
+                dict(
+                    model=m,
+                    gpu=g,
+                    n_gpu=1,
+                    framework="synthetic",
+                    batch=rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 256], n),
+                    input_len=rng.choice([32, 128, 512, 2048, 8192], n),
+                    output_len=rng.choice([16, 64, 256, 1024], n),
+                )
+            )
             out = [slim_model(m, g, int(r.batch), int(r.input_len), int(r.output_len), theta) for r in pts.itertuples()]
             e2e = np.array([o["slim_e2e_s"] for o in out]) * (1 + noise * rng.standard_normal(n))
             pts["e2e_s"] = e2e
@@ -73,8 +80,13 @@ def test_alpha_gamma_confounded_within_one_model_is_flagged(clean):
 
 
 def test_padded_masked_groups_equal_separate_fits(clean):
-    uneven = pd.concat([clean[(clean.model == "OPT-13b") & (clean.gpu == "H100-SXM")].head(12),
-                        clean[(clean.model == "Llama-3.1-8B") & (clean.gpu == "A100-SXM-80GB")]], ignore_index=True)
+    uneven = pd.concat(
+        [
+            clean[(clean.model == "OPT-13b") & (clean.gpu == "H100-SXM")].head(12),
+            clean[(clean.model == "Llama-3.1-8B") & (clean.gpu == "A100-SXM-80GB")],
+        ],
+        ignore_index=True,
+    )
     together = calibrate(uneven, group_by=("model", "gpu"))
     for (m, g), sub in uneven.groupby(["model", "gpu"]):
         alone = calibrate(sub, group_by=("model", "gpu"))
@@ -85,7 +97,9 @@ def test_padded_masked_groups_equal_separate_fits(clean):
         # identified coefficients agree; along an unidentified direction (α·O + γ·L·(D/1024)²·O within
         # one architecture) any point is an optimum, so only the fit itself is compared there
         np.testing.assert_allclose(a[ident], b[ident], rtol=1e-6)
-        np.testing.assert_allclose(predict(together, sub).pred_throughput, predict(alone, sub).pred_throughput, rtol=1e-6)
+        np.testing.assert_allclose(
+            predict(together, sub).pred_throughput, predict(alone, sub).pred_throughput, rtol=1e-6
+        )
         assert int(together.n_points.sel(model=m, gpu=g)) == len(sub)
 
 
@@ -134,8 +148,17 @@ def test_readers_on_real_files(shared_data):
 
 
 def test_vllm_bench_json_reader(tmp_path):
-    result = dict(model_id="meta-llama/Llama-3.1-8B", max_concurrency=32, completed=320, total_input_tokens=320 * 1000,
-                  total_output_tokens=320 * 200, mean_ttft_ms=120.0, mean_tpot_ms=11.0, mean_e2el_ms=2300.0, duration=25.0)
+    result = dict(
+        model_id="meta-llama/Llama-3.1-8B",
+        max_concurrency=32,
+        completed=320,
+        total_input_tokens=320 * 1000,
+        total_output_tokens=320 * 200,
+        mean_ttft_ms=120.0,
+        mean_tpot_ms=11.0,
+        mean_e2el_ms=2300.0,
+        duration=25.0,
+    )
     (tmp_path / "a.json").write_text(json.dumps(result))
     (tmp_path / "b.json").write_text(json.dumps({**result, "max_concurrency": 64}))
     df = load_traces(tmp_path, gpu="H100-SXM")
@@ -149,18 +172,25 @@ def test_vllm_bench_json_reader(tmp_path):
 
 def test_malformed_and_bad_rows(tmp_path):
     path = tmp_path / "t.csv"
-    path.write_text("model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,H100-SXM,8,100,50,1.5\n"
-                    "Llama-3.1-8B,H100-SXM,eight,100,50,1.5\n")
+    path.write_text(
+        "model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,H100-SXM,8,100,50,1.5\n"
+        "Llama-3.1-8B,H100-SXM,eight,100,50,1.5\n"
+    )
     with pytest.raises(SlimjaxError, match=r"t.csv: row 3, column 'batch'.*not a number: 'eight'"):
         load_traces(path)
-    path.write_text("model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,H100-SXM,8,100,50,1.5\n"
-                    "Llama-3.1-8B,H100-SXM,8,100,50,-1\nLlama-3.1-8B,H100-SXM,8,,50,1\nmystery,H100-SXM,8,100,50,1\n"
-                    "Llama-3.1-8B,TPUv9,8,100,50,1\n")
+    path.write_text(
+        "model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,H100-SXM,8,100,50,1.5\n"
+        "Llama-3.1-8B,H100-SXM,8,100,50,-1\nLlama-3.1-8B,H100-SXM,8,,50,1\nmystery,H100-SXM,8,100,50,1\n"
+        "Llama-3.1-8B,TPUv9,8,100,50,1\n"
+    )
     df = load_traces(path)
     assert len(df) == 1
-    assert df.attrs["dropped"] == {"hardware 'TPUv9' unknown (add it to configs/hardware.yaml or the GPU catalog)": 1,
-                                   "model not in the catalog": 1,
-                                   "missing values": 1, "non-positive size or time": 1}
+    assert df.attrs["dropped"] == {
+        "hardware 'TPUv9' unknown (add it to configs/hardware.yaml or the GPU catalog)": 1,
+        "model not in the catalog": 1,
+        "missing values": 1,
+        "non-positive size or time": 1,
+    }
     path.write_text("model,gpu,batch\nx,y,1\n")
     with pytest.raises(SlimjaxError, match="unrecognised trace format"):
         load_traces(path)
@@ -174,12 +204,21 @@ def test_sweep_uses_a_calibrated_store(clean, tmp_path):
     ds = calibrate(clean, group_by=("model", "gpu", "framework"))
     path = tmp_path / "coeffs.zarr"
     store.write_dataset(ds, path)
-    spec = dict(models=["OPT-13b"], gpus=["A100-SXM-80GB"], batch=[1, 8], input_len=[512], output_len=[64], precision="float64",
-                slim={"coefficients": str(path), "select": {"framework": "synthetic"}})
+    spec = dict(
+        models=["OPT-13b"],
+        gpus=["A100-SXM-80GB"],
+        batch=[1, 8],
+        input_len=[512],
+        output_len=[64],
+        precision="float64",
+        slim={"coefficients": str(path), "select": {"framework": "synthetic"}},
+    )
     out = slimjax.sweep(spec, quiet=True)
     # what a sweep reports from the store: the fitted §1 curve under its physical floor
     want = slimjax.point("OPT-13b", "A100-SXM-80GB", 8, 512, 64, slim=TRUE, slim_variant="slim")["slim_e2e_s"]
-    assert float(out.slim_e2e_s.sel(batch=8, model="OPT-13b", gpu="A100-SXM-80GB", input_len=512, output_len=64)) == pytest.approx(want, rel=1e-3)
+    assert float(
+        out.slim_e2e_s.sel(batch=8, model="OPT-13b", gpu="A100-SXM-80GB", input_len=512, output_len=64)
+    ) == pytest.approx(want, rel=1e-3)
     assert "calibrated store" in out.attrs["slim_coefficients_source"]
     with pytest.raises(SlimjaxError, match="no gpu 'L40S'"):
         slimjax.sweep({**spec, "gpus": ["L40S"]}, quiet=True)
@@ -191,13 +230,30 @@ def test_roofline_calibration_recovers_efficiencies():
     import jax.numpy as jnp
 
     from slimjax.fit.features import row_features as _row_features
-    from slimjax.fit.roofline import calibrate_roofline, roofline_errors, roofline_parameters, roofline_predict as _roofline_predict
+    from slimjax.fit.roofline import (
+        calibrate_roofline,
+        roofline_errors,
+        roofline_parameters,
+    )
+    from slimjax.fit.roofline import (
+        roofline_predict as _roofline_predict,
+    )
 
     rng = np.random.default_rng(2)
     n = 40
-    pts = pd.DataFrame(dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=rng.choice([1, 2, 4], n), framework="synthetic",
-                            batch=rng.choice([1, 8, 32, 128], n), input_len=rng.choice([256, 1024, 4096], n),
-                            output_len=rng.choice([64, 256, 512], n), e2e_s=np.nan, throughput=np.nan))
+    pts = pd.DataFrame(
+        dict(
+            model="Llama-3.1-8B",
+            gpu="H100-SXM",
+            n_gpu=rng.choice([1, 2, 4], n),
+            framework="synthetic",
+            batch=rng.choice([1, 8, 32, 128], n),
+            input_len=rng.choice([256, 1024, 4096], n),
+            output_len=rng.choice([64, 256, 512], n),
+            e2e_s=np.nan,
+            throughput=np.nan,
+        )
+    )
     truth = np.array([0.6, 0.7, 2e-5])
     itl, ttft = map(np.asarray, _roofline_predict(jnp.asarray(roofline_parameters(*truth)), _row_features(pts)))
     pts["itl_s"], pts["ttft_s"] = itl, ttft
@@ -223,10 +279,22 @@ def test_sweep_intervals_from_store_match_predict(tmp_path):
     ds = calibrate(noisy, group_by=("model", "gpu"))
     path = tmp_path / "c.zarr"
     store.write_dataset(ds, path)
-    spec = dict(models=["Llama-3.1-8B", "OPT-13b"], gpus=["H100-SXM"], batch=[1, 8, 64], input_len=[512, 2048],
-                output_len=[64, 256], slim=str(path), advisor={"slo_s": 20}, precision="float64")
+    spec = dict(
+        models=["Llama-3.1-8B", "OPT-13b"],
+        gpus=["H100-SXM"],
+        batch=[1, 8, 64],
+        input_len=[512, 2048],
+        output_len=[64, 256],
+        slim=str(path),
+        advisor={"slo_s": 20},
+        precision="float64",
+    )
     out = slimjax.sweep(spec, quiet=True)
-    pts = out.slim_throughput.to_dataframe().reset_index()[["model", "gpu", "batch", "input_len", "output_len"]].assign(n_gpu=1)
+    pts = (
+        out.slim_throughput.to_dataframe()
+        .reset_index()[["model", "gpu", "batch", "input_len", "output_len"]]
+        .assign(n_gpu=1)
+    )
     p = predict(ds, pts)
     fits = out.fits.to_dataframe().reset_index()["fits"].to_numpy()
     assert 0 < fits.sum() < fits.size  # (both sides of the memory limit are exercised)
@@ -247,9 +315,14 @@ def test_eta_c_is_bounded_to_a_fraction_of_peak():
     eta_c = float(ds.coefficients.sel(param="eta_c").squeeze())
     assert 0 < eta_c <= 1
     kv = calibrate(fast, group_by=("model", "gpu"), variant="slim-kv")  # there η_m is the KV reads' bandwidth fraction
-    assert 0 < float(kv.coefficients.sel(param="eta_m").squeeze()) <= 1 and 0 < float(kv.coefficients.sel(param="eta_c").squeeze()) <= 1
+    assert (
+        0 < float(kv.coefficients.sel(param="eta_m").squeeze()) <= 1
+        and 0 < float(kv.coefficients.sel(param="eta_c").squeeze()) <= 1
+    )
     slow = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, noise=0.0, rows=30, seed=4)
-    assert float(calibrate(slow, group_by=("model", "gpu")).coefficients.sel(param="eta_c").squeeze()) == pytest.approx(0.45, rel=1e-3)
+    assert float(calibrate(slow, group_by=("model", "gpu")).coefficients.sel(param="eta_c").squeeze()) == pytest.approx(
+        0.45, rel=1e-3
+    )
 
 
 def test_roofline_calibration_from_p90_ttft_at_a_known_arrival_rate():
@@ -257,22 +330,43 @@ def test_roofline_calibration_from_p90_ttft_at_a_known_arrival_rate():
     import math
 
     from reference import mmc
+
     from slimjax.fit.roofline import calibrate_roofline
 
     truth = dict(compute_efficiency=0.55, bandwidth_efficiency=0.75, launch_overhead_s=3e-5)
-    runs = [(8, 512, 128, 0.5), (8, 2048, 256, 0.8), (32, 1024, 256, 0.7), (32, 256, 64, 0.9),
-            (64, 4096, 512, 0.6), (16, 1024, 1024, 0.85), (np.nan, 4096, 512, 0.3), (4, 128, 32, 0.95)]
+    runs = [
+        (8, 512, 128, 0.5),
+        (8, 2048, 256, 0.8),
+        (32, 1024, 256, 0.7),
+        (32, 256, 64, 0.9),
+        (64, 4096, 512, 0.6),
+        (16, 1024, 1024, 0.85),
+        (np.nan, 4096, 512, 0.3),
+        (4, 128, 32, 0.95),
+    ]
     lengths = dict(input_len=sorted({r[1] for r in runs}), output_len=sorted({r[2] for r in runs}))
 
     def grid(batches):  # the scalar path's numbers, one jitted grid for every run
-        return slimjax.sweep(dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=sorted(batches), **lengths,
-                                  serving=truth, advisor=False, precision="float64"), quiet=True).squeeze(["model", "gpu"])
+        return slimjax.sweep(
+            dict(
+                models=["Llama-3.1-8B"],
+                gpus=["H100-SXM"],
+                batch=sorted(batches),
+                **lengths,
+                serving=truth,
+                advisor=False,
+                precision="float64",
+            ),
+            quiet=True,
+        ).squeeze(["model", "gpu"])
 
     seqs = grid([1]).max_seqs
-    slots = [int(min(float(seqs.sel(input_len=I, output_len=O)), math.inf if np.isnan(c) else c)) for c, I, O, _ in runs]
+    slots = [
+        int(min(float(seqs.sel(input_len=I, output_len=O)), math.inf if np.isnan(c) else c)) for c, I, O, _ in runs
+    ]
     at = grid(set(slots) | {8 if np.isnan(c) else c for c, *_ in runs})
     rows, waits = [], []
-    for (cap, I, O, load), m in zip(runs, slots):
+    for (cap, I, O, load), m in zip(runs, slots, strict=False):
         # the truth from the grid and the loop M/M/c: m = min(cap, max_seqs), S = S(m)
         here = at.sel(input_len=I, output_len=O)
         S = float(here.service_s.sel(batch=m))
@@ -282,9 +376,24 @@ def test_roofline_calibration_from_p90_ttft_at_a_known_arrival_rate():
         p90 = wait_p + float(here.prefill_s) + float(here.itl_s.sel(batch=m))
         waits.append(wait_p / p90)
         batch = 8 if np.isnan(cap) else cap  # no cap: the mean in flight
-        rows.append(dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=1, framework="client", batch=batch,
-                         input_len=I, output_len=O, ttft_s=np.nan, itl_s=float(here.itl_s.sel(batch=batch)), ttft_p90_s=p90,
-                         arrival_rate=lam, max_concurrency=cap, e2e_s=np.nan, throughput=np.nan))
+        rows.append(
+            dict(
+                model="Llama-3.1-8B",
+                gpu="H100-SXM",
+                n_gpu=1,
+                framework="client",
+                batch=batch,
+                input_len=I,
+                output_len=O,
+                ttft_s=np.nan,
+                itl_s=float(here.itl_s.sel(batch=batch)),
+                ttft_p90_s=p90,
+                arrival_rate=lam,
+                max_concurrency=cap,
+                e2e_s=np.nan,
+                throughput=np.nan,
+            )
+        )
     pts = pd.DataFrame(rows)
     assert sum(w > 0.5 for w in waits) >= 3  # the queue dominates several rows' p90
     ds = calibrate_roofline(pts, group_by=["model"], iterations=100)

@@ -4,16 +4,15 @@ import math
 
 import jax
 import jax.numpy as jnp
-
 import numpy as np
 import pytest
+import reference as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference as ref
 from slimjax.config import float64_scope
-from slimjax.model import memory, queue, roofline
 from slimjax.inputs.catalog import resolve_model
+from slimjax.model import memory, queue, roofline
 from slimjax.model.specs import ModelSpec, stack
 
 
@@ -25,7 +24,11 @@ def e_kv_of(name):
 def test_opt13b_request_is_1_5625_gib():
     """PagedAttention: 800 KiB/token, up to 1.6 GB (1.5625 GiB) for one 2048-token request."""
     arch, e_kv = e_kv_of("OPT-13b")
-    fp = float(memory.seq_footprint_bytes(e_kv, arch["n_layers"], arch["n_sliding_layers"], arch["window"], 2048.0, 16.0, 1.0, 1.0))
+    fp = float(
+        memory.seq_footprint_bytes(
+            e_kv, arch["n_layers"], arch["n_sliding_layers"], arch["window"], 2048.0, 16.0, 1.0, 1.0
+        )
+    )
     assert fp == 1_677_721_600 == 1.5625 * 2**30
 
 
@@ -46,8 +49,17 @@ def test_deepseek_v2_footprint_uses_latent_width():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 20000), st.integers(1, 256), st.sampled_from([math.inf, 128, 4096]), st.integers(0, 64),
-       st.integers(1, 80), st.floats(1, 2), st.floats(1, 1.5), st.floats(1e8, 1e12), st.floats(0, 1e10))
+@given(
+    st.integers(1, 20000),
+    st.integers(1, 256),
+    st.sampled_from([math.inf, 128, 4096]),
+    st.integers(0, 64),
+    st.integers(1, 80),
+    st.floats(1, 2),
+    st.floats(1, 1.5),
+    st.floats(1e8, 1e12),
+    st.floats(0, 1e10),
+)
 def test_footprint_and_max_seqs_match_definition(N, block, W, L_s, L, r, o, fp_scale, pool_extra):
     L_s = min(L_s, L) if W != math.inf else 0
     arch = dict(n_kv_heads=8, head_dim=128, kv_dtype_bytes=2, mla=0, n_layers=L, n_sliding_layers=L_s, window=W)
@@ -76,19 +88,37 @@ def rooflines(draw):
     sliding = draw(st.booleans())
     W = float(draw(st.sampled_from([64, 512, 4096]))) if sliding else math.inf
     return dict(
-        P=draw(st.floats(1e8, 1e11)), a=4.0 * L * draw(st.integers(1, 64)) * 128, M_W=draw(st.floats(1e8, 2e11)),
-        e_kv=float(draw(st.sampled_from([512, 4096, 65536]))), L=L, L_s=draw(st.integers(0, L)) if sliding else 0, W=W,
-        F=draw(st.floats(1e13, 5e15)), BW=draw(st.floats(1e11, 1e13)), t_l=draw(st.sampled_from([0.0, 1e-5, 3e-3])),
-        r=draw(st.sampled_from([1.0, 2.0])), o=draw(st.sampled_from([1.0, 1.1])),
+        P=draw(st.floats(1e8, 1e11)),
+        a=4.0 * L * draw(st.integers(1, 64)) * 128,
+        M_W=draw(st.floats(1e8, 2e11)),
+        e_kv=float(draw(st.sampled_from([512, 4096, 65536]))),
+        L=L,
+        L_s=draw(st.integers(0, L)) if sliding else 0,
+        W=W,
+        F=draw(st.floats(1e13, 5e15)),
+        BW=draw(st.floats(1e11, 1e13)),
+        t_l=draw(st.sampled_from([0.0, 1e-5, 3e-3])),
+        r=draw(st.sampled_from([1.0, 2.0])),
+        o=draw(st.sampled_from([1.0, 1.1])),
     )
 
 
 def _roof_args(x):
     c = x["r"] * x["o"] * x["e_kv"]
-    return dict(active_params=x["P"], attn=x["a"], weights=x["M_W"], routed_expert_bytes=0.0, n_experts=0.0, experts_per_token=0.0,
-                kv_per_token_full=c * (x["L"] - x["L_s"]),
-                kv_per_token_sliding=c * x["L_s"], window=x["W"], flops=x["F"], bandwidth=x["BW"],
-                launch_overhead_s=x["t_l"])
+    return dict(
+        active_params=x["P"],
+        attn=x["a"],
+        weights=x["M_W"],
+        routed_expert_bytes=0.0,
+        n_experts=0.0,
+        experts_per_token=0.0,
+        kv_per_token_full=c * (x["L"] - x["L_s"]),
+        kv_per_token_sliding=c * x["L_s"],
+        window=x["W"],
+        flops=x["F"],
+        bandwidth=x["BW"],
+        launch_overhead_s=x["t_l"],
+    )
 
 
 def _ref_args(x):
@@ -120,8 +150,20 @@ def test_decode_closed_form_equals_step_loop(x, B, I, O):
 def test_chunk_sizes_across_the_window(s):
     """Prompts that cross the sliding window, chunk sizes 1, 7, 512: closed form = loop."""
     arch, e_kv = e_kv_of("gemma-2-9b")
-    x = dict(P=9.2e9, a=4.0 * arch["n_layers"] * arch["n_heads"] * arch["head_dim"], M_W=1.85e10, e_kv=e_kv,
-             L=arch["n_layers"], L_s=arch["n_sliding_layers"], W=arch["window"], F=989e12, BW=3.35e12, t_l=2e-5, r=1.0, o=1.0)
+    x = dict(
+        P=9.2e9,
+        a=4.0 * arch["n_layers"] * arch["n_heads"] * arch["head_dim"],
+        M_W=1.85e10,
+        e_kv=e_kv,
+        L=arch["n_layers"],
+        L_s=arch["n_sliding_layers"],
+        W=arch["window"],
+        F=989e12,
+        BW=3.35e12,
+        t_l=2e-5,
+        r=1.0,
+        o=1.0,
+    )
     for I in (4095, 4096, 4097, 6000, 9001):
         t_pre, t_max, k_c = roofline.prefill_time(float(I), float(s), **_roof_args(x))
         want = ref.prefill_chunks(I, s, *_ref_args(x))
@@ -130,7 +172,20 @@ def test_chunk_sizes_across_the_window(s):
 
 def test_long_prompt_one_token_chunks_cost_one_evaluation():
     """A 1-token chunk on a 100 000-token prompt, and O = 100 000, are single closed-form evaluations."""
-    x = dict(P=8e9, a=4.0 * 32 * 32 * 128, M_W=1.6e10, e_kv=4096.0, L=32, L_s=0, W=math.inf, F=989e12, BW=3.35e12, t_l=0.0, r=1.0, o=1.0)
+    x = dict(
+        P=8e9,
+        a=4.0 * 32 * 32 * 128,
+        M_W=1.6e10,
+        e_kv=4096.0,
+        L=32,
+        L_s=0,
+        W=math.inf,
+        F=989e12,
+        BW=3.35e12,
+        t_l=0.0,
+        r=1.0,
+        o=1.0,
+    )
     import time
 
     t = time.perf_counter()
@@ -188,7 +243,7 @@ def test_erlang_b_static_recurrence_matches_the_reference_and_the_closed_form():
     with float64_scope():
         got = np.asarray(queue.erlang_b(jnp.asarray(m), jnp.asarray(A), max_servers=512))
         closed = np.asarray(queue.erlang_b(jnp.asarray(m), jnp.asarray(A)))
-    want = np.array([ref.erlang_b_recurrence(int(k), a) for k, a in zip(m, A)])
+    want = np.array([ref.erlang_b_recurrence(int(k), a) for k, a in zip(m, A, strict=False)])
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)  # XLA flushes subnormals to 0
     np.testing.assert_allclose(closed, want, rtol=1e-9, atol=1e-300)
     assert queue.queue_bound([3, 200]) == 256 and queue.queue_bound([1]) == 1
@@ -197,7 +252,7 @@ def test_erlang_b_static_recurrence_matches_the_reference_and_the_closed_form():
 def test_the_queue_calls_no_host_callback():
     """Pure JAX: no callback primitive in the M/M/c graph, either Erlang path (GPU-ready, every device)."""
     for bound in (None, 64):
-        jaxpr = str(jax.make_jaxpr(lambda m, s, lam: queue.mmc(m, s, lam, bound))(4.0, 2.0, 1.0))
+        jaxpr = str(jax.make_jaxpr(lambda m, s, lam, bound=bound: queue.mmc(m, s, lam, bound))(4.0, 2.0, 1.0))
         assert "callback" not in jaxpr
     import pathlib
 
@@ -225,7 +280,7 @@ def _simulate_mmc(m, S, lam, n_customers, seed):
     services = rng.exponential(S, n_customers)
     free_at = np.zeros(m)
     waits = np.empty(n_customers)
-    for i, (t, s) in enumerate(zip(arrivals, services)):
+    for i, (t, s) in enumerate(zip(arrivals, services, strict=False)):
         k = int(np.argmin(free_at))
         start = max(t, free_at[k])
         waits[i] = start - t

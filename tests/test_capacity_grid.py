@@ -1,5 +1,6 @@
 """The capacity calculator on the grid: every §3–§5 variable at every point against the loop
-references (MoE, MLA and tensor-parallel communication included), measured mode, B_cap within max_seqs, and bad input."""
+references (MoE, MLA and tensor-parallel communication included), measured mode, B_cap within max_seqs, and bad
+input."""
 
 import itertools
 import json
@@ -7,17 +8,25 @@ import math
 
 import numpy as np
 import pytest
+import reference as ref
 import xarray as xr
 
-import reference as ref
 import slimjax
 from slimjax import SlimjaxError
-from slimjax.inputs.catalog import resolve_gpu, resolve_model
 from slimjax.api import parse
+from slimjax.inputs.catalog import resolve_gpu, resolve_model
 
-TINY_SLIDING = {"name": "tiny-sliding", "num_hidden_layers": 6, "hidden_size": 512, "num_attention_heads": 8,
-                "num_key_value_heads": 2, "intermediate_size": 1024, "vocab_size": 5000, "sliding_window": 300,
-                "layer_types": ["sliding_attention", "full_attention"] * 3}
+TINY_SLIDING = {
+    "name": "tiny-sliding",
+    "num_hidden_layers": 6,
+    "hidden_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 1024,
+    "vocab_size": 5000,
+    "sliding_window": 300,
+    "layer_types": ["sliding_attention", "full_attention"] * 3,
+}
 MEASURED = {"batch": 16, "request_rate": 3.0, "ttft_s": 0.4, "itl_s": 0.025}
 SPEC = dict(
     models=["Llama-3.1-8B", "Mistral-7B-v0.1", "gemma-2-9b", "DeepSeek-V2", "Mixtral-8x7B", TINY_SLIDING],
@@ -25,9 +34,16 @@ SPEC = dict(
     batch=[1, 2, 5, 16, 64],
     input_len=[1, 200, 700, 5000],
     output_len=[1, 2, 150, 400],
-    serving={"chunk_size": 256, "launch_overhead_s": 2e-5, "block_size": 32, "reserved_gib": 1.5,
-             "kv_overhead": 1.05, "L40S": {"kv_dtype_bytes": "fp8", "compute_efficiency": 0.7},
-             "Llama-3.1-8B": {"n_gpu": 2, "kv_replication": 2}, "Mixtral-8x7B": {"n_gpu": 2}},
+    serving={
+        "chunk_size": 256,
+        "launch_overhead_s": 2e-5,
+        "block_size": 32,
+        "reserved_gib": 1.5,
+        "kv_overhead": 1.05,
+        "L40S": {"kv_dtype_bytes": "fp8", "compute_efficiency": 0.7},
+        "Llama-3.1-8B": {"n_gpu": 2, "kv_replication": 2},
+        "Mixtral-8x7B": {"n_gpu": 2},
+    },
     measured={"Mixtral-8x7B": MEASURED},
     arrival_rate=[0.0, 0.5, 4.0, 40.0],
     advisor={"slo_s": 60},
@@ -63,7 +79,9 @@ def test_every_capacity_and_queue_variable_matches_loops(ds):
             slots = min(B, seqs)
             S = service(max(slots, 1))[2]
             if B > seqs:  # a batch limit that does not fit has no queue figures
-                assert np.isnan(at[["utilization", "p_wait", "wait_s", "response_s", "in_system"]].to_array().values).all()
+                assert np.isnan(
+                    at[["utilization", "p_wait", "wait_s", "response_s", "in_system"]].to_array().values
+                ).all()
                 continue
             for lam in SPEC["arrival_rate"]:
                 q = ref.mmc(slots, S, lam) if slots == 0 or not math.isnan(S) else None
@@ -82,11 +100,27 @@ def test_every_capacity_and_queue_variable_matches_loops(ds):
 
 
 def test_published_memory_figures_through_the_grid():
-    out = slimjax.sweep(dict(models=["OPT-13b", "Mistral-7B-v0.1"], gpus=["A100-SXM-40GB"], batch=[1], input_len=[1024, 16384],
-                             output_len=[1024, 16384], serving={}, advisor=False, precision="float64"), quiet=True)
+    out = slimjax.sweep(
+        dict(
+            models=["OPT-13b", "Mistral-7B-v0.1"],
+            gpus=["A100-SXM-40GB"],
+            batch=[1],
+            input_len=[1024, 16384],
+            output_len=[1024, 16384],
+            serving={},
+            advisor=False,
+            precision="float64",
+        ),
+        quiet=True,
+    )
     assert float(out.kv_bytes_per_token.sel(model="OPT-13b", gpu="A100-SXM-40GB")) == 819_200
-    assert float(out.seq_footprint_bytes.sel(model="OPT-13b", gpu="A100-SXM-40GB", input_len=1024, output_len=1024)) == 1.5625 * 2**30
-    mistral = out.seq_footprint_bytes.sel(model="Mistral-7B-v0.1", gpu="A100-SXM-40GB", input_len=16384, output_len=16384)
+    assert (
+        float(out.seq_footprint_bytes.sel(model="OPT-13b", gpu="A100-SXM-40GB", input_len=1024, output_len=1024))
+        == 1.5625 * 2**30
+    )
+    mistral = out.seq_footprint_bytes.sel(
+        model="Mistral-7B-v0.1", gpu="A100-SXM-40GB", input_len=16384, output_len=16384
+    )
     assert float(mistral) == 0.5 * 2**30  # 4 GiB without the rolling buffer: 8x smaller
     # OPT-13B on an A100-40GB: weights ~65 % of memory (PagedAttention §3)
     share = float(out.weights_bytes.sel(model="OPT-13b", gpu="A100-SXM-40GB")) / (40 * 2**30)
@@ -100,13 +134,17 @@ def test_dtypes_and_roofline_attrs(ds):
     # (NaN only where a prompt's own KV does not fit: DeepSeek-V2's 236 B weights fit none of these single GPUs)
     for m in ("DeepSeek-V2", "Mixtral-8x7B"):
         pre, pool = ds.prefill_s.sel(model=m), ds.kv_pool_bytes.sel(model=m)
-        assert np.array_equal(np.isfinite(pre).values, np.broadcast_to((pool > 0).values[:, None], pre.shape) &
-                              np.isfinite(pre).values)
+        assert np.array_equal(
+            np.isfinite(pre).values, np.broadcast_to((pool > 0).values[:, None], pre.shape) & np.isfinite(pre).values
+        )
     assert np.isfinite(ds.prefill_s.sel(model="Mixtral-8x7B", gpu="H100-SXM")).all()  # 2 × H100 hold its 93 GB
     variants = json.loads(ds.itl_s.attrs["roofline_variant"])
     assert variants == {"DeepSeek-V2": "moe+mla", "Mixtral-8x7B": "moe"}
     # n_gpu = 2 on an inline GPU without a link figure: no all-reduce time, and the attr says so
-    assert "Llama-3.1-8B/small" in ds.itl_s.attrs["tp_communication"] and "H100-SXM" not in ds.itl_s.attrs["tp_communication"]
+    assert (
+        "Llama-3.1-8B/small" in ds.itl_s.attrs["tp_communication"]
+        and "H100-SXM" not in ds.itl_s.attrs["tp_communication"]
+    )
     assert "Mixtral-8x7B/H100-SXM" in ds.service_s.attrs["measured_mode"]
     assert ds.itl_chunk_s.attrs["mode"].startswith("roofline only")
     measured = ds.service_s.sel(model="Mixtral-8x7B", gpu="H100-SXM")
@@ -132,7 +170,9 @@ def test_b_cap_never_exceeds_max_seqs(ds):
     assert np.all(b_cap <= seqs)
     assert np.any(b_cap > 0)
     # without serving, memory is still checked, at the serving defaults (and the attrs say so)
-    no_cap = slimjax.sweep({k: v for k, v in SPEC.items() if k not in ("serving", "measured", "arrival_rate")}, quiet=True)
+    no_cap = slimjax.sweep(
+        {k: v for k, v in SPEC.items() if k not in ("serving", "measured", "arrival_rate")}, quiet=True
+    )
     assert np.all(no_cap.b_cap.values <= no_cap.max_seqs.values)
     assert "defaults" in no_cap.max_seqs.attrs["serving"]
     assert np.any(no_cap.max_seqs.values < SPEC["batch"][-1])  # the memory limit really binds somewhere
@@ -142,14 +182,19 @@ def test_b_cap_never_exceeds_max_seqs(ds):
 def test_slim_uses_serving_n_gpu_and_kv_dtype():
     one = {k: v for k, v in SPEC.items() if k != "measured"}
     one["serving"] = {k: v for k, v in SPEC["serving"].items() if k != "Mixtral-8x7B"}
-    one.update(models=["Llama-3.1-8B"], gpus=["L40S"], batch=[1, 16], input_len=[700], output_len=[150], slim_variant="slim")
+    one.update(
+        models=["Llama-3.1-8B"], gpus=["L40S"], batch=[1, 16], input_len=[700], output_len=[150], slim_variant="slim"
+    )
     theta = parse(one).coeffs_table["L40S"]
     arch = dict(resolve_model("Llama-3.1-8B")[1], kv_dtype_bytes=1.0)
     l40s = resolve_gpu("L40S")[1]
     want = ref.slim(arch, l40s, theta, 16, 700, 150, n_gpu=2)
     # its physical floor on the same group: 2 GPUs, fp8 KV replicated twice with 5 % overhead
     pre_f, dec_f = ref.physical_floor(arch, l40s, 16, 700, 150, n_gpu=2, r=2.0, o=1.05)
-    want["slim_prefill_s"], want["slim_decode_s"] = max(want["slim_prefill_s"], pre_f), max(want["slim_decode_s"], dec_f)
+    want["slim_prefill_s"], want["slim_decode_s"] = (
+        max(want["slim_prefill_s"], pre_f),
+        max(want["slim_decode_s"], dec_f),
+    )
     want["slim_e2e_s"] = want["slim_prefill_s"] + want["slim_decode_s"] + theta["t_fixed"]
     want["slim_throughput"] = 16 * 850 / want["slim_e2e_s"]
     at = slimjax.sweep(one, quiet=True).isel(model=0, gpu=0).sel(batch=16, input_len=700, output_len=150)
@@ -174,33 +219,64 @@ def test_zarr_round_trip_with_queue(ds, tmp_path):
 BASE = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1, 4], input_len=[64], output_len=[16])
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(serving={"chunk_size": -1}), r"serving.chunk_size: must be a non-negative integer"),
-    (dict(serving={"block_size": 0}), r"serving.block_size: must be a positive integer"),
-    (dict(serving={"block_size": -16}), r"serving.block_size: must be a positive integer"),
-    (dict(serving={"gpu_memory_utilization": 1.2}), r"serving.gpu_memory_utilization: must be in \(0, 1\], got 1.2"),
-    (dict(serving={"gpu_memory_utilization": 0}), r"serving.gpu_memory_utilization: must be in \(0, 1\]"),
-    (dict(serving={"kv_replication": 0.5}), r"serving.kv_replication: must be at least 1, got 0.5"),
-    (dict(serving={"H100-SXM": {"n_gpu": 1.5}}), r"serving.H100-SXM.n_gpu: must be a positive integer"),
-    (dict(serving={"kv_dtype_bytes": "fp6"}), r"serving.kv_dtype_bytes: unknown dtype 'fp6'"),
-    (dict(serving={"chunksize": 8}), r"serving.chunksize: not a serving setting.*did you mean 'chunk_size'"),
-    (dict(serving={"Llama-3.1-8B": {"chunk": 8}}), r"serving.Llama-3.1-8B.chunk: unknown key"),
-    (dict(arrival_rate=[1.0, -2.0]), r"arrival_rate\[1\]: must be non-negative, got -2.0"),
-    (dict(arrival_rate=[2.0, 1.0]), r"arrival_rate\[1\]: values must be strictly increasing"),
-    (dict(measured={"batch": 8, "request_rate": 2.0, "ttft_s": 0.1}), r"measured.itl_s: missing: a measured block needs all of"),
-    (dict(measured={"H100-SXM": {"batch": 8, "request_rate": 0, "ttft_s": 0.1, "itl_s": 0.01}}), r"measured.H100-SXM.request_rate: must be a positive number"),
-    (dict(output_len=[0]), r"output_len\[0\]: must be positive, got 0"),
-    (dict(models=[{"name": "mla", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                   "intermediate_size": 128, "vocab_size": 100, "kv_lora_rank": 32}]), r"models\[0\].qk_rope_head_dim: missing"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(serving={"chunk_size": -1}), r"serving.chunk_size: must be a non-negative integer"),
+        (dict(serving={"block_size": 0}), r"serving.block_size: must be a positive integer"),
+        (dict(serving={"block_size": -16}), r"serving.block_size: must be a positive integer"),
+        (
+            dict(serving={"gpu_memory_utilization": 1.2}),
+            r"serving.gpu_memory_utilization: must be in \(0, 1\], got 1.2",
+        ),
+        (dict(serving={"gpu_memory_utilization": 0}), r"serving.gpu_memory_utilization: must be in \(0, 1\]"),
+        (dict(serving={"kv_replication": 0.5}), r"serving.kv_replication: must be at least 1, got 0.5"),
+        (dict(serving={"H100-SXM": {"n_gpu": 1.5}}), r"serving.H100-SXM.n_gpu: must be a positive integer"),
+        (dict(serving={"kv_dtype_bytes": "fp6"}), r"serving.kv_dtype_bytes: unknown dtype 'fp6'"),
+        (dict(serving={"chunksize": 8}), r"serving.chunksize: not a serving setting.*did you mean 'chunk_size'"),
+        (dict(serving={"Llama-3.1-8B": {"chunk": 8}}), r"serving.Llama-3.1-8B.chunk: unknown key"),
+        (dict(arrival_rate=[1.0, -2.0]), r"arrival_rate\[1\]: must be non-negative, got -2.0"),
+        (dict(arrival_rate=[2.0, 1.0]), r"arrival_rate\[1\]: values must be strictly increasing"),
+        (
+            dict(measured={"batch": 8, "request_rate": 2.0, "ttft_s": 0.1}),
+            r"measured.itl_s: missing: a measured block needs all of",
+        ),
+        (
+            dict(measured={"H100-SXM": {"batch": 8, "request_rate": 0, "ttft_s": 0.1, "itl_s": 0.01}}),
+            r"measured.H100-SXM.request_rate: must be a positive number",
+        ),
+        (dict(output_len=[0]), r"output_len\[0\]: must be positive, got 0"),
+        (
+            dict(
+                models=[
+                    {
+                        "name": "mla",
+                        "num_hidden_layers": 2,
+                        "hidden_size": 64,
+                        "num_attention_heads": 4,
+                        "intermediate_size": 128,
+                        "vocab_size": 100,
+                        "kv_lora_rank": 32,
+                    }
+                ]
+            ),
+            r"models\[0\].qk_rope_head_dim: missing",
+        ),
+    ],
+)
 def test_bad_capacity_input(change, match):
     with pytest.raises(SlimjaxError, match=match):
         slimjax.sweep({**BASE, **change}, quiet=True)
 
 
 def test_serving_precedence_model_over_gpu_over_top():
-    sw = parse({**BASE, "gpus": ["H100-SXM", "L40S"],
-                "serving": {"chunk_size": 64, "L40S": {"chunk_size": 128}, "Llama-3.1-8B": {"block_size": 8}}})
+    sw = parse(
+        {
+            **BASE,
+            "gpus": ["H100-SXM", "L40S"],
+            "serving": {"chunk_size": 64, "L40S": {"chunk_size": 128}, "Llama-3.1-8B": {"block_size": 8}},
+        }
+    )
     assert sw.serving_table["Llama-3.1-8B"]["H100-SXM"]["chunk_size"] == 64
     assert sw.serving_table["Llama-3.1-8B"]["L40S"]["chunk_size"] == 128
     assert sw.serving_table["Llama-3.1-8B"]["L40S"]["block_size"] == 8

@@ -7,11 +7,35 @@ import pytest
 from slimjax import SlimjaxError
 from slimjax.inputs.catalog import gpu_catalog, model_catalog, model_from_hf, resolve_gpu, resolve_model
 
-REQUIRED_MODELS = ["OPT-125m", "OPT-350m", "OPT-1.3b", "OPT-2.7b", "OPT-6.7b", "OPT-13b", "Llama-2-7b",
-                   "Meta-Llama-3-8B", "Llama-3.1-8B", "Llama-3.1-70B", "Mistral-7B-v0.1", "Qwen2-7B",
-                   "gemma-2-9b", "DeepSeek-V2", "Mixtral-8x7B"]
-REQUIRED_GPUS = ["A100-SXM-40GB", "A100-SXM-80GB", "A100-PCIe-80GB", "H100-SXM", "H100-PCIe", "H200", "GH200",
-                 "L40S", "B200", "MI300X"]
+REQUIRED_MODELS = [
+    "OPT-125m",
+    "OPT-350m",
+    "OPT-1.3b",
+    "OPT-2.7b",
+    "OPT-6.7b",
+    "OPT-13b",
+    "Llama-2-7b",
+    "Meta-Llama-3-8B",
+    "Llama-3.1-8B",
+    "Llama-3.1-70B",
+    "Mistral-7B-v0.1",
+    "Qwen2-7B",
+    "gemma-2-9b",
+    "DeepSeek-V2",
+    "Mixtral-8x7B",
+]
+REQUIRED_GPUS = [
+    "A100-SXM-40GB",
+    "A100-SXM-80GB",
+    "A100-PCIe-80GB",
+    "H100-SXM",
+    "H100-PCIe",
+    "H200",
+    "GH200",
+    "L40S",
+    "B200",
+    "MI300X",
+]
 
 
 def test_catalogs_hold_the_fleet():
@@ -28,7 +52,11 @@ def test_catalogs_hold_the_fleet():
 
 def test_gpu_units_converted_once():
     h100 = resolve_gpu("H100-SXM")[1]
-    assert h100["flops_per_s"] == 989e12 and h100["bandwidth_bytes_per_s"] == 3.35e12 and h100["memory_bytes"] == 80 * 2**30
+    assert (
+        h100["flops_per_s"] == 989e12
+        and h100["bandwidth_bytes_per_s"] == 3.35e12
+        and h100["memory_bytes"] == 80 * 2**30
+    )
     gh200 = resolve_gpu("GH200")[1]
     assert gh200["memory_bytes"] == 96 * 2**30 and gh200["bandwidth_bytes_per_s"] == 4.0e12
 
@@ -52,9 +80,15 @@ def test_llama31_8b_parameter_count():
 
 
 def test_fallbacks_and_gating():
-    row = model_from_hf(dict(num_hidden_layers=2, hidden_size=512, num_attention_heads=8, intermediate_size=1024, vocab_size=1000))
+    row = model_from_hf(
+        dict(num_hidden_layers=2, hidden_size=512, num_attention_heads=8, intermediate_size=1024, vocab_size=1000)
+    )
     assert row["n_kv_heads"] == 8 and row["head_dim"] == 64 and row["n_ffn"] == 3 and row["window"] == float("inf")
-    opt = model_from_hf(dict(model_type="opt", num_hidden_layers=2, hidden_size=512, num_attention_heads=8, ffn_dim=2048, vocab_size=1000))
+    opt = model_from_hf(
+        dict(
+            model_type="opt", num_hidden_layers=2, hidden_size=512, num_attention_heads=8, ffn_dim=2048, vocab_size=1000
+        )
+    )
     assert opt["n_ffn"] == 2 and opt["ffn_dim"] == 2048
 
 
@@ -112,11 +146,22 @@ def test_unknown_names_suggest_close_ones():
         resolve_gpu("H10O-SXM", "gpus[1]")
 
 
-@pytest.mark.parametrize("raw, want", [
-    ("Nvidia GH200 GPU", "GH200"), ("AMD MI300X GPU", "MI300X"), ("NVIDIA H200 SXM", "H200"), ("Nvidia A100 GPU", "A100-SXM-40GB"),
-    ("H100 80GB", "H100-SXM"), ("nvidia-h100-sxm5-80gb", "H100-SXM"), ("A100 40GB", "A100-SXM-40GB"),
-    ("NVIDIA H100 PCIe", "H100-PCIe"), ("l40s", "L40S"), ("h100_sxm", "H100-SXM"), ("TPUv9", None),
-])
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        ("Nvidia GH200 GPU", "GH200"),
+        ("AMD MI300X GPU", "MI300X"),
+        ("NVIDIA H200 SXM", "H200"),
+        ("Nvidia A100 GPU", "A100-SXM-40GB"),
+        ("H100 80GB", "H100-SXM"),
+        ("nvidia-h100-sxm5-80gb", "H100-SXM"),
+        ("A100 40GB", "A100-SXM-40GB"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("l40s", "L40S"),
+        ("h100_sxm", "H100-SXM"),
+        ("TPUv9", None),
+    ],
+)
 def test_trace_hardware_names_resolve_generally(raw, want):
     from slimjax.inputs.catalog import resolve_hardware
     from slimjax.inputs.traces import hardware_table
@@ -127,7 +172,9 @@ def test_trace_hardware_names_resolve_generally(raw, want):
 def test_an_ambiguous_hardware_name_lists_the_candidates():
     from slimjax.inputs.catalog import resolve_hardware
 
-    with pytest.raises(SlimjaxError, match=r"'A100 GPU' could mean A100-SXM-40GB, A100-SXM-80GB; say which in configs/hardware.yaml"):
+    with pytest.raises(
+        SlimjaxError, match=r"'A100 GPU' could mean A100-SXM-40GB, A100-SXM-80GB; say which in configs/hardware.yaml"
+    ):
         resolve_hardware("A100 GPU", {"a100-40": "A100-SXM-40GB"})
 
 
@@ -135,8 +182,12 @@ def test_unmapped_hardware_is_counted_per_name_and_named_when_nothing_is_left(tm
     from slimjax import calibrate, load_traces
 
     path = tmp_path / "t.csv"
-    path.write_text("model,gpu,batch,input_len,output_len,e2e_s\n" + "Llama-3.1-8B,Gaudi3,8,100,50,1.5\n" * 3
-                    + "Llama-3.1-8B,TPUv9,8,100,50,1.5\n" + "Llama-3.1-8B,AMD MI300X GPU,8,100,50,1.5\n")
+    path.write_text(
+        "model,gpu,batch,input_len,output_len,e2e_s\n"
+        + "Llama-3.1-8B,Gaudi3,8,100,50,1.5\n" * 3
+        + "Llama-3.1-8B,TPUv9,8,100,50,1.5\n"
+        + "Llama-3.1-8B,AMD MI300X GPU,8,100,50,1.5\n"
+    )
     df = load_traces(path)
     assert df.gpu.tolist() == ["MI300X"]
     assert df.attrs["dropped"]["hardware 'Gaudi3' unknown (add it to configs/hardware.yaml or the GPU catalog)"] == 3
@@ -156,7 +207,11 @@ def test_catalog_holds_every_shared_config_and_every_verified_model_arch_row(sha
         p_catalog, p_file = from_catalog.pop("n_params"), from_file.pop("n_params")
         assert from_catalog == from_file, alias
         assert p_catalog == pytest.approx(p_file, rel=1e-3), alias  # a published total may count norms and routers
-    rows = [r for r in csv.DictReader(open(shared_data / "models" / "model_arch.csv")) if r["verified_verbatim"].startswith("yes")]
+    rows = [
+        r
+        for r in csv.DictReader(open(shared_data / "models" / "model_arch.csv"))
+        if r["verified_verbatim"].startswith("yes")
+    ]
     assert len(rows) >= 20
     for r in rows:
         name, arch = resolve_model(r["model"])

@@ -8,8 +8,14 @@ import yaml
 
 import slimjax
 
-SMALL = dict(models=["OPT-1.3b", "Llama-3.1-8B"], gpus=["H100-SXM", "L40S"], batch={"start": 1, "stop": 64},
-             input_len=[128, 1024], output_len=[64, 256], advisor={"slo_s": 30})
+SMALL = dict(
+    models=["OPT-1.3b", "Llama-3.1-8B"],
+    gpus=["H100-SXM", "L40S"],
+    batch={"start": 1, "stop": 64},
+    input_len=[128, 1024],
+    output_len=[64, 256],
+    advisor={"slo_s": 30},
+)
 
 
 def run(*args, cwd=None):
@@ -94,26 +100,87 @@ def test_quickstart_file_is_valid_and_large():
 
 
 def test_capacity_cards():
-    r = run("capacity", "--model", "Llama-3.1-70B", "--gpu", "H100-SXM", "--input-len", "2048", "--output-len", "512",
-            "--batch", "64", "--arrival-rate", "3", "--n-gpu", "4", "--chunk-size", "512")
+    r = run(
+        "capacity",
+        "--model",
+        "Llama-3.1-70B",
+        "--gpu",
+        "H100-SXM",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "512",
+        "--batch",
+        "64",
+        "--arrival-rate",
+        "3",
+        "--n-gpu",
+        "4",
+        "--chunk-size",
+        "512",
+    )
     assert r.returncode == 0, r.stderr
-    for label in ("Weights", "KV pool", "KV bytes per token", "Footprint per sequence", "Max concurrent sequences",
-                  "TTFT", "ITL", "ITL with an interleaved chunk", "Service time S(B)", "Request rate",
-                  "Token throughput", "Utilization", "P(wait)", "Wait", "Response", "In system"):
+    for label in (
+        "Weights",
+        "KV pool",
+        "KV bytes per token",
+        "Footprint per sequence",
+        "Max concurrent sequences",
+        "TTFT",
+        "ITL",
+        "ITL with an interleaved chunk",
+        "Service time S(B)",
+        "Request rate",
+        "Token throughput",
+        "Utilization",
+        "P(wait)",
+        "Wait",
+        "Response",
+        "In system",
+    ):
         assert f"  {label} " in r.stdout, label
-    want = slimjax.capacity("Llama-3.1-70B", "H100-SXM", 2048, 512, 64, arrival_rate=3.0, serving={"n_gpu": 4, "chunk_size": 512})
+    want = slimjax.capacity(
+        "Llama-3.1-70B", "H100-SXM", 2048, 512, 64, arrival_rate=3.0, serving={"n_gpu": 4, "chunk_size": 512}
+    )
     assert f"Max concurrent sequences       {want['max_seqs']:,}" in r.stdout
     assert "KV bytes per token             320 KiB (327,680 bytes)" in r.stdout
 
 
 def test_capacity_unbounded_and_errors():
-    r = run("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "2048", "--output-len", "512",
-            "--batch", "64", "--arrival-rate", "300")
+    r = run(
+        "capacity",
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "H100-SXM",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "512",
+        "--batch",
+        "64",
+        "--arrival-rate",
+        "300",
+    )
     assert r.returncode == 0 and "Wait                           Unbounded" in r.stdout
     # errors name the command line's flags, not the sweep file's fields
-    for flags, message in ((("--chunk-size", "-3"), "--chunk-size: must be a non-negative integer"),
-                           (("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization: must be in (0, 1]"),
-                           (("--arrival-rate", "-1"), "--arrival-rate: must be non-negative")):
-        r = run_here("capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "20", "--output-len", "5",
-                     "--batch", "4", *flags)
+    for flags, message in (
+        (("--chunk-size", "-3"), "--chunk-size: must be a non-negative integer"),
+        (("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization: must be in (0, 1]"),
+        (("--arrival-rate", "-1"), "--arrival-rate: must be non-negative"),
+    ):
+        r = run_here(
+            "capacity",
+            "--model",
+            "Llama-3.1-8B",
+            "--gpu",
+            "H100-SXM",
+            "--input-len",
+            "20",
+            "--output-len",
+            "5",
+            "--batch",
+            "4",
+            *flags,
+        )
         assert r.returncode == 2 and message in r.stderr, flags

@@ -28,36 +28,65 @@ from slimjax.inputs.traces import detect_format
 
 
 def _summary(mean, p90):
-    return {"successful": {"mean": mean, "median": mean, "percentiles": {"p50": mean, "p90": p90, "p99": p90 * 1.2}},
-            "errored": {"mean": 0.0}, "incomplete": {"mean": 0.0}, "total": {"mean": mean}}
+    return {
+        "successful": {"mean": mean, "median": mean, "percentiles": {"p50": mean, "p90": p90, "p99": p90 * 1.2}},
+        "errored": {"mean": 0.0},
+        "incomplete": {"mean": 0.0},
+        "total": {"mean": mean},
+    }
 
 
 def guidellm_report(streams=(1, 8), poisson_rate=None):
     benchmarks = []
     for n in streams:
-        strategy = {"type_": "concurrent", "streams": n} if poisson_rate is None else {"type_": "poisson", "rate": poisson_rate}
-        benchmarks.append({
-            "type_": "generative_benchmark", "run_id": "r", "args": {"strategy": strategy},
-            "worker": {"type_": "generative_requests_worker", "backend_model": "meta-llama/Llama-3.1-8B-Instruct"},
-            "start_time": 0.0, "end_time": 60.0,
-            "metrics": {
-                "requests_per_second": _summary(n / 4.0, n / 3.5), "request_concurrency": _summary(n - 0.2, n),
-                "request_latency": _summary(4.0 + 0.1 * n, 5.0 + 0.1 * n),
-                "prompt_token_count": _summary(1024.0, 1024.0), "output_token_count": _summary(256.0, 256.0),
-                "time_to_first_token_ms": _summary(80.0 + 5 * n, 120.0 + 8 * n),
-                "inter_token_latency_ms": _summary(14.0 + 0.5 * n, 16.0 + 0.6 * n),
-            },
-        })
+        strategy = (
+            {"type_": "concurrent", "streams": n}
+            if poisson_rate is None
+            else {"type_": "poisson", "rate": poisson_rate}
+        )
+        benchmarks.append(
+            {
+                "type_": "generative_benchmark",
+                "run_id": "r",
+                "args": {"strategy": strategy},
+                "worker": {"type_": "generative_requests_worker", "backend_model": "meta-llama/Llama-3.1-8B-Instruct"},
+                "start_time": 0.0,
+                "end_time": 60.0,
+                "metrics": {
+                    "requests_per_second": _summary(n / 4.0, n / 3.5),
+                    "request_concurrency": _summary(n - 0.2, n),
+                    "request_latency": _summary(4.0 + 0.1 * n, 5.0 + 0.1 * n),
+                    "prompt_token_count": _summary(1024.0, 1024.0),
+                    "output_token_count": _summary(256.0, 256.0),
+                    "time_to_first_token_ms": _summary(80.0 + 5 * n, 120.0 + 8 * n),
+                    "inter_token_latency_ms": _summary(14.0 + 0.5 * n, 16.0 + 0.6 * n),
+                },
+            }
+        )
     return {"benchmarks": benchmarks}
 
 
 def vllm_result(detail=True, percentiles=False):
-    r = {"date": "20261203-000000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct", "max_concurrency": 4,
-         "completed": 4, "duration": 12.0, "total_input_tokens": 4 * 1000, "total_output_tokens": 4 * 200,
-         "mean_ttft_ms": 90.0, "mean_tpot_ms": 15.0, "mean_e2el_ms": 3100.0}
+    r = {
+        "date": "20261203-000000",
+        "backend": "vllm",
+        "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+        "max_concurrency": 4,
+        "completed": 4,
+        "duration": 12.0,
+        "total_input_tokens": 4 * 1000,
+        "total_output_tokens": 4 * 200,
+        "mean_ttft_ms": 90.0,
+        "mean_tpot_ms": 15.0,
+        "mean_e2el_ms": 3100.0,
+    }
     if detail:
-        r.update(ttfts=[0.08, 0.09, 0.10, 0.2], itls=[[0.014, 0.015], [0.016], [0.015, 0.03, 0.014], [0.015]],
-                 input_lens=[1000] * 4, output_lens=[200] * 4)
+        r.update(
+            ttfts=[0.08, 0.09, 0.10, 0.2],
+            itls=[[0.014, 0.015], [0.016], [0.015, 0.03, 0.014], [0.015]],
+            input_lens=[1000] * 4,
+            output_lens=[200] * 4,
+        )
     if percentiles:
         r.update(p90_ttft_ms=150.0, p90_itl_ms=25.0)
     return r
@@ -94,19 +123,31 @@ def test_vllm_per_request_detail_keeps_the_p90(tmp_path):
     assert np.isnan(slimjax.load_traces(path, gpu="H100-SXM").iloc[0].ttft_p90_s)  # not in the source: not invented
     assert row.max_concurrency == 4 and np.isnan(row.arrival_rate)
     # a rate-driven run without a cap: the offered rate kept, the batch the mean in flight (Little's law)
-    path.write_text(json.dumps({**vllm_result(detail=False), "request_rate": 2.0, "max_concurrency": None, "request_throughput": 1.9}))
+    path.write_text(
+        json.dumps(
+            {**vllm_result(detail=False), "request_rate": 2.0, "max_concurrency": None, "request_throughput": 1.9}
+        )
+    )
     row = slimjax.load_traces(path, gpu="H100-SXM").iloc[0]
     assert row.arrival_rate == 2.0 and np.isnan(row.max_concurrency) and row.batch == round(1.9 * 3.1)
     path.write_text(json.dumps({**vllm_result(detail=False), "request_rate": "inf"}))
     assert np.isnan(slimjax.load_traces(path, gpu="H100-SXM").iloc[0].arrival_rate)  # a burst has no rate
 
 
-@pytest.mark.parametrize("break_it,field", [
-    (lambda d: d["benchmarks"][1]["metrics"].pop("time_to_first_token_ms"), "benchmarks[1].metrics.time_to_first_token_ms"),
-    (lambda d: d["benchmarks"][0]["metrics"]["request_latency"]["successful"].update(mean="slow"),
-     "benchmarks[0].metrics.request_latency.successful.mean"),
-    (lambda d: d.update(benchmarks=[]), "'benchmarks'"),
-])
+@pytest.mark.parametrize(
+    "break_it,field",
+    [
+        (
+            lambda d: d["benchmarks"][1]["metrics"].pop("time_to_first_token_ms"),
+            "benchmarks[1].metrics.time_to_first_token_ms",
+        ),
+        (
+            lambda d: d["benchmarks"][0]["metrics"]["request_latency"]["successful"].update(mean="slow"),
+            "benchmarks[0].metrics.request_latency.successful.mean",
+        ),
+        (lambda d: d.update(benchmarks=[]), "'benchmarks'"),
+    ],
+)
 def test_a_malformed_report_names_file_and_field(tmp_path, break_it, field):
     doc = guidellm_report()
     break_it(doc)
@@ -135,17 +176,37 @@ def lifecycle_report(concurrency=8):
     benchmark_time_seconds, load_summary, successes.{count, latency.{request_latency, time_to_first_token,
     inter_token_latency, …: {mean, min, max, median, p90, …} in seconds}, throughput, prompt_tokens, output_tokens},
     failures)."""
-    dist = lambda mean, p90: {"mean": mean, "min": mean / 2, "max": p90 * 1.5, "median": mean, "p90": p90, "p99": p90 * 1.2}  # noqa: E731
+
+    def dist(mean, p90):
+        return {
+            "mean": mean,
+            "min": mean / 2,
+            "max": p90 * 1.5,
+            "median": mean,
+            "p90": p90,
+            "p99": p90 * 1.2,
+        }
+
     load = {"count": 100, "requested_rate": 2.0, "achieved_rate": 2.0}
     if concurrency is not None:
         load["concurrency"] = concurrency
-    return {"benchmark_time_seconds": 50.0, "load_summary": load,
-            "successes": {"count": 100, "latency": {"request_latency": dist(4.0, 5.5), "time_to_first_token": dist(0.1, 0.2),
-                                                    "inter_token_latency": dist(0.015, 0.022),
-                                                    "time_per_output_token": dist(0.015, 0.02)},
-                          "throughput": {"requests_per_sec": 2.0, "total_tokens_per_sec": 2560.0},
-                          "prompt_tokens": {"total": 102400.0, "mean": 1024.0}, "output_tokens": {"total": 25600.0, "mean": 256.0}},
-            "failures": {"count": 0}}
+    return {
+        "benchmark_time_seconds": 50.0,
+        "load_summary": load,
+        "successes": {
+            "count": 100,
+            "latency": {
+                "request_latency": dist(4.0, 5.5),
+                "time_to_first_token": dist(0.1, 0.2),
+                "inter_token_latency": dist(0.015, 0.022),
+                "time_per_output_token": dist(0.015, 0.02),
+            },
+            "throughput": {"requests_per_sec": 2.0, "total_tokens_per_sec": 2560.0},
+            "prompt_tokens": {"total": 102400.0, "mean": 1024.0},
+            "output_tokens": {"total": 25600.0, "mean": 256.0},
+        },
+        "failures": {"count": 0},
+    }
 
 
 def test_inference_perf_reports_every_field_mapped(tmp_path):
@@ -176,8 +237,12 @@ def test_aiconfigurator_precision_sets_the_weight_bytes(tmp_path, shared_data):
     from slimjax.fit.features import row_features
     from slimjax.inputs.traces import precision_bytes
 
-    assert (precision_bytes("fp8_block"), precision_bytes("nvfp4"), precision_bytes("w4a16_awq"), precision_bytes("float16")) \
-        == (1.0, 0.5625, 0.5, 2.0)
+    assert (
+        precision_bytes("fp8_block"),
+        precision_bytes("nvfp4"),
+        precision_bytes("w4a16_awq"),
+        precision_bytes("float16"),
+    ) == (1.0, 0.5625, 0.5, 2.0)
     assert np.isnan(precision_bytes("")) and precision_bytes("mystery") is None
     src = pd.read_csv(shared_data / "measured" / "serving_h100_trtllm_llama31_8b.csv").head(4)
     src["gemm_quant_mode"] = ["fp8", "", np.nan, "mystery"]

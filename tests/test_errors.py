@@ -16,41 +16,74 @@ def err(spec, match):
         slimjax.sweep(spec, quiet=True)
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(models=["Llama-3.1-8b-chat"]), r"models\[0\]: unknown model 'Llama-3.1-8b-chat'; did you mean"),
-    (dict(gpus=["H100", "A100-SXM-80"]), r"gpus\[1\]: unknown GPU 'A100-SXM-80'; did you mean .*A100-SXM-80GB"),
-    (dict(batch=[1, 0]), r"batch\[1\]: must be positive, got 0"),
-    (dict(input_len=[-5]), r"input_len\[0\]: must be positive, got -5"),
-    (dict(output_len={"start": 0, "stop": 10}), r"output_len\[0\]: must be positive, got 0"),
-    (dict(output_len=[2.5]), r"output_len\[0\]: must be an integer, got 2.5"),
-    (dict(batch=[1, 4, 2]), r"batch\[2\]: values must be strictly increasing"),
-    (dict(batch={"start": 1, "stop": 8, "step": 0}), r"batch.step: must be positive"),
-    (dict(batch={"start": 1}), r"batch.stop: missing"),
-    (dict(batch=[2, 4]), r"batch: must contain 1 when the advisor is on"),
-    (dict(slim={"eta_c": -0.1}), r"slim.eta_c: must be positive, got -0.1"),
-    (dict(slim={"B0": -1}), r"slim.B0: must be non-negative, got -1"),
-    (dict(slim={"H100-SXM": {"alpha": -1e-3}}), r"slim.H100-SXM.alpha: must be non-negative"),
-    (dict(slim={"etac": 0.5}), r"slim.etac: not a coefficient nor a swept GPU; did you mean 'eta_c'"),
-    (dict(slim={"L40S": {"eta_c": 0.5}}), r"slim.L40S: not a coefficient nor a swept GPU"),
-    (dict(advisor={"epsilon": -1}), r"advisor.epsilon: must be in \[0, 1\), got -1"),
-    (dict(advisor={"epsilon": 2}), r"advisor.epsilon: must be in \[0, 1\), got 2"),
-    (dict(advisor={"slo_s": 0}), r"advisor.slo_s: must be positive"),
-    (dict(advisor={"slo_s": 3, "slo_factor": 2}), r"advisor.slo_s: give either"),
-    (dict(advisor={"slo_reference": {"batch": 0}}), r"advisor.slo_reference.batch: must be a positive integer"),
-    (dict(advisor={"eps": 0.5}), r"advisor.eps: unknown key; did you mean 'epsilon'"),
-    (dict(precision="float16"), r"precision: must be one of float32, float64, got 'float16'"),
-    (dict(modles=["OPT-125m"]), r"modles: unknown top-level key; did you mean 'models'"),
-    (dict(models=[]), r"models: must be a non-empty list"),
-    (dict(models=["OPT-125m", "facebook/opt-125m"]), r"models\[1\]: 'OPT-125m' appears twice"),
-    (dict(models=[{"name": "tiny", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 6,
-                   "num_key_value_heads": 4, "intermediate_size": 128, "vocab_size": 100}]),
-     r"models\[0\].num_key_value_heads: num_attention_heads \(6\) must be divisible by num_key_value_heads \(4\)"),
-    (dict(models=[{"name": "tiny", "num_hidden_layers": 0, "hidden_size": 64, "num_attention_heads": 4,
-                   "intermediate_size": 128, "vocab_size": 100}]), r"models\[0\].num_hidden_layers: must be a positive number, got 0"),
-    (dict(models=[{"num_hidden_layers": 2}]), r"models\[0\].name: an inline model needs a name"),
-    (dict(gpus=[{"name": "mygpu", "tflops": 100, "bandwidth_tbs": -1, "memory_gib": 10}]), r"gpus\[0\].bandwidth_tbs: must be a positive number, got -1"),
-    (dict(gpus=[{"name": "mygpu", "tflops": 100, "memory_gib": 10}]), r"gpus\[0\].bandwidth_tbs: missing"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(models=["Llama-3.1-8b-chat"]), r"models\[0\]: unknown model 'Llama-3.1-8b-chat'; did you mean"),
+        (dict(gpus=["H100", "A100-SXM-80"]), r"gpus\[1\]: unknown GPU 'A100-SXM-80'; did you mean .*A100-SXM-80GB"),
+        (dict(batch=[1, 0]), r"batch\[1\]: must be positive, got 0"),
+        (dict(input_len=[-5]), r"input_len\[0\]: must be positive, got -5"),
+        (dict(output_len={"start": 0, "stop": 10}), r"output_len\[0\]: must be positive, got 0"),
+        (dict(output_len=[2.5]), r"output_len\[0\]: must be an integer, got 2.5"),
+        (dict(batch=[1, 4, 2]), r"batch\[2\]: values must be strictly increasing"),
+        (dict(batch={"start": 1, "stop": 8, "step": 0}), r"batch.step: must be positive"),
+        (dict(batch={"start": 1}), r"batch.stop: missing"),
+        (dict(batch=[2, 4]), r"batch: must contain 1 when the advisor is on"),
+        (dict(slim={"eta_c": -0.1}), r"slim.eta_c: must be positive, got -0.1"),
+        (dict(slim={"B0": -1}), r"slim.B0: must be non-negative, got -1"),
+        (dict(slim={"H100-SXM": {"alpha": -1e-3}}), r"slim.H100-SXM.alpha: must be non-negative"),
+        (dict(slim={"etac": 0.5}), r"slim.etac: not a coefficient nor a swept GPU; did you mean 'eta_c'"),
+        (dict(slim={"L40S": {"eta_c": 0.5}}), r"slim.L40S: not a coefficient nor a swept GPU"),
+        (dict(advisor={"epsilon": -1}), r"advisor.epsilon: must be in \[0, 1\), got -1"),
+        (dict(advisor={"epsilon": 2}), r"advisor.epsilon: must be in \[0, 1\), got 2"),
+        (dict(advisor={"slo_s": 0}), r"advisor.slo_s: must be positive"),
+        (dict(advisor={"slo_s": 3, "slo_factor": 2}), r"advisor.slo_s: give either"),
+        (dict(advisor={"slo_reference": {"batch": 0}}), r"advisor.slo_reference.batch: must be a positive integer"),
+        (dict(advisor={"eps": 0.5}), r"advisor.eps: unknown key; did you mean 'epsilon'"),
+        (dict(precision="float16"), r"precision: must be one of float32, float64, got 'float16'"),
+        (dict(modles=["OPT-125m"]), r"modles: unknown top-level key; did you mean 'models'"),
+        (dict(models=[]), r"models: must be a non-empty list"),
+        (dict(models=["OPT-125m", "facebook/opt-125m"]), r"models\[1\]: 'OPT-125m' appears twice"),
+        (
+            dict(
+                models=[
+                    {
+                        "name": "tiny",
+                        "num_hidden_layers": 2,
+                        "hidden_size": 64,
+                        "num_attention_heads": 6,
+                        "num_key_value_heads": 4,
+                        "intermediate_size": 128,
+                        "vocab_size": 100,
+                    }
+                ]
+            ),
+            r"models\[0\].num_key_value_heads: num_attention_heads \(6\) "
+            r"must be divisible by num_key_value_heads \(4\)",
+        ),
+        (
+            dict(
+                models=[
+                    {
+                        "name": "tiny",
+                        "num_hidden_layers": 0,
+                        "hidden_size": 64,
+                        "num_attention_heads": 4,
+                        "intermediate_size": 128,
+                        "vocab_size": 100,
+                    }
+                ]
+            ),
+            r"models\[0\].num_hidden_layers: must be a positive number, got 0",
+        ),
+        (dict(models=[{"num_hidden_layers": 2}]), r"models\[0\].name: an inline model needs a name"),
+        (
+            dict(gpus=[{"name": "mygpu", "tflops": 100, "bandwidth_tbs": -1, "memory_gib": 10}]),
+            r"gpus\[0\].bandwidth_tbs: must be a positive number, got -1",
+        ),
+        (dict(gpus=[{"name": "mygpu", "tflops": 100, "memory_gib": 10}]), r"gpus\[0\].bandwidth_tbs: missing"),
+    ],
+)
 def test_bad_spec(change, match):
     err({**BASE, **change}, match)
 
@@ -69,14 +102,27 @@ def test_unparseable_yaml(tmp_path):
 
 def test_hf_config_lacking_key_in_sweep(tmp_path):
     cfg = tmp_path / "m_config.json"
-    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128}))
+    cfg.write_text(
+        json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128})
+    )
     err({**BASE, "models": [str(cfg)]}, r"models\[0\].vocab_size: missing")
 
 
 def test_inline_model_and_gpu_work(tmp_path):
-    spec = {**BASE, "models": [{"name": "tiny", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                                "intermediate_size": 128, "vocab_size": 100}],
-            "gpus": [{"name": "mygpu", "tflops": 100, "bandwidth_tbs": 1, "memory_gib": 10, "price_per_hour": 1}]}
+    spec = {
+        **BASE,
+        "models": [
+            {
+                "name": "tiny",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            }
+        ],
+        "gpus": [{"name": "mygpu", "tflops": 100, "bandwidth_tbs": 1, "memory_gib": 10, "price_per_hour": 1}],
+    }
     ds = slimjax.sweep(spec, quiet=True)
     assert list(ds.model.values) == ["tiny"] and list(ds.gpu.values) == ["mygpu"]
 

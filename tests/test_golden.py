@@ -11,9 +11,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from golden import GOLDEN, array_digests  # noqa: E402  (bench/golden.py)
 
 import slimjax  # noqa: E402
-from golden import GOLDEN, array_digests  # noqa: E402  (bench/golden.py)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +52,6 @@ def test_quickstart_tables_show_no_configuration_that_cannot_run(quickstart):
     b_cap = at.b_cap.values
     assert np.all(b_cap <= at.max_seqs.values)  # the advisor only recommends batches that fit
     assert (quickstart.n_gpu.values[runs.values] >= 1).all()
-    for (m, g) in zip(*np.where(~runs.values)):
+    for m, g in zip(*np.where(~runs.values), strict=False):
         model, gpu = str(quickstart.model[m].values), str(quickstart.gpu[g].values)
         assert any(line.startswith(f"{model} on {gpu}") for line in tables["notes"]["note"])

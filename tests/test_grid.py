@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
+import reference as ref
 import xarray as xr
 
-import reference as ref
 import slimjax
-from slimjax.inputs.catalog import resolve_gpu, resolve_model
-from slimjax.engine.schema import VARIABLES
 from slimjax.api import parse
+from slimjax.engine.schema import VARIABLES
+from slimjax.inputs.catalog import resolve_gpu, resolve_model
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,11 @@ def test_b_cap_is_masked_argmax_of_stored_arrays(ds):
 @pytest.mark.parametrize("precision, rtol", [("float64", 1e-15), ("float32", 1e-6)])
 def test_sel_equals_scalar_call(spec, precision, rtol):
     grid = slimjax.sweep({**spec, "precision": precision}, quiet=True)
-    for m, g, B, I, O in [("Llama-3.1-8B", "H100-SXM", 16, 1000, 256), ("DeepSeek-V2", "L40S", 3, 16, 1), ("OPT-125m", "A100-SXM-40GB", 128, 128, 7)]:
+    for m, g, B, I, O in [
+        ("Llama-3.1-8B", "H100-SXM", 16, 1000, 256),
+        ("DeepSeek-V2", "L40S", 3, 16, 1),
+        ("OPT-125m", "A100-SXM-40GB", 128, 128, 7),
+    ]:
         one = slimjax.point(m, g, B, I, O, precision=precision, slim_variant="slim")
         at = grid.sel(model=m, gpu=g, batch=B, input_len=I, output_len=O)
         for k, v in one.items():
@@ -147,14 +151,21 @@ def test_absolute_slo_and_epsilon(spec):
 
 def test_slo_reference_off_grid_and_coefficients_per_gpu(spec):
     theta = dict(eta_c=0.5, eta_m=0.7, B0=2.0, alpha=1e-4, gamma=1e-6, t_fixed=0.2)
-    s = {**spec, "advisor": {"slo_factor": 2, "slo_reference": {"input_len": 3, "output_len": 50, "batch": 7}},
-         "slim": {"H100-SXM": theta, "default": {**theta, "eta_c": 0.25}}}
+    s = {
+        **spec,
+        "advisor": {"slo_factor": 2, "slo_reference": {"input_len": 3, "output_len": 50, "batch": 7}},
+        "slim": {"H100-SXM": theta, "default": {**theta, "eta_c": 0.25}},
+    }
     out = slimjax.sweep(s, quiet=True)
     slo = json.loads(out.b_cap.attrs["slo_s"])
     arch = resolve_model("OPT-125m")[1]
     h100 = resolve_gpu("H100-SXM")[1]
-    assert slo["OPT-125m"]["H100-SXM"] == pytest.approx(2 * ref.slim_floored(arch, h100, theta, 7, 3, 50)["slim_e2e_s"], rel=1e-12)
+    assert slo["OPT-125m"]["H100-SXM"] == pytest.approx(
+        2 * ref.slim_floored(arch, h100, theta, 7, 3, 50)["slim_e2e_s"], rel=1e-12
+    )
     l40s = {**theta, "eta_c": 0.25}
     want = ref.slim_floored(arch, resolve_gpu("L40S")[1], l40s, 5, 128, 7)["slim_prefill_s"]
-    assert float(out.slim_prefill_s.sel(model="OPT-125m", gpu="L40S", batch=5, input_len=128)) == pytest.approx(want, rel=1e-12)
+    assert float(out.slim_prefill_s.sel(model="OPT-125m", gpu="L40S", batch=5, input_len=128)) == pytest.approx(
+        want, rel=1e-12
+    )
     assert json.loads(out.attrs["slim_coefficients"])["L40S"]["eta_c"] == 0.25

@@ -78,23 +78,30 @@ def test_model_floor_has_no_jit_xarray_or_io():
 
 
 def test_only_the_store_floor_imports_zarr():
-    users = {p.relative_to(PACKAGE).parts[0] for p in PACKAGE.rglob("*.py") if "import zarr" in p.read_text()
-             or "from zarr" in p.read_text()}
+    users = {
+        p.relative_to(PACKAGE).parts[0]
+        for p in PACKAGE.rglob("*.py")
+        if "import zarr" in p.read_text() or "from zarr" in p.read_text()
+    }
     assert users == {"store"}
 
 
 def _fresh_python(code: str, **env_overrides) -> list:
     """The JSON list ``code`` prints last, run in a new interpreter with no JAX/slimjax settings inherited."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64", "SLIMJAX_CPU_DEVICES")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **env_overrides}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, **env_overrides}, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_importing_slimjax_changes_no_process_setting():
-    code = ("import os, json; before = os.environ.get('XLA_FLAGS');"
-            "import slimjax, slimjax.api, slimjax.cli, slimjax.fit.validate, jax;"
-            "print(json.dumps([before, os.environ.get('XLA_FLAGS'), bool(jax.config.jax_enable_x64),"
-            " jax.config.jax_num_cpu_devices]))")
+    code = (
+        "import os, json; before = os.environ.get('XLA_FLAGS');"
+        "import slimjax, slimjax.api, slimjax.cli, slimjax.fit.validate, jax;"
+        "print(json.dumps([before, os.environ.get('XLA_FLAGS'), bool(jax.config.jax_enable_x64),"
+        " jax.config.jax_num_cpu_devices]))"
+    )
     before, after, x64, devices = _fresh_python(code)
     assert before is None and after is None and x64 is False and devices == -1
     assert _fresh_python(code, XLA_FLAGS="--xla_dump_to=/tmp/nowhere")[1] == "--xla_dump_to=/tmp/nowhere"
@@ -103,12 +110,14 @@ def test_importing_slimjax_changes_no_process_setting():
 def test_entry_points_work_without_configure_and_warn_on_one_device():
     """Without configure(): float64 results stay float64 (the entry points scope it) and a multi-core
     machine is told it runs on one CPU device."""
-    code = ("import warnings, json, slimjax, jax;"
-            "warnings.simplefilter('always');"
-            "w = warnings.catch_warnings(record=True); rec = w.__enter__();"
-            "r = slimjax.capacity('Llama-3.1-8B', 'H100-SXM', 1024, 256, 8);"
-            "print(json.dumps([r['max_seqs'], r['kv_pool_bytes'], any('one CPU device' in str(x.message) for x in rec),"
-            " bool(jax.config.jax_enable_x64)]))")
+    code = (
+        "import warnings, json, slimjax, jax;"
+        "warnings.simplefilter('always');"
+        "w = warnings.catch_warnings(record=True); rec = w.__enter__();"
+        "r = slimjax.capacity('Llama-3.1-8B', 'H100-SXM', 1024, 256, 8);"
+        "print(json.dumps([r['max_seqs'], r['kv_pool_bytes'], any('one CPU device' in str(x.message) for x in rec),"
+        " bool(jax.config.jax_enable_x64)]))"
+    )
     seqs, pool, warned, x64 = _fresh_python(code)
     want = slimjax.capacity("Llama-3.1-8B", "H100-SXM", 1024, 256, 8)
     assert seqs == want["max_seqs"] and pool == want["kv_pool_bytes"]  # exact: float64 in both
@@ -124,16 +133,29 @@ def test_configure_rejects_a_bad_device_count():
 @pytest.fixture
 def extra_key():
     """A serving key added through the table's public hook, with an ``auto`` rule; removed after."""
-    key = register_serving_key(ServingKey(
-        "test_spare_fraction", "spare_fraction", 0.25, number_rule(lambda v: 0 <= v < 1, "in [0, 1)"),
-        "a test-only serving key", auto=lambda ctx: 0.5 if ctx.model_fields["n_params"] > 1e10 else 0.125))
+    key = register_serving_key(
+        ServingKey(
+            "test_spare_fraction",
+            "spare_fraction",
+            0.25,
+            number_rule(lambda v: 0 <= v < 1, "in [0, 1)"),
+            "a test-only serving key",
+            auto=lambda ctx: 0.5 if ctx.model_fields["n_params"] > 1e10 else 0.125,
+        )
+    )
     yield key
     del SERVING[key.key]
 
 
 def test_a_serving_key_added_in_one_place_reaches_sweep_spec_cli_and_calibration(extra_key, tmp_path):
-    base = dict(models=["Llama-3.1-8B", "Llama-3.1-70B"], gpus=["H100-SXM"], batch=[1, 8], input_len=[128],
-                output_len=[64], advisor=False)
+    base = dict(
+        models=["Llama-3.1-8B", "Llama-3.1-70B"],
+        gpus=["H100-SXM"],
+        batch=[1, 8],
+        input_len=[128],
+        output_len=[64],
+        advisor=False,
+    )
     # sweep file and spec: given, defaulted, and auto (per model, from the table's rule)
     sw = slimjax.parse({**base, "serving": {"test_spare_fraction": 0.75}})
     assert np.all(sw.serving.spare_fraction == 0.75)
@@ -152,12 +174,26 @@ def test_a_serving_key_added_in_one_place_reaches_sweep_spec_cli_and_calibration
     assert float(default_serving(model, n_gpu=np.ones(1)).spare_fraction[0]) == 0.25
     import pandas as pd
 
-    rows = pd.DataFrame(dict(model=["Llama-3.1-8B"], gpu=["H100-SXM"], n_gpu=[1], batch=[4], input_len=[128], output_len=[64]))
+    rows = pd.DataFrame(
+        dict(model=["Llama-3.1-8B"], gpu=["H100-SXM"], n_gpu=[1], batch=[4], input_len=[128], output_len=[64])
+    )
     assert row_features(rows)["max_seqs"][0] > 0
     # the command line
     runner = CliRunner()
     assert "--test-spare-fraction" in runner.invoke(main, ["capacity", "--help"]).output
-    args = ["capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "128", "--output-len", "64", "--batch", "4"]
+    args = [
+        "capacity",
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "H100-SXM",
+        "--input-len",
+        "128",
+        "--output-len",
+        "64",
+        "--batch",
+        "4",
+    ]
     ok = runner.invoke(main, args + ["--test-spare-fraction", "auto"])
     assert ok.exit_code == 0, ok.output
     bad = runner.invoke(main, args + ["--test-spare-fraction", "3"])
@@ -173,14 +209,21 @@ def test_one_interval_function_with_the_level_as_an_argument():
     assert normal_quantile(0.90) == norm.ppf(0.95)
     assert normal_quantile(0.50) == pytest.approx(norm.ppf(0.75), rel=1e-15)
     lo, hi = log_interval(np.float64(100.0), np.float64(0.1), 0.90)
-    assert float(lo) == pytest.approx(100 * np.exp(-0.1 * norm.ppf(0.95))) and float(hi) == pytest.approx(100 * np.exp(0.1 * norm.ppf(0.95)))
+    assert float(lo) == pytest.approx(100 * np.exp(-0.1 * norm.ppf(0.95))) and float(hi) == pytest.approx(
+        100 * np.exp(0.1 * norm.ppf(0.95))
+    )
     with pytest.raises(ValueError):
         normal_quantile(1.0)
 
 
 def test_block_plan_is_recorded_in_the_store(tmp_path):
-    spec = dict(models=["OPT-125m", "OPT-1.3b"], gpus=["H100-SXM", "A100-SXM-80GB"], batch=[1, 2, 4],
-                input_len=[32, 64, 128], output_len=[16, 32])
+    spec = dict(
+        models=["OPT-125m", "OPT-1.3b"],
+        gpus=["H100-SXM", "A100-SXM-80GB"],
+        batch=[1, 2, 4],
+        input_len=[32, 64, 128],
+        output_len=[16, 32],
+    )
     ds = slimjax.sweep(spec, tmp_path / "s.zarr", memory_budget_bytes=4096)
     plan = json.loads(ds.attrs["block_plan"])
     assert plan["dims"] == ["model", "gpu", "batch", "input_len", "output_len"] and plan["n_blocks"] > 1

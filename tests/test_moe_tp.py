@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
+import reference as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference as ref
 import slimjax
 from slimjax.inputs.catalog import resolve_model
 from slimjax.model import experts, parallel, roofline
@@ -24,28 +24,55 @@ def configs(draw):
     sliding = draw(st.booleans())
     n = draw(st.sampled_from([1, 2, 8]))
     return dict(
-        L=L, D=float(draw(st.sampled_from([1024, 4096, 7168]))), P_act=draw(st.floats(1e8, 4e10)),
-        a_pre=draw(st.floats(1e4, 1e7)), a_dec=draw(st.floats(1e4, 1e7)), M_W=draw(st.floats(1e9, 1e12)),
-        E=E, k=k, routed=draw(st.floats(1e6, 1e9)) if moe else 0.0,
-        e_kv=float(draw(st.sampled_from([576, 4096, 65536]))), L_s=draw(st.integers(0, L)) if sliding else 0,
+        L=L,
+        D=float(draw(st.sampled_from([1024, 4096, 7168]))),
+        P_act=draw(st.floats(1e8, 4e10)),
+        a_pre=draw(st.floats(1e4, 1e7)),
+        a_dec=draw(st.floats(1e4, 1e7)),
+        M_W=draw(st.floats(1e9, 1e12)),
+        E=E,
+        k=k,
+        routed=draw(st.floats(1e6, 1e9)) if moe else 0.0,
+        e_kv=float(draw(st.sampled_from([576, 4096, 65536]))),
+        L_s=draw(st.integers(0, L)) if sliding else 0,
         W=float(draw(st.sampled_from([128, 4096]))) if sliding else math.inf,
-        F=draw(st.floats(1e14, 8e15)), BW=draw(st.floats(1e12, 3e13)), t_l=draw(st.sampled_from([0.0, 2e-5])),
-        n=n, link=float(draw(st.sampled_from([0.0, 32e9, 450e9]))), tau=draw(st.sampled_from([0.0, 1e-5])),
+        F=draw(st.floats(1e14, 8e15)),
+        BW=draw(st.floats(1e12, 3e13)),
+        t_l=draw(st.sampled_from([0.0, 2e-5])),
+        n=n,
+        link=float(draw(st.sampled_from([0.0, 32e9, 450e9]))),
+        tau=draw(st.sampled_from([0.0, 1e-5])),
     )
 
 
 def _closed_args(x, attn):
     fixed, per_token = parallel.tp_comm_terms(x["L"], x["D"], x["n"], x["link"], x["tau"])
-    return dict(active_params=x["P_act"], attn=attn, weights=x["M_W"], routed_expert_bytes=x["routed"], n_experts=x["E"],
-                experts_per_token=x["k"], kv_per_token_full=x["e_kv"] * (x["L"] - x["L_s"]),
-                kv_per_token_sliding=x["e_kv"] * x["L_s"], window=x["W"], flops=x["F"], bandwidth=x["BW"],
-                launch_overhead_s=x["t_l"], comm_fixed_s=fixed, comm_per_token_s=per_token)
+    return dict(
+        active_params=x["P_act"],
+        attn=attn,
+        weights=x["M_W"],
+        routed_expert_bytes=x["routed"],
+        n_experts=x["E"],
+        experts_per_token=x["k"],
+        kv_per_token_full=x["e_kv"] * (x["L"] - x["L_s"]),
+        kv_per_token_sliding=x["e_kv"] * x["L_s"],
+        window=x["W"],
+        flops=x["F"],
+        bandwidth=x["BW"],
+        launch_overhead_s=x["t_l"],
+        comm_fixed_s=fixed,
+        comm_per_token_s=per_token,
+    )
 
 
 def _loop_args(x, attn):
-    return ((x["P_act"], attn, x["M_W"], x["e_kv"], x["L"], x["L_s"], x["W"], x["F"], x["BW"], x["t_l"]),
-            dict(moe=dict(E=x["E"], k=x["k"], routed=x["routed"]),
-                 comm=dict(n=x["n"], L=x["L"], D=x["D"], link=x["link"], tau=x["tau"])))
+    return (
+        (x["P_act"], attn, x["M_W"], x["e_kv"], x["L"], x["L_s"], x["W"], x["F"], x["BW"], x["t_l"]),
+        dict(
+            moe=dict(E=x["E"], k=x["k"], routed=x["routed"]),
+            comm=dict(n=x["n"], L=x["L"], D=x["D"], link=x["link"], tau=x["tau"]),
+        ),
+    )
 
 
 @settings(max_examples=120, deadline=None)
@@ -97,14 +124,23 @@ def test_allreduce_matches_nccl_bus_bandwidth_relation():
     assert float(parallel.allreduce_time(S, 1.0, link, 1e-5)) == 0.0  # one GPU: nothing to reduce
     assert float(parallel.allreduce_time(S, 8.0, 0.0, 1e-5)) == 0.0  # no link figure: no cost (attr says so)
     fixed, per_token = parallel.tp_comm_terms(80, 8192, 8.0, link, 1e-5)
-    assert float(fixed + 512 * per_token) == pytest.approx(2 * 80 * float(parallel.allreduce_time(512 * 8192 * 2, 8.0, link, 1e-5)))
+    assert float(fixed + 512 * per_token) == pytest.approx(
+        2 * 80 * float(parallel.allreduce_time(512 * 8192 * 2, 8.0, link, 1e-5))
+    )
 
 
 def test_tp_all_reduce_slows_decode_per_gpu():
     """TP 8 no longer looks as good as TP 1 per GPU: the all-reduce adds time to every step."""
     no_link = {"name": "H100-no-link", "tflops": 989, "bandwidth_tbs": 3.35, "memory_gib": 80}
-    spec = dict(models=["Llama-3.1-70B"], gpus=["H100-SXM", "L40S", no_link], batch=[32], input_len=[1024], output_len=[256],
-                advisor=False, precision="float64")
+    spec = dict(
+        models=["Llama-3.1-70B"],
+        gpus=["H100-SXM", "L40S", no_link],
+        batch=[32],
+        input_len=[1024],
+        output_len=[256],
+        advisor=False,
+        precision="float64",
+    )
     one = slimjax.sweep({**spec, "serving": {"n_gpu": 4}}, quiet=True)
     eight = slimjax.sweep({**spec, "serving": {"n_gpu": 8}}, quiet=True)
     ratio = eight.itl_s / one.itl_s  # twice the GPUs: without communication this would be ~0.5
@@ -137,8 +173,19 @@ def test_parameter_counts_match_published(shared_data, name):
 def test_every_shared_config_gets_finite_roofline_timing(shared_data):
     paths = sorted(str(p) for p in (shared_data / "models").glob("*_config.json"))
     assert len(paths) >= 15
-    ds = slimjax.sweep(dict(models=paths, gpus=["H200"], batch=[1, 16], input_len=[512, 4096], output_len=[1, 128],
-                            serving={"n_gpu": 8, "chunk_size": 1024}, advisor=False, precision="float64"), quiet=True)
+    ds = slimjax.sweep(
+        dict(
+            models=paths,
+            gpus=["H200"],
+            batch=[1, 16],
+            input_len=[512, 4096],
+            output_len=[1, 128],
+            serving={"n_gpu": 8, "chunk_size": 1024},
+            advisor=False,
+            precision="float64",
+        ),
+        quiet=True,
+    )
     for v in ("prefill_s", "chunk_max_s", "ttft_s", "service_s", "token_throughput"):
         assert np.isfinite(ds[v].values).all(), v
     assert np.isfinite(ds.itl_s.sel(output_len=128).values).all()
@@ -163,15 +210,35 @@ def test_n_gpu_auto_and_fits_against_brute_force():
     batch, I, O = [1, 4, 16, 64, 256], [512, 4096], [128, 2048]
     for kv_auto in (False, True):
         serving = {"n_gpu": "auto", **({"kv_replication": "auto"} if kv_auto else {})}
-        ds = slimjax.sweep(dict(models=models, gpus=gpus, batch=batch, input_len=I, output_len=O, serving=serving,
-                                advisor=False, precision="float64"), quiet=True)
+        ds = slimjax.sweep(
+            dict(
+                models=models,
+                gpus=gpus,
+                batch=batch,
+                input_len=I,
+                output_len=O,
+                serving=serving,
+                advisor=False,
+                precision="float64",
+            ),
+            quiet=True,
+        )
         for m in models:
             arch = resolve_model(m)[1]
             for g in gpus:
                 gpu = resolve_gpu(g)[1]
-                r = (lambda n: max(1.0, n / arch["n_kv_heads"])) if kv_auto else (lambda n: 1.0)
-                want = next((n for n in (1, 2, 4, 8) if arch["n_heads"] % n == 0
-                             and _fits_by_hand(arch, gpu, n, I[-1] + O[-1], r(n))), 0)
+
+                def r(n, arch=arch, kv_auto=kv_auto):
+                    return max(1.0, n / arch["n_kv_heads"]) if kv_auto else 1.0
+
+                want = next(
+                    (
+                        n
+                        for n in (1, 2, 4, 8)
+                        if arch["n_heads"] % n == 0 and _fits_by_hand(arch, gpu, n, I[-1] + O[-1], r(n))
+                    ),
+                    0,
+                )
                 assert int(ds.n_gpu.sel(model=m, gpu=g)) == want, (m, g, kv_auto)
                 assert int(ds.n_gpu_to_fit.sel(model=m, gpu=g)) == want
                 seqs = ds.max_seqs.sel(model=m, gpu=g)
@@ -184,10 +251,21 @@ def test_n_gpu_auto_and_fits_against_brute_force():
 
 
 def test_tp_degree_must_divide_the_query_heads():
-    with pytest.raises(slimjax.SlimjaxError, match=r"serving.Llama-3.1-8B.n_gpu: Llama-3.1-8B: a tensor-parallel degree of 3 "
-                                                   r"does not divide its 32 query heads"):
-        slimjax.parse(dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1], input_len=[8], output_len=[8],
-                           serving={"Llama-3.1-8B": {"n_gpu": 3}}))
+    with pytest.raises(
+        slimjax.SlimjaxError,
+        match=r"serving.Llama-3.1-8B.n_gpu: Llama-3.1-8B: a tensor-parallel degree of 3 "
+        r"does not divide its 32 query heads",
+    ):
+        slimjax.parse(
+            dict(
+                models=["Llama-3.1-8B"],
+                gpus=["H100-SXM"],
+                batch=[1],
+                input_len=[8],
+                output_len=[8],
+                serving={"Llama-3.1-8B": {"n_gpu": 3}},
+            )
+        )
 
 
 def test_capacity_says_first_that_a_configuration_does_not_fit():
@@ -195,12 +273,27 @@ def test_capacity_says_first_that_a_configuration_does_not_fit():
 
     from slimjax.cli import main
 
-    args = ["capacity", "--model", "Llama-3.1-70B", "--gpu", "A100-SXM-40GB", "--input-len", "1024", "--output-len", "256",
-            "--batch", "8", "--arrival-rate", "1"]
+    args = [
+        "capacity",
+        "--model",
+        "Llama-3.1-70B",
+        "--gpu",
+        "A100-SXM-40GB",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "256",
+        "--batch",
+        "8",
+        "--arrival-rate",
+        "1",
+    ]
     out = CliRunner().invoke(main, args).output
     lines = out.splitlines()
     assert "does not fit: weights 131.4 GiB" in lines[1] and "the smallest --n-gpu that fits batch 8 is 4" in lines[1]
-    timing = [ln for ln in lines if ln.strip().startswith(("TTFT", "ITL", "Service", "Token throughput", "Wait", "P(wait)"))]
+    timing = [
+        ln for ln in lines if ln.strip().startswith(("TTFT", "ITL", "Service", "Token throughput", "Wait", "P(wait)"))
+    ]
     assert timing and all("not runnable" in ln for ln in timing)
     assert not any(ch.isdigit() for ln in timing for ch in ln.split("not runnable")[1])
     ok = CliRunner().invoke(main, args + ["--n-gpu", "auto"]).output
@@ -219,12 +312,25 @@ def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_w
 
     doc = yaml.safe_load(open(configs_dir() / "roofline" / "default.yaml"))
     for row in [doc["default"], *doc["gpus"].values()]:
-        assert 0 < row["compute_efficiency"] <= 1 and 0 < row["bandwidth_efficiency"] <= 1 and row["launch_overhead_s"] >= 0
+        assert (
+            0 < row["compute_efficiency"] <= 1
+            and 0 < row["bandwidth_efficiency"] <= 1
+            and row["launch_overhead_s"] >= 0
+        )
     assert "held_out_tp8" in doc["provenance"] and doc["provenance"]["data"]
-    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM", "L40S"], batch=[8], input_len=[512], output_len=[64],
-                advisor=False, precision="float64")
+    spec = dict(
+        models=["Llama-3.1-8B"],
+        gpus=["H100-SXM", "L40S"],
+        batch=[8],
+        input_len=[512],
+        output_len=[64],
+        advisor=False,
+        precision="float64",
+    )
     plain = slimjax.sweep({**spec, "serving": {}}, quiet=True)
-    cal = slimjax.sweep({**spec, "serving": {"efficiency": "calibrated", "L40S": {"bandwidth_efficiency": 0.5}}}, quiet=True)
+    cal = slimjax.sweep(
+        {**spec, "serving": {"efficiency": "calibrated", "L40S": {"bandwidth_efficiency": 0.5}}}, quiet=True
+    )
     settings = json.loads(cal.attrs["serving"])["Llama-3.1-8B"]
     h100 = doc["gpus"]["H100-SXM"]
     assert settings["H100-SXM"]["bandwidth_efficiency"] == h100["bandwidth_efficiency"]
@@ -239,7 +345,19 @@ def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_w
 
     from slimjax.cli import main
 
-    args = ["capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "512", "--output-len", "64", "--batch", "8"]
+    args = [
+        "capacity",
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "H100-SXM",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--batch",
+        "8",
+    ]
     plain_out, cal_out = (CliRunner().invoke(main, args + extra).output for extra in ([], ["--calibrated"]))
     itl = lambda out: next(ln for ln in out.splitlines() if ln.strip().startswith("ITL "))  # noqa: E731
     assert itl(plain_out) != itl(cal_out)

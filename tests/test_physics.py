@@ -6,14 +6,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
-
 import reference as ref
+import yaml
+from test_cli import run_here
+
 import slimjax
 from slimjax import SlimjaxError
 from slimjax.inputs.catalog import gpu_catalog, model_catalog, resolve_gpu, resolve_model
-
-from test_cli import run_here
 
 
 def step_sum_floor(arch, gpu, B, I, O, n_gpu):
@@ -38,8 +37,16 @@ def step_sum_floor(arch, gpu, B, I, O, n_gpu):
 def catalog_sweeps():
     """Every catalog model × GPU at B ∈ {1, 64}, I, O ∈ {128, 2048}, on the smallest group that holds it, in both
     variants (float64)."""
-    spec = dict(models=list(model_catalog()), gpus=list(gpu_catalog()), batch=[1, 64], input_len=[128, 2048],
-                output_len=[128, 2048], serving={"n_gpu": "auto"}, advisor=False, precision="float64")
+    spec = dict(
+        models=list(model_catalog()),
+        gpus=list(gpu_catalog()),
+        batch=[1, 64],
+        input_len=[128, 2048],
+        output_len=[128, 2048],
+        serving={"n_gpu": "auto"},
+        advisor=False,
+        precision="float64",
+    )
     return {v: slimjax.sweep({**spec, "slim_variant": v}, quiet=True) for v in ("slim", "slim-kv")}
 
 
@@ -99,50 +106,83 @@ def test_prefill_floor_is_flops_over_peak():
 
 
 def test_nan_wherever_the_batch_does_not_fit_with_and_without_serving():
-    base = dict(models=["Llama-3.1-70B", "Llama-3.1-8B"], gpus=["H100-SXM", "L40S"], batch=[1, 8, 64, 512],
-                input_len=[1024, 8192], output_len=[256, 4096], advisor={"slo_s": 100}, precision="float64")
+    base = dict(
+        models=["Llama-3.1-70B", "Llama-3.1-8B"],
+        gpus=["H100-SXM", "L40S"],
+        batch=[1, 8, 64, 512],
+        input_len=[1024, 8192],
+        output_len=[256, 4096],
+        advisor={"slo_s": 100},
+        precision="float64",
+    )
     for spec in (base, {**base, "serving": {"n_gpu": 2}, "arrival_rate": [0.5, 4.0]}):
         ds = slimjax.sweep(spec, quiet=True)
         fits = ds.fits
         assert 0 < int(fits.sum()) < fits.size
         for name, var in ds.data_vars.items():
-            if var.attrs.get("units") not in ("s", "tokens/s", "requests/s", "requests") and name not in ("utilization", "p_wait"):
+            if var.attrs.get("units") not in ("s", "tokens/s", "requests/s", "requests") and name not in (
+                "utilization",
+                "p_wait",
+            ):
                 continue
             if "batch" not in var.dims or "output_len" not in var.dims:
                 continue
             unfit = ~fits.broadcast_like(var)
             assert bool(np.isnan(var.where(unfit)).where(unfit, True).all()), name
-            assert bool(np.isfinite(var.where(~unfit)).where(~unfit, True).all()) or name in ("wait_s", "response_s",
-                                                                                             "in_system"), name
+            assert bool(np.isfinite(var.where(~unfit)).where(~unfit, True).all()) or name in (
+                "wait_s",
+                "response_s",
+                "in_system",
+            ), name
         assert (ds.b_cap <= ds.max_seqs).all()
     # no serving block: memory at the serving defaults, said in attrs; 70B does not fit one GPU
     ds = slimjax.sweep(base, quiet=True)
     assert "defaults" in ds.max_seqs.attrs["serving"] and int(ds.max_seqs.sel(model="Llama-3.1-70B").max()) == 0
-    assert np.isnan(ds.slim_throughput.sel(model="Llama-3.1-70B")).all() and (ds.b_cap.sel(model="Llama-3.1-70B") == 0).all()
+    assert (
+        np.isnan(ds.slim_throughput.sel(model="Llama-3.1-70B")).all()
+        and (ds.b_cap.sel(model="Llama-3.1-70B") == 0).all()
+    )
 
 
 def test_point_and_capacity_say_fits_and_give_no_number_for_what_cannot_run():
     p = slimjax.point("Llama-3.1-70B", "H100-SXM", 64, 1024, 256)  # 141 GB of weights on one 80 GB GPU
     assert p["fits"] == 0 and np.isnan(p["slim_throughput"]) and np.isnan(p["slim_e2e_s"])
     c = slimjax.capacity("Llama-3.1-70B", "H100-SXM", 4096, 4096, 64, arrival_rate=1.0)
-    assert c["fits"] == 0 and all(np.isnan(c[k]) for k in ("ttft_s", "itl_s", "service_s", "wait_s", "utilization", "p_wait"))
+    assert c["fits"] == 0 and all(
+        np.isnan(c[k]) for k in ("ttft_s", "itl_s", "service_s", "wait_s", "utilization", "p_wait")
+    )
     # the smallest TP degree that holds this batch, by brute force over the degrees
-    need = next(n for n in (1, 2, 4, 8) if slimjax.capacity("Llama-3.1-70B", "H100-SXM", 4096, 4096, 64,
-                                                         serving={"n_gpu": n})["fits"])
+    need = next(
+        n
+        for n in (1, 2, 4, 8)
+        if slimjax.capacity("Llama-3.1-70B", "H100-SXM", 4096, 4096, 64, serving={"n_gpu": n})["fits"]
+    )
     assert c["n_gpu_to_fit_batch"] == need and need > c["n_gpu_to_fit"]  # one sequence fits on fewer
     verdict = slimjax.api.capacity_verdict(c, 4096, 4096)
     assert f"the smallest --n-gpu that fits batch 64 is {need}" in verdict and "exceed usable memory" in verdict
     cards = dict(slimjax.capacity_cards(c))
     assert cards["KV pool"].startswith("none: weights exceed usable memory by 59.41 GiB")
-    assert all(cards[k] == "not runnable (does not fit)" for k in ("Wait", "Utilization", "P(wait)", "TTFT", "Token throughput"))
+    assert all(
+        cards[k] == "not runnable (does not fit)"
+        for k in ("Wait", "Utilization", "P(wait)", "TTFT", "Token throughput")
+    )
     assert not any(ch == "-" for v in cards.values() for ch in v[:1])  # no negative size
 
 
 def test_report_draws_nothing_beyond_the_kv_pool():
     from slimjax.report.figures import throughput_figures
 
-    ds = slimjax.sweep(dict(models=["Llama-3.1-8B"], gpus=["L40S"], batch=[1, 16, 64, 256, 1024], input_len=[8192],
-                            output_len=[4096], advisor=False), quiet=True)
+    ds = slimjax.sweep(
+        dict(
+            models=["Llama-3.1-8B"],
+            gpus=["L40S"],
+            batch=[1, 16, 64, 256, 1024],
+            input_len=[8192],
+            output_len=[4096],
+            advisor=False,
+        ),
+        quiet=True,
+    )
     seqs = int(ds.max_seqs.squeeze())
     assert seqs < 1024
     fig = throughput_figures(ds, (8192, 4096))[0].figure
@@ -157,8 +197,13 @@ def test_the_reader_drops_rows_faster_than_physics(shared_data):
     cause = next(k for k in dropped if k.startswith("throughput above the 100 %-of-peak roofline"))
     assert dropped[cause] == 15
     # the issue's example: Qwen2-7B, H100, TensorRT-LLM, B 32, I = O = 2048 at 77,270 tokens/s (8x the roofline)
-    gone = df[(df.model == "Qwen2-7B") & (df.framework == "TensorRT-LLM") & (df.batch == 32) & (df.input_len == 2048)
-              & (df.n_gpu == 1)]
+    gone = df[
+        (df.model == "Qwen2-7B")
+        & (df.framework == "TensorRT-LLM")
+        & (df.batch == 32)
+        & (df.input_len == 2048)
+        & (df.n_gpu == 1)
+    ]
     assert gone.empty
     # every kept row is within the tolerance of its own 100 %-of-peak roofline
     from slimjax.inputs.physics import TOLERANCE, row_floors
@@ -167,8 +212,16 @@ def test_the_reader_drops_rows_faster_than_physics(shared_data):
     ceiling = df.batch * (df.input_len + df.output_len) / (f["prefill"] + f["decode"])
     assert (df.throughput <= ceiling * (1 + TOLERANCE)).all()
     # and the command line prints the count
-    r = run_here("validate", str(shared_data / "measured" / "llm_inference_bench.csv"), "--methods", "roofline",
-                 "--scenarios", "same-curve", "--exclude", "model != 'OPT-6.7b'")
+    r = run_here(
+        "validate",
+        str(shared_data / "measured" / "llm_inference_bench.csv"),
+        "--methods",
+        "roofline",
+        "--scenarios",
+        "same-curve",
+        "--exclude",
+        "model != 'OPT-6.7b'",
+    )
     assert "dropped 15 (throughput above the 100 %-of-peak roofline" in r.stdout
 
 
@@ -185,20 +238,36 @@ def test_calibration_on_cleaned_data_reports_no_absurd_fit_as_converged(shared_d
 
 
 def test_a_store_pooled_over_tp_degrees_is_refused_for_one_degree(tmp_path):
-    from slimjax.fit.slim import calibrate
-    from slimjax.store import write_dataset
-
     from fitmodel import slim_model
     from test_calibrate import TRUE
 
-    rows = [dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=n, framework="x", batch=b, input_len=i, output_len=128,
-                 e2e_s=slim_model("Llama-3.1-8B", "H100-SXM", b, i, 128, TRUE, n)["slim_e2e_s"], throughput=np.nan,
-                 ttft_s=np.nan, itl_s=np.nan)
-            for n in (1, 2, 4) for b in (1, 8, 32) for i in (128, 1024)]
+    from slimjax.fit.slim import calibrate
+    from slimjax.store import write_dataset
+
+    rows = [
+        dict(
+            model="Llama-3.1-8B",
+            gpu="H100-SXM",
+            n_gpu=n,
+            framework="x",
+            batch=b,
+            input_len=i,
+            output_len=128,
+            e2e_s=slim_model("Llama-3.1-8B", "H100-SXM", b, i, 128, TRUE, n)["slim_e2e_s"],
+            throughput=np.nan,
+            ttft_s=np.nan,
+            itl_s=np.nan,
+        )
+        for n in (1, 2, 4)
+        for b in (1, 8, 32)
+        for i in (128, 1024)
+    ]
     ds = calibrate(pd.DataFrame(rows), group_by=["model", "gpu"])
     path = tmp_path / "pooled.zarr"
     write_dataset(ds, path)
-    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1, 8], input_len=[128], output_len=[128], slim=str(path))
+    spec = dict(
+        models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1, 8], input_len=[128], output_len=[128], slim=str(path)
+    )
     with pytest.raises(SlimjaxError, match=r"pooled over n_gpu 1–4, but the sweep runs n_gpu = 1"):
         slimjax.parse(spec)
     # fitted at one degree (not a group dim): a sweep at another is refused, at the same one it runs
@@ -212,8 +281,16 @@ def test_a_store_pooled_over_tp_degrees_is_refused_for_one_degree(tmp_path):
 
 @pytest.mark.parametrize("variant", ["slim", "slim-kv"])
 def test_the_slo_reference_is_computed_on_the_pairs_own_group(variant):
-    spec = dict(models=["Llama-3.1-70B"], gpus=["H100-SXM"], batch=[1, 8, 32], input_len=[1024], output_len=[256],
-                serving={"n_gpu": 2}, slim_variant=variant, precision="float64")
+    spec = dict(
+        models=["Llama-3.1-70B"],
+        gpus=["H100-SXM"],
+        batch=[1, 8, 32],
+        input_len=[1024],
+        output_len=[256],
+        serving={"n_gpu": 2},
+        slim_variant=variant,
+        precision="float64",
+    )
     ds = slimjax.sweep(spec, quiet=True)
     slo = json.loads(ds.b_cap.attrs["slo_s"])["Llama-3.1-70B"]["H100-SXM"]
     at_ref = slimjax.point("Llama-3.1-70B", "H100-SXM", 32, 2, 128, slim_variant=variant, serving={"n_gpu": 2})
@@ -226,15 +303,23 @@ def test_the_slo_reference_is_computed_on_the_pairs_own_group(variant):
 
 
 def test_predict_is_floored_and_checks_its_points():
-    from slimjax.fit.slim import calibrate, predict
-
     from fitmodel import slim_model
     from test_calibrate import TRUE
 
-    rows = pd.DataFrame([dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=1, framework="x", batch=b, input_len=i,
-                              output_len=o) for b in (1, 4, 16, 64) for i in (128, 2048) for o in (32, 256)])
-    rows["e2e_s"] = [slim_model("Llama-3.1-8B", "H100-SXM", r.batch, r.input_len, r.output_len, TRUE)["slim_e2e_s"]
-                     for r in rows.itertuples()]
+    from slimjax.fit.slim import calibrate, predict
+
+    rows = pd.DataFrame(
+        [
+            dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=1, framework="x", batch=b, input_len=i, output_len=o)
+            for b in (1, 4, 16, 64)
+            for i in (128, 2048)
+            for o in (32, 256)
+        ]
+    )
+    rows["e2e_s"] = [
+        slim_model("Llama-3.1-8B", "H100-SXM", r.batch, r.input_len, r.output_len, TRUE)["slim_e2e_s"]
+        for r in rows.itertuples()
+    ]
     rows["throughput"] = rows.batch * (rows.input_len + rows.output_len) / rows.e2e_s
     rows["ttft_s"] = rows["itl_s"] = np.nan
     ds = calibrate(rows, group_by=["model", "gpu"])
@@ -257,8 +342,17 @@ def _bad_inputs(tmp, data):
     good = tmp / "good.yaml"
     good.write_text(yaml.safe_dump(SMALL))
     cfg = tmp / "cfg.json"
-    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128,
-                               "vocab_size": 100}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            }
+        )
+    )
 
     def spec(name, **change):
         path = tmp / f"{name}.yaml"
@@ -270,50 +364,126 @@ def _bad_inputs(tmp, data):
     one_row = tmp / "one.csv"
     one_row.write_text("model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,H100-SXM,1,128,64,1.5\n")
     study = tmp / "study.yaml"
-    study.write_text(yaml.safe_dump(dict(workloads=[{"name": "w", "input_len": 512, "output_len": 128, "rates": [1.0]}],
-                                         models=["Llama-3.1-8B"], gpus=["H100-SXM"], slo={"itl_s": 0.05})))
+    study.write_text(
+        yaml.safe_dump(
+            dict(
+                workloads=[{"name": "w", "input_len": 512, "output_len": 128, "rates": [1.0]}],
+                models=["Llama-3.1-8B"],
+                gpus=["H100-SXM"],
+                slo={"itl_s": 0.05},
+            )
+        )
+    )
     store = tmp / "s.zarr"
     return [
         ("procure unwritable --out", ["procure", str(study), "--out", "/proc/p.zarr"], "/proc/p.zarr"),
         ("report unwritable --out", ["report", str(store), "--out", "/proc/r"], "/proc/r"),
-        ("validate unwritable --out", ["validate", str(data / "measured" / "llm_inference_bench_ttft_e2e.csv"), "--out",
-                                       "/proc/v.csv"], "/proc/v.csv"),
+        (
+            "validate unwritable --out",
+            ["validate", str(data / "measured" / "llm_inference_bench_ttft_e2e.csv"), "--out", "/proc/v.csv"],
+            "/proc/v.csv",
+        ),
         ("advise unwritable --out", ["advise", "--data", str(data), "--out", "/proc/a.csv"], "/proc/a.csv"),
-        ("unreachable --dask-address", ["sweep", str(good), "--out", str(tmp / "d1.zarr"), "--scheduler", "dask",
-                                        "--dask-address", "tcp://127.0.0.1:9"], str(tmp / "d1.zarr.partial")),
-        ("malformed --dask-address", ["sweep", str(good), "--out", str(tmp / "d2.zarr"), "--scheduler", "dask",
-                                      "--dask-address", "not an address"], str(tmp / "d2.zarr.partial")),
-        ("serving key in a model mapping",
-         ["sweep", spec("m1", models=[{"name": "x", "config": str(cfg), "weight_dtype_bytes": 1}]), "--out", str(tmp / "m1.zarr")],
-         str(tmp / "m1.zarr")),
-        ("unknown key in a model mapping",
-         ["sweep", spec("m2", models=[{"name": "x", "config": str(cfg), "bogus_key": 1}]), "--out", str(tmp / "m2.zarr")],
-         str(tmp / "m2.zarr")),
-        ("advisor epsilon 2", ["sweep", spec("e", advisor={"epsilon": 2}), "--out", str(tmp / "e.zarr")], str(tmp / "e.zarr")),
+        (
+            "unreachable --dask-address",
+            [
+                "sweep",
+                str(good),
+                "--out",
+                str(tmp / "d1.zarr"),
+                "--scheduler",
+                "dask",
+                "--dask-address",
+                "tcp://127.0.0.1:9",
+            ],
+            str(tmp / "d1.zarr.partial"),
+        ),
+        (
+            "malformed --dask-address",
+            [
+                "sweep",
+                str(good),
+                "--out",
+                str(tmp / "d2.zarr"),
+                "--scheduler",
+                "dask",
+                "--dask-address",
+                "not an address",
+            ],
+            str(tmp / "d2.zarr.partial"),
+        ),
+        (
+            "serving key in a model mapping",
+            [
+                "sweep",
+                spec("m1", models=[{"name": "x", "config": str(cfg), "weight_dtype_bytes": 1}]),
+                "--out",
+                str(tmp / "m1.zarr"),
+            ],
+            str(tmp / "m1.zarr"),
+        ),
+        (
+            "unknown key in a model mapping",
+            [
+                "sweep",
+                spec("m2", models=[{"name": "x", "config": str(cfg), "bogus_key": 1}]),
+                "--out",
+                str(tmp / "m2.zarr"),
+            ],
+            str(tmp / "m2.zarr"),
+        ),
+        (
+            "advisor epsilon 2",
+            ["sweep", spec("e", advisor={"epsilon": 2}), "--out", str(tmp / "e.zarr")],
+            str(tmp / "e.zarr"),
+        ),
         ("report on an unrelated CSV", ["report", str(unrelated), "--out", str(tmp / "rep")], str(tmp / "rep")),
-        ("calibrate on a one-row trace", ["calibrate", str(one_row), "--format", "canonical", "--out", str(tmp / "c.zarr")],
-         str(tmp / "c.zarr")),
-        ("capacity negative batch", ["capacity", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "10",
-                                     "--output-len", "5", "--batch", "-3"], None),
-        ("sweep --report unwritable", ["sweep", str(good), "--out", str(tmp / "r.zarr"), "--report", "/proc/rr"],
-         str(tmp / "r.zarr")),
+        (
+            "calibrate on a one-row trace",
+            ["calibrate", str(one_row), "--format", "canonical", "--out", str(tmp / "c.zarr")],
+            str(tmp / "c.zarr"),
+        ),
+        (
+            "capacity negative batch",
+            [
+                "capacity",
+                "--model",
+                "Llama-3.1-8B",
+                "--gpu",
+                "H100-SXM",
+                "--input-len",
+                "10",
+                "--output-len",
+                "5",
+                "--batch",
+                "-3",
+            ],
+            None,
+        ),
+        (
+            "sweep --report unwritable",
+            ["sweep", str(good), "--out", str(tmp / "r.zarr"), "--report", "/proc/rr"],
+            str(tmp / "r.zarr"),
+        ),
     ]
 
 
 def test_every_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, shared_data):
-    expect = {"procure unwritable --out": "out: cannot write a store in '/proc'",
-              "report unwritable --out": "--out: cannot write the report in '/proc'",
-              "validate unwritable --out": "--out: cannot write the file in '/proc'",
-              "advise unwritable --out": "--out: cannot write the file in '/proc'",
-              "unreachable --dask-address": "--dask-address: no Dask scheduler answers at 'tcp://127.0.0.1:9'",
-              "malformed --dask-address": "--dask-address: 'not an address' is not a scheduler address",
-              "serving key in a model mapping": "models[0].weight_dtype_bytes: 'weight_dtype_bytes' is a serving key",
-              "unknown key in a model mapping": "models[0].bogus_key: unknown key beside config",
-              "advisor epsilon 2": "advisor.epsilon: must be in [0, 1), got 2",
-              "report on an unrelated CSV": "not a `slimjax validate --out` CSV: no column 'method'",
-              "calibrate on a one-row trace": "traces: no group has enough rows to fit 6 coefficients",
-              "capacity negative batch": "--batch: must be positive, got -3",
-              "sweep --report unwritable": "--report: cannot write the report in '/proc'"}
+    expect = {
+        "procure unwritable --out": "out: cannot write a store in '/proc'",
+        "report unwritable --out": "--out: cannot write the report in '/proc'",
+        "validate unwritable --out": "--out: cannot write the file in '/proc'",
+        "advise unwritable --out": "--out: cannot write the file in '/proc'",
+        "unreachable --dask-address": "--dask-address: no Dask scheduler answers at 'tcp://127.0.0.1:9'",
+        "malformed --dask-address": "--dask-address: 'not an address' is not a scheduler address",
+        "serving key in a model mapping": "models[0].weight_dtype_bytes: 'weight_dtype_bytes' is a serving key",
+        "unknown key in a model mapping": "models[0].bogus_key: unknown key beside config",
+        "advisor epsilon 2": "advisor.epsilon: must be in [0, 1), got 2",
+        "report on an unrelated CSV": "not a `slimjax validate --out` CSV: no column 'method'",
+        "calibrate on a one-row trace": "traces: no group has enough rows to fit 6 coefficients",
+        "capacity negative batch": "--batch: must be positive, got -3",
+        "sweep --report unwritable": "--report: cannot write the report in '/proc'",
+    }
     cases = _bad_inputs(tmp_path, shared_data)
     assert {c[0] for c in cases} == set(expect)
     for name, argv, path in cases:

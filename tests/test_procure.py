@@ -11,6 +11,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference as ref
 from click.testing import CliRunner
 
 import slimjax
@@ -20,8 +21,6 @@ from slimjax.inputs import procurefile
 from slimjax.inputs.requests import length_classes, load_requests
 from slimjax.model import procurement as proc
 from slimjax.model import queue
-
-import reference as ref
 
 # ------------------------------------------------------------------------------ reference pieces
 
@@ -41,8 +40,10 @@ def meets_ref(w, m, ttft, itl, service, lam, slo, quantile):
     S = sum(w[k] * service[k] for k in present)
     q = ref.mmc(m, S, lam)
     wp = wait_quantile_ref(m, S, lam, quantile)
-    return all(itl[k] <= slo["itl_s"] and wp + ttft[k] <= slo["ttft_s"] and q["wait_s"] + service[k] <= slo["e2e_s"]
-               for k in present)
+    return all(
+        itl[k] <= slo["itl_s"] and wp + ttft[k] <= slo["ttft_s"] and q["wait_s"] + service[k] <= slo["e2e_s"]
+        for k in present
+    )
 
 
 def mmc_waits(m, S, lam, n, seed):
@@ -64,7 +65,9 @@ def mmc_waits(m, S, lam, n, seed):
 # ------------------------------------------------------------------------------------ the queue
 
 
-@pytest.mark.parametrize("m,S,lam,p", [(1, 1.0, 0.7, 0.9), (4, 2.0, 1.6, 0.9), (16, 0.5, 28.0, 0.95), (8, 1.0, 1.0, 0.9)])
+@pytest.mark.parametrize(
+    "m,S,lam,p", [(1, 1.0, 0.7, 0.9), (4, 2.0, 1.6, 0.9), (16, 0.5, 28.0, 0.95), (8, 1.0, 1.0, 0.9)]
+)
 def test_wait_quantile_matches_the_formula_and_a_simulation(m, S, lam, p):
     with float64_scope():
         q = queue.mmc(jnp.float64(m), jnp.float64(S), jnp.float64(lam))
@@ -106,8 +109,20 @@ def test_max_rate_matches_a_brute_force_search(which):
         if which in ("e2e", "all"):
             slo["e2e_s"] = float(rng.uniform(10.0, 30.0))
         with float64_scope():
-            lam = float(proc.max_rate_per_replica(jnp.asarray(w), jnp.float64(m), jnp.float64(np.dot(w, service)), jnp.asarray(ttft),
-                                                  jnp.asarray(itl), jnp.asarray(service), slo["ttft_s"], slo["itl_s"], slo["e2e_s"], 0.9))
+            lam = float(
+                proc.max_rate_per_replica(
+                    jnp.asarray(w),
+                    jnp.float64(m),
+                    jnp.float64(np.dot(w, service)),
+                    jnp.asarray(ttft),
+                    jnp.asarray(itl),
+                    jnp.asarray(service),
+                    slo["ttft_s"],
+                    slo["itl_s"],
+                    slo["e2e_s"],
+                    0.9,
+                )
+            )
         capacity = m / np.dot(w, service)
         grid = np.linspace(0, capacity, 801)[1:-1]  # the check below is to one grid step, whatever the step
         ok = np.array([meets_ref(w, int(m), ttft, itl, service, x, slo, 0.9) for x in grid])
@@ -115,7 +130,7 @@ def test_max_rate_matches_a_brute_force_search(which):
         if not ok.any():
             assert lam == 0.0 or lam < grid[0]
             continue
-        assert ok[:np.flatnonzero(ok)[-1] + 1].all()  # the SLOs are monotone in λ: the rates that pass are a prefix
+        assert ok[: np.flatnonzero(ok)[-1] + 1].all()  # the SLOs are monotone in λ: the rates that pass are a prefix
         best = grid[ok].max()
         assert best <= lam * (1 + 1e-9) and lam <= best + (grid[1] - grid[0]) * (1 + 1e-9), (which, lam, best)
         assert meets_ref(w, int(m), ttft, itl, service, lam * (1 - 1e-12), slo, 0.9)
@@ -123,8 +138,15 @@ def test_max_rate_matches_a_brute_force_search(which):
 
 def test_max_rate_is_zero_when_the_slos_fail_unloaded_or_nothing_fits():
     with float64_scope():
-        args = dict(weights=jnp.ones(1), mean_service_s=jnp.float64(5.0), ttft_s=jnp.asarray([0.5]), itl_s=jnp.asarray([0.04]),
-                    service_s=jnp.asarray([5.0]), slo_e2e_s=np.inf, quantile=0.9)
+        args = dict(
+            weights=jnp.ones(1),
+            mean_service_s=jnp.float64(5.0),
+            ttft_s=jnp.asarray([0.5]),
+            itl_s=jnp.asarray([0.04]),
+            service_s=jnp.asarray([5.0]),
+            slo_e2e_s=np.inf,
+            quantile=0.9,
+        )
         assert float(proc.max_rate_per_replica(slots=jnp.float64(8), slo_ttft_s=0.4, slo_itl_s=1.0, **args)) == 0.0
         assert float(proc.max_rate_per_replica(slots=jnp.float64(8), slo_ttft_s=9.0, slo_itl_s=0.03, **args)) == 0.0
         assert float(proc.max_rate_per_replica(slots=jnp.float64(0), slo_ttft_s=9.0, slo_itl_s=1.0, **args)) == 0.0
@@ -135,9 +157,12 @@ def test_max_rate_is_zero_when_the_slos_fail_unloaded_or_nothing_fits():
 
 # ------------------------------------------------------------------------------ request traces
 
-TRACES = [("AzureLLMInferenceTrace_code.csv", "azure", 8819, True), ("AzureLLMInferenceTrace_conv.csv", "azure", 19366, True),
-          ("mooncake_conversation_trace.jsonl", "mooncake", 12031, True),
-          ("sharegpt_lengths_llama2_tokenizer.csv", "sharegpt", 30731, False)]
+TRACES = [
+    ("AzureLLMInferenceTrace_code.csv", "azure", 8819, True),
+    ("AzureLLMInferenceTrace_conv.csv", "azure", 19366, True),
+    ("mooncake_conversation_trace.jsonl", "mooncake", 12031, True),
+    ("sharegpt_lengths_llama2_tokenizer.csv", "sharegpt", 30731, False),
+]
 
 
 @pytest.mark.parametrize("name,fmt,n,timed", TRACES)
@@ -154,7 +179,7 @@ def test_every_trace_reader_on_the_shared_files(shared_data, name, fmt, n, timed
         c = length_classes(trace.input_len, trace.output_len, k)
         assert c.count.sum() == trace.n_requests and c.count.max() - c.count.min() <= 1  # every request, equal counts
         order = np.argsort(trace.input_len + trace.output_len, kind="stable")
-        for group, n_k, i_k, o_k in zip(np.array_split(order, k), c.count, c.input_len, c.output_len):
+        for group, n_k, i_k, o_k in zip(np.array_split(order, k), c.count, c.input_len, c.output_len, strict=False):
             exact = (trace.input_len[group] + trace.output_len[group]).sum()
             assert abs(n_k * (i_k + o_k) - exact) <= n_k * 1.0  # each rounded mean is within 0.5 of its own
         assert np.all(np.diff(c.input_len + c.output_len) >= -1)  # sorted by I + O
@@ -166,18 +191,27 @@ def test_trace_rate_from_timestamps(tmp_path):
     trace = load_requests(path)
     assert trace.format == "csv" and trace.span_s == 10.0 and trace.rate == pytest.approx(0.4)
     jsonl = tmp_path / "m.jsonl"
-    jsonl.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2}\n{"timestamp": 2000, "input_length": 6, "output_length": 3}\n')
+    jsonl.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 2}\n'
+        '{"timestamp": 2000, "input_length": 6, "output_length": 3}\n'
+    )
     assert load_requests(jsonl).rate == pytest.approx(1.0)  # ms → s
 
 
-@pytest.mark.parametrize("text,where", [
-    ("", "empty"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n", "at least two requests"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n2023-11-16 18:15:40,10,5\n", "row 3"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n2023-11-16 18:15:50,-3,5\n", "row 3, column 'ContextTokens'"),
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,five\n", "row 2, column 'GeneratedTokens'"),
-    ("when,a,b\n1,2,3\n", "no input-token column"),
-])
+@pytest.mark.parametrize(
+    "text,where",
+    [
+        ("", "empty"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n", "at least two requests"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n2023-11-16 18:15:40,10,5\n", "row 3"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n2023-11-16 18:15:50,-3,5\n",
+            "row 3, column 'ContextTokens'",
+        ),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,five\n", "row 2, column 'GeneratedTokens'"),
+        ("when,a,b\n1,2,3\n", "no input-token column"),
+    ],
+)
 def test_bad_traces_are_clear_errors_naming_file_and_row(tmp_path, text, where):
     path = tmp_path / "trace.csv"
     path.write_text(text)
@@ -190,8 +224,12 @@ def test_bad_traces_are_clear_errors_naming_file_and_row(tmp_path, text, where):
 
 SMALL = dict(
     workloads=[dict(name="mixed", input_len=1500, output_len=300)],
-    rates=[0.5, 3.0, 12.0], models=["Llama-3.1-8B", "Qwen3-32B"], gpus=["L40S", "H100-SXM", "A100-SXM-80GB"],
-    tp=[1, 2, 4], batch=[1, 4, 16, 64], slo=dict(ttft_s=1.5, itl_s=0.04),
+    rates=[0.5, 3.0, 12.0],
+    models=["Llama-3.1-8B", "Qwen3-32B"],
+    gpus=["L40S", "H100-SXM", "A100-SXM-80GB"],
+    tp=[1, 2, 4],
+    batch=[1, 4, 16, 64],
+    slo=dict(ttft_s=1.5, itl_s=0.04),
 )
 
 
@@ -212,8 +250,14 @@ def _brute_choice(ds, w, r, m):
 
 @pytest.fixture(scope="module")
 def small_study(shared_data):
-    spec = dict(SMALL, workloads=[dict(name="conv", trace=str(shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv"), classes=3),
-                                  dict(name="fixed", input_len=1024, output_len=256)], rate_scale=[1.0, 8.0])
+    spec = dict(
+        SMALL,
+        workloads=[
+            dict(name="conv", trace=str(shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv"), classes=3),
+            dict(name="fixed", input_len=1024, output_len=256),
+        ],
+        rate_scale=[1.0, 8.0],
+    )
     return spec, slimjax.procure(spec)
 
 
@@ -245,9 +289,15 @@ def test_sizing_follows_the_formulas(small_study):
     np.testing.assert_array_equal(c.replicas.values[feas], np.ceil(total / lam[feas]))
     prices = np.array([1.19, 2.99, 1.79])[None, :, None, None]
     n = ds.tp.values[None, None, :, None]
-    np.testing.assert_allclose(c.cost_per_hour.values[feas], np.broadcast_to(c.replicas.values * n * prices, feas.shape)[feas])
-    tokens = float((ds.class_weight.sel(workload="conv") * (ds.class_input_len + ds.class_output_len).sel(workload="conv")).sum())
-    np.testing.assert_allclose(c.cost_per_mtok.values[feas], c.cost_per_hour.values[feas] / (3600 * total * tokens / 1e6))
+    np.testing.assert_allclose(
+        c.cost_per_hour.values[feas], np.broadcast_to(c.replicas.values * n * prices, feas.shape)[feas]
+    )
+    tokens = float(
+        (ds.class_weight.sel(workload="conv") * (ds.class_input_len + ds.class_output_len).sel(workload="conv")).sum()
+    )
+    np.testing.assert_allclose(
+        c.cost_per_mtok.values[feas], c.cost_per_hour.values[feas] / (3600 * total * tokens / 1e6)
+    )
     util = c.utilization.values[feas]
     assert (util > 0).all() and (util < 1).all()  # every sized replica has a steady state
     assert (c.ttft_p_s.values[feas] <= 1.5 + 1e-9).all() and (c.itl_s.values[feas] <= 0.04).all()
@@ -263,28 +313,45 @@ def test_mix_equals_each_class_alone_as_its_own_study(small_study):
             weight = float(w.class_weight[k])
             if weight == 0:
                 continue
-            alone = slimjax.procure(dict(spec, workloads=[dict(name="k", input_len=int(w.class_input_len[k]),
-                                                               output_len=int(w.class_output_len[k]))],
-                                         rates=[total * weight], rate_scale=None))
+            alone = slimjax.procure(
+                dict(
+                    spec,
+                    workloads=[
+                        dict(name="k", input_len=int(w.class_input_len[k]), output_len=int(w.class_output_len[k]))
+                    ],
+                    rates=[total * weight],
+                    rate_scale=None,
+                )
+            )
             for m in ds.model.values:
                 got, want = w.sel(rate=r, model=m, **{"class": k}), alone.sel(model=m).isel(workload=0, rate=0)
                 assert float(got.mix_class_cost_per_hour) == pytest.approx(float(want.best_cost_per_hour), rel=1e-12)
-                assert str(got.mix_gpu.values) == str(want.best_gpu.values) and int(got.mix_batch) == int(want.best_batch)
+                assert str(got.mix_gpu.values) == str(want.best_gpu.values) and int(got.mix_batch) == int(
+                    want.best_batch
+                )
         for m in ds.model.values:
             c = w.sel(rate=r, model=m)
             assert float(c.mix_cost_per_hour) == pytest.approx(float(c.mix_class_cost_per_hour.sum()))
-            assert float(c.mix_saving_per_hour) == pytest.approx(float(c.best_cost_per_hour) - float(c.mix_cost_per_hour))
+            assert float(c.mix_saving_per_hour) == pytest.approx(
+                float(c.best_cost_per_hour) - float(c.mix_cost_per_hour)
+            )
 
 
 def test_candidates_agree_with_the_scalar_capacity_path(small_study):
     """A fixed workload's candidate at its slots m has §4's ITL and S(m) from slimjax.capacity, and the
     study TTFT is the per-request screen t_pre + ITL (not the batch screen B·t_pre)."""
     _, ds = small_study
-    for m, g, n, b in (("Llama-3.1-8B", "H100-SXM", 1, 16), ("Qwen3-32B", "A100-SXM-80GB", 2, 64), ("Qwen3-32B", "L40S", 4, 4)):
+    for m, g, n, b in (
+        ("Llama-3.1-8B", "H100-SXM", 1, 16),
+        ("Qwen3-32B", "A100-SXM-80GB", 2, 64),
+        ("Qwen3-32B", "L40S", 4, 4),
+    ):
         c = ds.sel(workload="fixed", model=m, gpu=g, tp=n, batch=b)
         slots = int(c.slots)
         assert slots >= 1
-        point = slimjax.capacity(m, g, 1024, 256, slots, serving=dict(n_gpu=n, efficiency="calibrated", kv_replication="auto"))
+        point = slimjax.capacity(
+            m, g, 1024, 256, slots, serving=dict(n_gpu=n, efficiency="calibrated", kv_replication="auto")
+        )
         assert float(c.itl_s) == pytest.approx(point["itl_s"], rel=1e-12)
         assert float(c.service_s) == pytest.approx(point["service_s"], rel=1e-12)
         assert float(c.ttft_unloaded_s) == pytest.approx(point["prefill_s"] + point["itl_s"], rel=1e-12)
@@ -303,7 +370,9 @@ def test_an_infeasible_study_says_why(tmp_path):
     assert (reason.sel(model="Llama-3.1-8B", tp=3) == proc_reason("tp_does_not_divide_heads")).all()
     assert (reason.sel(model="Llama-3.1-8B", gpu="H100-SXM", tp=1) == proc_reason("itl")).all()
     text = slimjax.procure_tables(ds, infeasible=9)
-    assert "no feasible candidate: binding reason itl" in text and "no feasible candidate: binding reason memory" in text
+    assert (
+        "no feasible candidate: binding reason itl" in text and "no feasible candidate: binding reason memory" in text
+    )
     assert "ITL" in text and "> 1 ms SLO" in text and "GiB exceed the usable" in text and "does not divide" in text
 
 
@@ -324,19 +393,27 @@ def test_measured_point_replaces_the_roofline_for_its_candidate():
     assert not np.allclose(other.itl_s.values, 0.03)
 
 
-@pytest.mark.parametrize("change,field", [
-    (dict(colour=1), "colour"),
-    (dict(serving=dict(n_gpu=2)), "serving.n_gpu"),
-    (dict(slo=dict(quantile=0.9)), "slo"),
-    (dict(slo=dict(ttft_s=-1)), "slo.ttft_s"),
-    (dict(rates=[0.0, 1.0]), "rates"),
-    (dict(rates=None), "rates"),
-    (dict(prices={"B200": 2.0}), "prices.B200"),
-    (dict(gpus=[dict(name="mine", tflops=100, bandwidth_tbs=1, memory_gib=48)]), "prices.mine"),
-    (dict(workloads=[dict(name="x", input_len=10)]), "workloads[0].output_len"),
-    (dict(workloads=[dict(name="x", trace="nowhere.csv")]), "workloads[0].trace"),
-    (dict(measured=[dict(model="Llama-3.1-8B", gpu="H100-SXM", tp=8, batch=1, request_rate=1, ttft_s=1, itl_s=1)]), "measured[0].tp"),
-])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        (dict(colour=1), "colour"),
+        (dict(serving=dict(n_gpu=2)), "serving.n_gpu"),
+        (dict(slo=dict(quantile=0.9)), "slo"),
+        (dict(slo=dict(ttft_s=-1)), "slo.ttft_s"),
+        (dict(rates=[0.0, 1.0]), "rates"),
+        (dict(rates=None), "rates"),
+        (dict(prices={"B200": 2.0}), "prices.B200"),
+        (dict(gpus=[dict(name="mine", tflops=100, bandwidth_tbs=1, memory_gib=48)]), "prices.mine"),
+        (dict(workloads=[dict(name="x", input_len=10)]), "workloads[0].output_len"),
+        (dict(workloads=[dict(name="x", trace="nowhere.csv")]), "workloads[0].trace"),
+        (
+            dict(
+                measured=[dict(model="Llama-3.1-8B", gpu="H100-SXM", tp=8, batch=1, request_rate=1, ttft_s=1, itl_s=1)]
+            ),
+            "measured[0].tp",
+        ),
+    ],
+)
 def test_bad_study_input_names_the_field(change, field):
     with pytest.raises(slimjax.SlimjaxError) as e:
         procurefile.parse({**SMALL, **change})
@@ -381,9 +458,15 @@ def test_shipped_example_is_bit_identical_to_its_golden_store_and_tables(shared_
 
 def test_ties_go_to_fewer_gpus_then_smaller_tp_then_smaller_batch_then_the_first_gpu():
     twin = dict(tflops=989, bandwidth_tbs=3.35, memory_gib=80, price_per_hour=2.0)
-    spec = dict(workloads=[dict(name="w", input_len=512, output_len=128)], rates=[0.2], models=["Llama-3.1-8B"],
-                gpus=[dict(name="first", **twin), dict(name="second", **twin)], tp=[1, 2], batch=[4, 8, 16],
-                slo=dict(itl_s=1.0))
+    spec = dict(
+        workloads=[dict(name="w", input_len=512, output_len=128)],
+        rates=[0.2],
+        models=["Llama-3.1-8B"],
+        gpus=[dict(name="first", **twin), dict(name="second", **twin)],
+        tp=[1, 2],
+        batch=[4, 8, 16],
+        slo=dict(itl_s=1.0),
+    )
     ds = slimjax.procure(spec).isel(workload=0, rate=0, model=0)
     # one replica of one GPU serves 0.2 requests/s at every batch: the cheapest cost is shared by six
     # candidates (2 GPUs × 3 batches at TP 1); the tie goes to the smallest batch on the first GPU

@@ -121,8 +121,16 @@ def test_checks_come_before_work(tmp_path):
 
 
 def test_context_beyond_the_model_is_flagged_per_cell_and_in_the_summary():
-    ds = slimjax.sweep(dict(models=["Llama-3.1-8B", "OPT-125m"], gpus=["H100-SXM"], batch=[1, 8], input_len=[1024, 200_000],
-                            output_len=[256, 1024]), quiet=True)
+    ds = slimjax.sweep(
+        dict(
+            models=["Llama-3.1-8B", "OPT-125m"],
+            gpus=["H100-SXM"],
+            batch=[1, 8],
+            input_len=[1024, 200_000],
+            output_len=[256, 1024],
+        ),
+        quiet=True,
+    )
     w = ds.within_context
     assert bool(w.sel(model="Llama-3.1-8B", input_len=1024, output_len=1024))  # 131072 context
     assert not bool(w.sel(model="Llama-3.1-8B", input_len=200_000, output_len=256))
@@ -135,18 +143,56 @@ def test_context_beyond_the_model_is_flagged_per_cell_and_in_the_summary():
 BASE = dict(gpus=["H100-SXM"], batch=[1], input_len=[8], output_len=[4])
 
 
-@pytest.mark.parametrize("spec, message", [
-    (dict(BASE, models=["OPT-125m"], gpus=[{"name": "x", "tflops": 100, "bandwidth_tbs": 1, "memory_gib": float("inf")}]),
-     r"gpus\[0\].memory_gib: must be a positive number, got inf"),
-    (dict(BASE, models=[{"name": "m", "num_hidden_layers": 2, "hidden_size": 100, "num_attention_heads": 3,
-                         "intermediate_size": 64, "vocab_size": 10}]),
-     r"models\[0\].num_attention_heads: 3 heads do not divide hidden_size 100; give head_dim"),
-    (dict(BASE, models=[{"name": "m", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                         "intermediate_size": 64, "vocab_size": 10, "num_key_value_head": 2}]),
-     r"models\[0\].num_key_value_head: unknown key; did you mean 'num_key_value_heads'\?"),
-    (dict(BASE, models=["OPT-125m"], serving={"kv_dtype_bytes": 0}),
-     r"serving.kv_dtype_bytes: must be a positive number of bytes per element or a dtype name"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (
+            dict(
+                BASE,
+                models=["OPT-125m"],
+                gpus=[{"name": "x", "tflops": 100, "bandwidth_tbs": 1, "memory_gib": float("inf")}],
+            ),
+            r"gpus\[0\].memory_gib: must be a positive number, got inf",
+        ),
+        (
+            dict(
+                BASE,
+                models=[
+                    {
+                        "name": "m",
+                        "num_hidden_layers": 2,
+                        "hidden_size": 100,
+                        "num_attention_heads": 3,
+                        "intermediate_size": 64,
+                        "vocab_size": 10,
+                    }
+                ],
+            ),
+            r"models\[0\].num_attention_heads: 3 heads do not divide hidden_size 100; give head_dim",
+        ),
+        (
+            dict(
+                BASE,
+                models=[
+                    {
+                        "name": "m",
+                        "num_hidden_layers": 2,
+                        "hidden_size": 64,
+                        "num_attention_heads": 4,
+                        "intermediate_size": 64,
+                        "vocab_size": 10,
+                        "num_key_value_head": 2,
+                    }
+                ],
+            ),
+            r"models\[0\].num_key_value_head: unknown key; did you mean 'num_key_value_heads'\?",
+        ),
+        (
+            dict(BASE, models=["OPT-125m"], serving={"kv_dtype_bytes": 0}),
+            r"serving.kv_dtype_bytes: must be a positive number of bytes per element or a dtype name",
+        ),
+    ],
+)
 def test_small_holes_are_errors_naming_the_field(spec, message):
     with pytest.raises(slimjax.SlimjaxError, match=message):
         slimjax.parse(spec)
@@ -158,20 +204,48 @@ def test_cli_words_and_data_from_any_folder(tmp_path, monkeypatch, shared_data):
     from slimjax.cli import main
     from slimjax.fit.validate import default_trace_paths
 
-    r = CliRunner().invoke(main, ["capacity", "--model", "OPT-125m", "--gpu", "H100-SXM", "--input-len", "8",
-                                  "--output-len", "4", "--batch", "1", "--block-size", "0"])
-    assert r.exit_code == 2 and "--block-size: must be a positive integer, got 0" in r.output  # the flag, not serving.block_size
+    r = CliRunner().invoke(
+        main,
+        [
+            "capacity",
+            "--model",
+            "OPT-125m",
+            "--gpu",
+            "H100-SXM",
+            "--input-len",
+            "8",
+            "--output-len",
+            "4",
+            "--batch",
+            "1",
+            "--block-size",
+            "0",
+        ],
+    )
+    assert (
+        r.exit_code == 2 and "--block-size: must be a positive integer, got 0" in r.output
+    )  # the flag, not serving.block_size
     monkeypatch.delenv("SLIMJAX_DATA", raising=False)
     monkeypatch.chdir(tmp_path)
     assert all(p.exists() for p in default_trace_paths())  # no SLIMJAX_DATA, not in the repo root
     bench = slimjax.load_traces(shared_data / "measured" / "llm_inference_bench.csv")
     assert bench.attrs["dropped"]["throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)"] > 300
-    assert not (bench.framework == "llama.cpp").any() or (
-        (bench.throughput * bench.e2e_s / (bench.batch * (bench.input_len + bench.output_len)) - 1).abs() < 0.05).all()
+    assert (
+        not (bench.framework == "llama.cpp").any()
+        or (
+            (bench.throughput * bench.e2e_s / (bench.batch * (bench.input_len + bench.output_len)) - 1).abs() < 0.05
+        ).all()
+    )
     canonical = tmp_path / "t.csv"
-    canonical.write_text("model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,H100-SXM,8,100,50,1.5\n"
-                         "Llama-3.1-8B,TPUv9,8,100,50,1.5\n")
-    out = CliRunner().invoke(main, ["calibrate", str(canonical), "--out", str(tmp_path / "c.zarr"), "--group-by", "model"]).output
+    canonical.write_text(
+        "model,gpu,batch,input_len,output_len,e2e_s\nLlama-3.1-8B,H100-SXM,8,100,50,1.5\n"
+        "Llama-3.1-8B,TPUv9,8,100,50,1.5\n"
+    )
+    out = (
+        CliRunner()
+        .invoke(main, ["calibrate", str(canonical), "--out", str(tmp_path / "c.zarr"), "--group-by", "model"])
+        .output
+    )
     assert "1 rows kept of 2 read; dropped 1 (hardware 'TPUv9' unknown" in out
 
 
@@ -194,8 +268,15 @@ def test_four_bit_dtype_names(name, bytes_):
 
 
 def test_low_precision_tensor_core_peaks_where_the_gpu_has_them():
-    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM", "A100-SXM-80GB"], batch=[1], input_len=[16384], output_len=[2],
-                advisor=False, precision="float64")
+    spec = dict(
+        models=["Llama-3.1-8B"],
+        gpus=["H100-SXM", "A100-SXM-80GB"],
+        batch=[1],
+        input_len=[16384],
+        output_len=[2],
+        advisor=False,
+        precision="float64",
+    )
     bf16 = slimjax.sweep({**spec, "serving": {}}, quiet=True).prefill_s
     fp8 = slimjax.sweep({**spec, "serving": {"weight_dtype_bytes": "fp8"}}, quiet=True).prefill_s
     ratio = (fp8 / bf16).squeeze()
@@ -210,12 +291,28 @@ def test_default_coefficients_keep_gpu_order_consistent_with_specs():
     from slimjax.inputs.catalog import gpu_catalog, resolve_gpu
 
     gpus = list(gpu_catalog())
-    ds = slimjax.sweep(dict(models=["Llama-3.1-8B", "Llama-3.1-70B", "OPT-125m"], gpus=gpus, batch=[1, 16, 64],
-                            input_len=[128, 2048], output_len=[64, 512], advisor=False, serving={"n_gpu": 4},
-                            precision="float64"), quiet=True)
+    ds = slimjax.sweep(
+        dict(
+            models=["Llama-3.1-8B", "Llama-3.1-70B", "OPT-125m"],
+            gpus=gpus,
+            batch=[1, 16, 64],
+            input_len=[128, 2048],
+            output_len=[64, 512],
+            advisor=False,
+            serving={"n_gpu": 4},
+            precision="float64",
+        ),
+        quiet=True,
+    )
     spec = {g: resolve_gpu(g)[1] for g in gpus}
-    pairs = [(a, b) for a in gpus for b in gpus if a != b and spec[a]["flops_per_s"] >= spec[b]["flops_per_s"]
-             and spec[a]["bandwidth_bytes_per_s"] >= spec[b]["bandwidth_bytes_per_s"]]
+    pairs = [
+        (a, b)
+        for a in gpus
+        for b in gpus
+        if a != b
+        and spec[a]["flops_per_s"] >= spec[b]["flops_per_s"]
+        and spec[a]["bandwidth_bytes_per_s"] >= spec[b]["bandwidth_bytes_per_s"]
+    ]
     assert len(pairs) > 10
     for a, b in pairs:  # (where both run: memory differs too, and a batch that does not fit has no figure)
         t_a, t_b = ds.slim_throughput.sel(gpu=a), ds.slim_throughput.sel(gpu=b)
@@ -227,12 +324,22 @@ def test_default_coefficients_keep_gpu_order_consistent_with_specs():
 
 
 def test_per_gpu_sets_are_opt_in_and_break_gpu_order():
-    spec = dict(models=["Llama-3.1-70B"], gpus=["H100-SXM", "H200"], batch=[1], input_len=[1024], output_len=[256],
-                advisor=False, precision="float64", serving={"n_gpu": 2})  # (141 GB of weights: two GPUs)
+    spec = dict(
+        models=["Llama-3.1-70B"],
+        gpus=["H100-SXM", "H200"],
+        batch=[1],
+        input_len=[1024],
+        output_len=[256],
+        advisor=False,
+        precision="float64",
+        serving={"n_gpu": 2},
+    )  # (141 GB of weights: two GPUs)
     shared = slimjax.sweep(spec, quiet=True).slim_throughput.squeeze()
     per_gpu = slimjax.sweep({**spec, "slim": "per-gpu"}, quiet=True)
     assert float(shared.sel(gpu="H200")) >= float(shared.sel(gpu="H100-SXM"))
-    assert float(per_gpu.slim_throughput.squeeze().sel(gpu="H200")) < float(per_gpu.slim_throughput.squeeze().sel(gpu="H100-SXM"))
+    assert float(per_gpu.slim_throughput.squeeze().sel(gpu="H200")) < float(
+        per_gpu.slim_throughput.squeeze().sel(gpu="H100-SXM")
+    )
     assert "not comparable" in per_gpu.attrs["slim_coefficients_source"]
 
 
@@ -246,8 +353,21 @@ def test_coefficients_a_sweep_can_trust(tmp_path):
     rows = []
     for b in (1, 4, 16, 64):
         for il in (128, 512, 2048):
-            rows.append(dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=4, framework="x", batch=b, input_len=il, output_len=128,
-                             e2e_s=0.5 + 0.01 * b * rng.uniform(0.9, 1.1), throughput=np.nan, ttft_s=np.nan, itl_s=np.nan))
+            rows.append(
+                dict(
+                    model="Llama-3.1-8B",
+                    gpu="H100-SXM",
+                    n_gpu=4,
+                    framework="x",
+                    batch=b,
+                    input_len=il,
+                    output_len=128,
+                    e2e_s=0.5 + 0.01 * b * rng.uniform(0.9, 1.1),
+                    throughput=np.nan,
+                    ttft_s=np.nan,
+                    itl_s=np.nan,
+                )
+            )
     rows.append(dict(rows[0], model="OPT-125m"))  # one point for six coefficients
     traces = pd.DataFrame(rows)
     ds = calibrate(traces, group_by=["model", "gpu", "n_gpu"])
@@ -257,11 +377,19 @@ def test_coefficients_a_sweep_can_trust(tmp_path):
     write_dataset(ds, path)
     spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=[1, 256], input_len=[128], output_len=[128])
     # fitted at n_gpu = 4: a sweep at n_gpu = 1 is refused, not silently 3.7x off
-    with pytest.raises(slimjax.SlimjaxError, match=r"slim.select.n_gpu: the coefficients were fitted at n_gpu = 4, but the sweep "
-                                                   r"runs Llama-3.1-8B on H100-SXM with n_gpu = 1"):
+    with pytest.raises(
+        slimjax.SlimjaxError,
+        match=r"slim.select.n_gpu: the coefficients were fitted at n_gpu = 4, but the sweep "
+        r"runs Llama-3.1-8B on H100-SXM with n_gpu = 1",
+    ):
         slimjax.parse({**spec, "slim": {"coefficients": str(path), "select": {"n_gpu": 4}}})
     with pytest.warns(RuntimeWarning, match=r"Llama-3.1-8B/H100-SXM .*extrapolates batch 1–256 beyond the fitted 1–64"):
-        out = slimjax.sweep({**spec, "serving": {"n_gpu": 4}, "slim": {"coefficients": str(path), "select": {"n_gpu": 4}}})
-    assert "extrapolates batch" in __import__("json").loads(out.attrs["slim_coefficients_warnings"])["Llama-3.1-8B/H100-SXM"]
+        out = slimjax.sweep(
+            {**spec, "serving": {"n_gpu": 4}, "slim": {"coefficients": str(path), "select": {"n_gpu": 4}}}
+        )
+    assert (
+        "extrapolates batch"
+        in __import__("json").loads(out.attrs["slim_coefficients_warnings"])["Llama-3.1-8B/H100-SXM"]
+    )
     with pytest.raises(slimjax.SlimjaxError, match="no fit for OPT-125m on H100-SXM"):
         slimjax.parse(dict(spec, models=["OPT-125m"], serving={"n_gpu": 4}, slim={"coefficients": str(path)}))

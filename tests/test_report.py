@@ -20,11 +20,26 @@ import slimjax
 from slimjax.cli import main
 from slimjax.report import figures as F
 
-SWEEP = dict(models=["OPT-1.3b", "Llama-3.1-8B", "Llama-3.1-405B"], gpus=["H100-SXM", "L40S"], batch=[1, 2, 4, 8, 16, 32, 64],
-             input_len=[128, 1024, 4096], output_len=[64, 256], serving=dict(n_gpu=1), arrival_rate=[0.1, 1.0, 10.0],
-             agents=dict(research=dict(stages=2, calls_per_stage=4)), precision="float64")
-STUDY = dict(workloads=[dict(name="chat", input_len=1024, output_len=256)], rates=[1.0, 8.0], models=["Llama-3.1-8B"],
-             gpus=["H100-SXM", "L40S"], tp=[1, 2], batch=[4, 16, 64], slo=dict(ttft_s=2.0, itl_s=0.05))
+SWEEP = dict(
+    models=["OPT-1.3b", "Llama-3.1-8B", "Llama-3.1-405B"],
+    gpus=["H100-SXM", "L40S"],
+    batch=[1, 2, 4, 8, 16, 32, 64],
+    input_len=[128, 1024, 4096],
+    output_len=[64, 256],
+    serving=dict(n_gpu=1),
+    arrival_rate=[0.1, 1.0, 10.0],
+    agents=dict(research=dict(stages=2, calls_per_stage=4)),
+    precision="float64",
+)
+STUDY = dict(
+    workloads=[dict(name="chat", input_len=1024, output_len=256)],
+    rates=[1.0, 8.0],
+    models=["Llama-3.1-8B"],
+    gpus=["H100-SXM", "L40S"],
+    tp=[1, 2],
+    batch=[4, 16, 64],
+    slo=dict(ttft_s=2.0, itl_s=0.05),
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +55,20 @@ def stores(tmp_path_factory, shared_data):
     write_dataset(coeffs, root / "coeffs.zarr")
     # a validate --out CSV in its documented columns (a few rows, two methods)
     rows = traces.head(12)
-    pred = pd.concat([rows.assign(method=m, scenario="same-curve", fold="x", pred_throughput=rows.throughput * f,
-                                  pred_e2e_s=rows.e2e_s / f, pred_throughput_lo=rows.throughput * f * 0.8,
-                                  pred_throughput_hi=rows.throughput * f * 1.2) for m, f in (("slim", 1.1), ("slim-kv", 0.95))])
+    pred = pd.concat(
+        [
+            rows.assign(
+                method=m,
+                scenario="same-curve",
+                fold="x",
+                pred_throughput=rows.throughput * f,
+                pred_e2e_s=rows.e2e_s / f,
+                pred_throughput_lo=rows.throughput * f * 0.8,
+                pred_throughput_hi=rows.throughput * f * 1.2,
+            )
+            for m, f in (("slim", 1.1), ("slim-kv", 0.95))
+        ]
+    )
     pred.to_csv(root / "pred.csv", index=False)
     return root
 
@@ -50,7 +76,14 @@ def stores(tmp_path_factory, shared_data):
 def test_every_figure_kind_comes_from_a_store(stores):
     ds = slimjax.store.open_store(stores / "sweep.zarr")
     kinds = {f.key for make in F.SWEEP_KINDS for f in make(ds)}
-    assert {"throughput_vs_batch", "roofline", "b_cap_heatmap", "max_seqs_heatmap", "queue_wait", "agent_research"} <= kinds
+    assert {
+        "throughput_vs_batch",
+        "roofline",
+        "b_cap_heatmap",
+        "max_seqs_heatmap",
+        "queue_wait",
+        "agent_research",
+    } <= kinds
     study = slimjax.store.open_store(stores / "study.zarr")
     assert [f.key for f in F.procurement_figures(study)] == ["procurement_chat"]
     assert len(F.procurement_table(study)) == 2
@@ -64,8 +97,18 @@ def test_every_figure_kind_comes_from_a_store(stores):
 @pytest.fixture(scope="module")
 def report_dir(stores):
     out = stores / "report"
-    r = CliRunner().invoke(main, ["report", str(stores / "sweep.zarr"), str(stores / "study.zarr"), str(stores / "coeffs.zarr"),
-                                  str(stores / "pred.csv"), "--out", str(out)])
+    r = CliRunner().invoke(
+        main,
+        [
+            "report",
+            str(stores / "sweep.zarr"),
+            str(stores / "study.zarr"),
+            str(stores / "coeffs.zarr"),
+            str(stores / "pred.csv"),
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     return out
 
@@ -110,11 +153,27 @@ def test_a_real_browser_renders_the_page(report_dir, tmp_path):
         pytest.skip("Chromium not found (apt-get install chromium)")
     out = report_dir
     shot = tmp_path / "shot.png"
-    run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                          "--enable-logging=stderr", "--v=0", f"--screenshot={shot}", "--window-size=1400,2400",
-                          f"file://{out / 'index.html'}"], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1400,2400",
+            f"file://{out / 'index.html'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.exists(), run.stderr[-2000:]
-    console = [line for line in run.stderr.splitlines() if "CONSOLE" in line and ("ERROR" in line or "Uncaught" in line)]
+    console = [
+        line for line in run.stderr.splitlines() if "CONSOLE" in line and ("ERROR" in line or "Uncaught" in line)
+    ]
     assert not console, console
     pixels = imread(str(shot))
     assert pixels.std() > 0.05  # not blank: text and plots
@@ -126,11 +185,19 @@ def test_intervals_band_and_the_report_options_of_sweep_and_procure(stores, tmp_
     coeffs = slimjax.store.open_store(stores / "coeffs.zarr")
     pairs = coeffs["coefficients"].isel(param=0).to_dataframe().dropna().reset_index()[["model", "gpu"]].iloc[:1]
     m, g = pairs.iloc[0]
-    spec = dict(models=[m], gpus=[g], batch=[1, 2, 4, 8, 16, 32], input_len=[128, 512], output_len=[128, 256],
-                slim=str(stores / "coeffs.zarr"))
+    spec = dict(
+        models=[m],
+        gpus=[g],
+        batch=[1, 2, 4, 8, 16, 32],
+        input_len=[128, 512],
+        output_len=[128, 256],
+        slim=str(stores / "coeffs.zarr"),
+    )
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(spec))
-    r = CliRunner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "s.zarr"), "--report", str(tmp_path / "rep"), "--quiet"])
+    r = CliRunner().invoke(
+        main, ["sweep", str(path), "--out", str(tmp_path / "s.zarr"), "--report", str(tmp_path / "rep"), "--quiet"]
+    )
     assert r.exit_code == 0, r.output
     ds = slimjax.store.open_store(tmp_path / "s.zarr")
     fig = F.throughput_figures(ds, (512, 256))[0].figure
@@ -143,12 +210,30 @@ def test_intervals_band_and_the_report_options_of_sweep_and_procure(stores, tmp_
 
 
 def test_validation_figure_draws_the_transfer_interval_where_the_csv_has_one():
-    rows = pd.DataFrame(dict(model="m", gpu="g", batch=[1, 8, 32], input_len=128, output_len=128,
-                             throughput=[100.0, 700.0, 2000.0], e2e_s=1.0, scenario="gpu-transfer", fold="f"))
-    fit = rows.assign(method="slim", pred_throughput=rows.throughput * 1.1, pred_throughput_lo=rows.throughput,
-                      pred_throughput_hi=rows.throughput * 1.2)
-    wide = fit.assign(method="slim-kv", pred_throughput_transfer_lo=rows.throughput * 0.5,
-                      pred_throughput_transfer_hi=rows.throughput * 2.0)
+    rows = pd.DataFrame(
+        dict(
+            model="m",
+            gpu="g",
+            batch=[1, 8, 32],
+            input_len=128,
+            output_len=128,
+            throughput=[100.0, 700.0, 2000.0],
+            e2e_s=1.0,
+            scenario="gpu-transfer",
+            fold="f",
+        )
+    )
+    fit = rows.assign(
+        method="slim",
+        pred_throughput=rows.throughput * 1.1,
+        pred_throughput_lo=rows.throughput,
+        pred_throughput_hi=rows.throughput * 1.2,
+    )
+    wide = fit.assign(
+        method="slim-kv",
+        pred_throughput_transfer_lo=rows.throughput * 0.5,
+        pred_throughput_transfer_hi=rows.throughput * 2.0,
+    )
     fig = F.validation_figures(pd.concat([fit, wide], ignore_index=True))[0].figure
     labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     assert labels == ["slim (90 % interval)", "slim-kv (90 % transfer interval)"]

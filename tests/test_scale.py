@@ -19,8 +19,15 @@ import slimjax
 from slimjax.cli import main
 from slimjax.store.sink import verify
 
-SPEC = dict(models=["OPT-125m", "Llama-3.1-8B"], gpus=["H100-SXM", "L40S"], batch={"start": 1, "stop": 128},
-            input_len=[64, 128, 256, 512, 1024, 2048], output_len=[32, 64, 128, 256], serving={}, arrival_rate=[0.5, 5.0])
+SPEC = dict(
+    models=["OPT-125m", "Llama-3.1-8B"],
+    gpus=["H100-SXM", "L40S"],
+    batch={"start": 1, "stop": 128},
+    input_len=[64, 128, 256, 512, 1024, 2048],
+    output_len=[32, 64, 128, 256],
+    serving={},
+    arrival_rate=[0.5, 5.0],
+)
 BUDGET = 2**18  # small blocks: 48 of them
 
 
@@ -35,7 +42,8 @@ def reference():
     return slimjax.sweep(SPEC, memory_budget_bytes=BUDGET)
 
 
-KILL = textwrap.dedent("""
+KILL = textwrap.dedent(
+    """
     import os, signal, sys, json
     import slimjax
     slimjax.configure()
@@ -59,13 +67,17 @@ KILL = textwrap.dedent("""
                 if count["n"] == n: os.kill(os.getpid(), signal.SIGKILL)
         zarr.Array.__setitem__ = setitem
     slimjax.sweep(spec, out, memory_budget_bytes=%d)
-""" % BUDGET)
+"""
+    % BUDGET
+)
 
 
 @pytest.mark.parametrize("how,n", [("write", 150)])  # mid-write (after a recorded block: the next two tests)
 def test_resume_after_kill_is_bit_identical(tmp_path, reference, how, n):
     out = tmp_path / "s.zarr"
-    run = subprocess.run([sys.executable, "-c", KILL, how, str(n), str(out), json.dumps(SPEC)], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", KILL, how, str(n), str(out), json.dumps(SPEC)], capture_output=True, text=True
+    )
     assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
     partial = tmp_path / "s.zarr.partial"
     report = verify(partial)
@@ -79,7 +91,11 @@ def test_resume_after_kill_is_bit_identical(tmp_path, reference, how, n):
 
 def test_kill_minus_nine_from_outside_then_resume_and_verify(tmp_path, reference):
     out = tmp_path / "s.zarr"
-    code = f"import slimjax, json; slimjax.configure(); slimjax.sweep(json.loads({json.dumps(json.dumps(SPEC))}), {str(out)!r}, memory_budget_bytes={BUDGET})"
+    spec = json.dumps(json.dumps(SPEC))
+    code = (
+        "import slimjax, json; slimjax.configure(); "
+        f"slimjax.sweep(json.loads({spec}), {str(out)!r}, memory_budget_bytes={BUDGET})"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     journal = tmp_path / "s.zarr.partial" / "slimjax_blocks"
     deadline = time.time() + 120
@@ -137,7 +153,8 @@ def test_url_store_is_built_in_place_resumable_and_verified(tmp_path, reference,
         slimjax.sweep(SPEC, url, memory_budget_bytes=BUDGET)
 
 
-DEVICES = textwrap.dedent("""
+DEVICES = textwrap.dedent(
+    """
     import sys, json, slimjax
     slimjax.configure(cpu_devices=4)
     import jax
@@ -148,12 +165,16 @@ DEVICES = textwrap.dedent("""
     every = grid.compute_devices
     grid.compute_devices = lambda **k: every(**k)[:1]  # the same process on one of its devices
     slimjax.sweep(spec, out + "/1.zarr", memory_budget_bytes=%d)
-""" % (BUDGET, BUDGET))
+"""
+    % (BUDGET, BUDGET)
+)
 
 
 def test_four_forced_cpu_devices_equal_one(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "SLIMJAX_CPU_DEVICES")}
-    run = subprocess.run([sys.executable, "-c", DEVICES, str(tmp_path), json.dumps(SPEC)], capture_output=True, text=True, env=env)
+    run = subprocess.run(
+        [sys.executable, "-c", DEVICES, str(tmp_path), json.dumps(SPEC)], capture_output=True, text=True, env=env
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     same(slimjax.store.open_store(tmp_path / "4.zarr"), slimjax.store.open_store(tmp_path / "1.zarr"))
 
@@ -167,21 +188,36 @@ RSS = textwrap.dedent("""
 
 
 def test_peak_memory_does_not_grow_with_the_grid(tmp_path):
-    small = dict(models=["OPT-125m", "Llama-3.1-8B"], gpus=["H100-SXM"], batch={"start": 1, "stop": 128},
-                 input_len={"start": 64, "stop": 4096, "step": 64}, output_len={"start": 16, "stop": 1024, "step": 16})
-    big = dict(small, gpus=["H100-SXM", "H200", "A100-SXM-80GB", "L40S", "B200"], models=["OPT-125m", "Llama-3.1-8B", "Qwen2-7B",
-                                                                                          "Llama-3.1-70B"])  # 10x: 10.5 M points, 114 MB
+    small = dict(
+        models=["OPT-125m", "Llama-3.1-8B"],
+        gpus=["H100-SXM"],
+        batch={"start": 1, "stop": 128},
+        input_len={"start": 64, "stop": 4096, "step": 64},
+        output_len={"start": 16, "stop": 1024, "step": 16},
+    )
+    big = dict(
+        small,
+        gpus=["H100-SXM", "H200", "A100-SXM-80GB", "L40S", "B200"],
+        models=["OPT-125m", "Llama-3.1-8B", "Qwen2-7B", "Llama-3.1-70B"],
+    )  # 10x: 10.5 M points, 114 MB
     peaks = []
     for i, spec in enumerate((small, big)):
-        run = subprocess.run([sys.executable, "-c", RSS, str(tmp_path / f"{i}.zarr"), json.dumps(spec)], capture_output=True, text=True)
+        run = subprocess.run(
+            [sys.executable, "-c", RSS, str(tmp_path / f"{i}.zarr"), json.dumps(spec)], capture_output=True, text=True
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         peaks.append(int(run.stdout.split()[-1]))
     assert peaks[1] <= 1.2 * peaks[0], peaks
 
 
 def test_what_cannot_fit_is_refused_before_any_work(tmp_path):
-    huge = dict(models=["OPT-125m"], gpus=["H100-SXM"], batch={"start": 1, "stop": 1000000},
-                input_len={"start": 1, "stop": 1000000}, output_len={"start": 1, "stop": 1000})  # 10^15 points
+    huge = dict(
+        models=["OPT-125m"],
+        gpus=["H100-SXM"],
+        batch={"start": 1, "stop": 1000000},
+        input_len={"start": 1, "stop": 1000000},
+        output_len={"start": 1, "stop": 1000},
+    )  # 10^15 points
     start = time.time()
     with pytest.raises(slimjax.SlimjaxError, match=r"memory but .* is available"):
         slimjax.sweep(huge)

@@ -3,12 +3,12 @@
 import jax
 import numpy as np
 import pytest
+import reference as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference as ref
-from slimjax.model import memory, slim
 from slimjax.inputs.catalog import resolve_gpu, resolve_model
+from slimjax.model import memory, slim
 from slimjax.model.specs import SLIM_PARAMS, GPUSpec, ModelSpec, SlimCoeffs, stack
 
 
@@ -36,20 +36,38 @@ def architectures(draw):
         moe=0.0,
         kv_lora_rank=float(draw(st.sampled_from([128, 512]))) if mla else 0.0,
         rope_dim=64.0 if mla else 0.0,
-        qk_nope_dim=128.0 if mla else 0.0, v_head_dim=128.0 if mla else 0.0,  # §4b fields SLIM does not read
-        n_experts=0.0, experts_per_token=0.0, expert_ffn_dim=0.0, n_moe_layers=0.0, max_context=np.inf,
+        qk_nope_dim=128.0 if mla else 0.0,
+        v_head_dim=128.0 if mla else 0.0,  # §4b fields SLIM does not read
+        n_experts=0.0,
+        experts_per_token=0.0,
+        expert_ffn_dim=0.0,
+        n_moe_layers=0.0,
+        max_context=np.inf,
     )
 
 
-gpus = st.fixed_dictionaries(dict(
-    flops_per_s=st.floats(1e13, 5e15), bandwidth_bytes_per_s=st.floats(1e11, 1e13),
-    memory_bytes=st.just(80 * 2.0**30), price_per_hour=st.just(1.0),
-    flops_fp8_per_s=st.just(0.0), flops_fp4_per_s=st.just(0.0), link_bytes_per_s=st.just(0.0), allreduce_latency_s=st.just(1e-5),
-))
-coeffs = st.fixed_dictionaries(dict(
-    eta_c=st.floats(0.05, 1.0), eta_m=st.floats(0.05, 2.0), B0=st.floats(0, 100),
-    alpha=st.floats(0, 1e-3), gamma=st.floats(0, 1e-5), t_fixed=st.floats(0, 2),
-))
+gpus = st.fixed_dictionaries(
+    dict(
+        flops_per_s=st.floats(1e13, 5e15),
+        bandwidth_bytes_per_s=st.floats(1e11, 1e13),
+        memory_bytes=st.just(80 * 2.0**30),
+        price_per_hour=st.just(1.0),
+        flops_fp8_per_s=st.just(0.0),
+        flops_fp4_per_s=st.just(0.0),
+        link_bytes_per_s=st.just(0.0),
+        allreduce_latency_s=st.just(1e-5),
+    )
+)
+coeffs = st.fixed_dictionaries(
+    dict(
+        eta_c=st.floats(0.05, 1.0),
+        eta_m=st.floats(0.05, 2.0),
+        B0=st.floats(0, 100),
+        alpha=st.floats(0, 1e-3),
+        gamma=st.floats(0, 1e-5),
+        t_fixed=st.floats(0, 2),
+    )
+)
 
 
 def as_spec(cls, row):
@@ -57,10 +75,19 @@ def as_spec(cls, row):
 
 
 @settings(max_examples=60, deadline=None)
-@given(architectures(), gpus, coeffs, st.integers(1, 1024), st.integers(1, 8192), st.integers(1, 4096), st.integers(1, 8))
+@given(
+    architectures(), gpus, coeffs, st.integers(1, 1024), st.integers(1, 8192), st.integers(1, 4096), st.integers(1, 8)
+)
 def test_slim_variables_match_loop_reference(arch, gpu, theta, B, I, O, n_gpu):
-    got = slim.slim_variables(as_spec(ModelSpec, arch), as_spec(GPUSpec, gpu), as_spec(SlimCoeffs, theta),
-                              float(B), float(I), float(O), float(n_gpu))
+    got = slim.slim_variables(
+        as_spec(ModelSpec, arch),
+        as_spec(GPUSpec, gpu),
+        as_spec(SlimCoeffs, theta),
+        float(B),
+        float(I),
+        float(O),
+        float(n_gpu),
+    )
     want = ref.slim(arch, gpu, theta, B, I, O, n_gpu)
     for name, value in want.items():
         np.testing.assert_allclose(np.asarray(got[name])[0], value, rtol=1e-12, err_msg=name)
@@ -94,8 +121,14 @@ def test_deepseek_v2_mla_is_gqa_with_2_25_groups():
 def test_kv_traffic_is_eq11():
     """M_dec = 2·L·D_kv·b_kv·C(I, O) for conventional attention (Eq. 11)."""
     _, arch = resolve_model("Llama-3.1-8B")
-    out = slim.slim_variables(as_spec(ModelSpec, arch), as_spec(GPUSpec, resolve_gpu("H100-SXM")[1]),
-                              as_spec(SlimCoeffs, {p: 1.0 for p in SLIM_PARAMS}), 4.0, 1000.0, 100.0)
+    out = slim.slim_variables(
+        as_spec(ModelSpec, arch),
+        as_spec(GPUSpec, resolve_gpu("H100-SXM")[1]),
+        as_spec(SlimCoeffs, {p: 1.0 for p in SLIM_PARAMS}),
+        4.0,
+        1000.0,
+        100.0,
+    )
     assert float(out["kv_traffic_bytes"][0]) == 2 * 32 * (8 * 128) * 2 * (100 * 1001 + 100 * 99 / 2)
 
 
@@ -109,7 +142,9 @@ def test_jit_and_vmap_invariance():
     mapped = jax.vmap(lambda b: slim.slim_variables(m, g, c, b, 512.0, 128.0))(batch)
     for k in eager:
         np.testing.assert_allclose(np.asarray(jitted[k]), np.asarray(eager[k]), rtol=1e-14)
-        np.testing.assert_allclose(np.asarray(mapped[k]).reshape(-1), np.broadcast_to(np.asarray(eager[k]), batch.shape), rtol=1e-14)
+        np.testing.assert_allclose(
+            np.asarray(mapped[k]).reshape(-1), np.broadcast_to(np.asarray(eager[k]), batch.shape), rtol=1e-14
+        )
 
 
 @pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-13)])
@@ -117,9 +152,13 @@ def test_precision_tolerance_keyed_by_dtype(dtype, rtol):
     _, arch = resolve_model("OPT-13b")
     theta = dict(eta_c=0.5, eta_m=0.8, B0=3.0, alpha=1e-4, gamma=2e-6, t_fixed=0.1)
     gpu = resolve_gpu("A100-SXM-80GB")[1]
-    cast = lambda cls, row: stack(cls, [row], dtype=dtype)
-    got = jax.jit(slim.slim_variables)(cast(ModelSpec, arch), cast(GPUSpec, gpu), cast(SlimCoeffs, theta),
-                                       dtype(48), dtype(2000), dtype(300))
+
+    def cast(cls, row):
+        return stack(cls, [row], dtype=dtype)
+
+    got = jax.jit(slim.slim_variables)(
+        cast(ModelSpec, arch), cast(GPUSpec, gpu), cast(SlimCoeffs, theta), dtype(48), dtype(2000), dtype(300)
+    )
     want = ref.slim(arch, gpu, theta, 48, 2000, 300)
     for k, v in want.items():
         assert np.asarray(got[k]).dtype == dtype

@@ -39,12 +39,31 @@ def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
     for k, v in sweep.coords.items():
         h.update(k.encode())
         h.update(np.ascontiguousarray(v).tobytes())
-    trees = (sweep.model, sweep.gpu, sweep.coeffs, sweep.serving, sweep.measured, sweep.arrival_rate, sweep.tp_to_fit,
-             sweep.coeffs_log_cov, sweep.coeffs_scatter, sweep.coeffs_form, None if sweep.agents is None else sweep.agents.spec)
+    trees = (
+        sweep.model,
+        sweep.gpu,
+        sweep.coeffs,
+        sweep.serving,
+        sweep.measured,
+        sweep.arrival_rate,
+        sweep.tp_to_fit,
+        sweep.coeffs_log_cov,
+        sweep.coeffs_scatter,
+        sweep.coeffs_form,
+        None if sweep.agents is None else sweep.agents.spec,
+    )
     for leaf in jax.tree_util.tree_leaves(trees):
         h.update(np.ascontiguousarray(np.asarray(leaf, np.float64)).tobytes())
-    advisor = None if sweep.advisor is None else (sweep.advisor.epsilon, sweep.advisor.slo_s, sweep.advisor.slo_factor,
-                                                  sorted(sweep.advisor.slo_reference.items()))
+    advisor = (
+        None
+        if sweep.advisor is None
+        else (
+            sweep.advisor.epsilon,
+            sweep.advisor.slo_s,
+            sweep.advisor.slo_factor,
+            sorted(sweep.advisor.slo_reference.items()),
+        )
+    )
     h.update(repr((advisor, sweep.precision, block_plan.dims, sorted(block_plan.block.items()))).encode())
     if sweep.slim_variant != "slim":  # (a §1 sweep keeps the hash it had before variants existed)
         h.update(f"{sweep.slim_variant} {sweep.slim_bandwidth_exponent!r}".encode())
@@ -52,10 +71,16 @@ def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
 
 
 def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
-    advisor = None if sweep.advisor is None else {
-        "epsilon": sweep.advisor.epsilon, "slo_s": sweep.advisor.slo_s,
-        "slo_factor": sweep.advisor.slo_factor, "slo_reference": sweep.advisor.slo_reference,
-    }
+    advisor = (
+        None
+        if sweep.advisor is None
+        else {
+            "epsilon": sweep.advisor.epsilon,
+            "slo_s": sweep.advisor.slo_s,
+            "slo_factor": sweep.advisor.slo_factor,
+            "slo_reference": sweep.advisor.slo_reference,
+        }
+    )
     measured = sweep.measured
     return {
         "slimjax_version": __version__,
@@ -68,10 +93,19 @@ def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
         "slim_coefficients_warnings": json.dumps(sweep.coeffs_notes),
         "advisor": json.dumps(advisor),
         "serving": json.dumps(sweep.serving_table),
-        "measured": json.dumps(None if measured is None else {
-            m: {g: {k: float(getattr(measured, k)[i, j]) for k in ("batch", "request_rate", "ttft_s", "itl_s")}
-                for j, g in enumerate(sweep.gpus) if not np.isnan(measured.batch[i, j])}
-            for i, m in enumerate(sweep.models) if not np.all(np.isnan(measured.batch[i]))}),
+        "measured": json.dumps(
+            None
+            if measured is None
+            else {
+                m: {
+                    g: {k: float(getattr(measured, k)[i, j]) for k in ("batch", "request_rate", "ttft_s", "itl_s")}
+                    for j, g in enumerate(sweep.gpus)
+                    if not np.isnan(measured.batch[i, j])
+                }
+                for i, m in enumerate(sweep.models)
+                if not np.all(np.isnan(measured.batch[i]))
+            }
+        ),
         "precision": sweep.precision,
         "price_date": PRICE_DATE,
         "block_plan": block_plan.to_attrs(),
@@ -85,8 +119,9 @@ class MemorySink:
 
     def __init__(self, sweep: Sweep, names: list[str]):
         coords = sweep.coords
-        self.arrays = {n: np.empty(tuple(len(coords[d]) for d in VARIABLES[n].dims), dtype=variable_dtype(sweep, n))
-                       for n in names}
+        self.arrays = {
+            n: np.empty(tuple(len(coords[d]) for d in VARIABLES[n].dims), dtype=variable_dtype(sweep, n)) for n in names
+        }
 
     def write(self, name, region, values):
         self.arrays[name][region] = values

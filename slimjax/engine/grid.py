@@ -24,6 +24,7 @@ from .groups import GROUPS, active_groups, batch_phase, mask_unfit, variable_nam
 from .plan import BlockPlan, plan_blocks
 from .schema import DIMS, VARIABLES
 
+
 class Layout(NamedTuple):
     """The static shape of one block evaluation (a jit static argument: one compile per sweep layout)."""
 
@@ -54,7 +55,7 @@ def _shape_input(tree, dims: tuple[str, ...], grid: tuple[str, ...], index: dict
         lead = [1] * len(grid)
         for a, d in enumerate(dims):
             lead[grid.index(d)] = x.shape[a]
-        return x.reshape(*lead, *x.shape[len(dims):])
+        return x.reshape(*lead, *x.shape[len(dims) :])
 
     return jax.tree_util.tree_map(f, tree)
 
@@ -73,7 +74,7 @@ def _cell_block(inputs, starts, *, layout):
     """Each active group's batch-independent terms on one block, materialised by their own call (fused
     into the grid kernel, XLA would re-derive them at every grid point: several times slower). The
     block's indices are clipped at the edges (padding), so every block compiles alike."""
-    index = {d: s + jnp.arange(n) for d, s, n in zip(layout.blocked, starts, layout.extents)}
+    index = {d: s + jnp.arange(n) for d, s, n in zip(layout.blocked, starts, layout.extents, strict=False)}
     x = {k: _shape_input(inputs[k], dims, layout.grid, index) for k, dims in layout.input_dims if not batch_phase(dims)}
     x["dims"], x["static"] = layout.grid, dict(layout.static)
     cells = {g: GROUPS[g].cell(x) for g in layout.groups if GROUPS[g].cell is not None}
@@ -84,13 +85,20 @@ def _cell_block(inputs, starts, *, layout):
 @functools.partial(jax.jit, static_argnames=("layout",))
 def _batch_block(x, cells, inputs, *, layout):
     grid = layout.grid
-    x = {**x, **{k: _shape_input(inputs[k], dims, grid, {}) for k, dims in layout.input_dims if batch_phase(dims)}, "dims": grid,
-         "static": dict(layout.static)}
+    x = {
+        **x,
+        **{k: _shape_input(inputs[k], dims, grid, {}) for k, dims in layout.input_dims if batch_phase(dims)},
+        "dims": grid,
+        "static": dict(layout.static),
+    }
     out: dict = {}
     for g in layout.groups:
         out.update(GROUPS[g].batch(x, cells, out))
     out = mask_unfit(out, [name for name, _ in layout.dtypes])
-    return {name: _to_dims(out[name], VARIABLES[name].dims, grid, layout.shape).astype(dtype) for name, dtype in layout.dtypes}
+    return {
+        name: _to_dims(out[name], VARIABLES[name].dims, grid, layout.shape).astype(dtype)
+        for name, dtype in layout.dtypes
+    }
 
 
 def evaluate_block(inputs: dict, starts, layout):
@@ -152,10 +160,16 @@ def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
     host, input_dims = host_inputs(sweep)
     groups = active_groups(sweep)
     names = variable_names(sweep)
-    layout = Layout(block_plan.dims, block_plan.blocked, block_plan.extents,
-                    tuple(block_plan.block.get(d, block_plan.sizes[d]) for d in block_plan.dims), input_dims,
-                    tuple(g.name for g in groups), tuple((n, variable_dtype(sweep, n).name) for n in names),
-                    static_facts(sweep))
+    layout = Layout(
+        block_plan.dims,
+        block_plan.blocked,
+        block_plan.extents,
+        tuple(block_plan.block.get(d, block_plan.sizes[d]) for d in block_plan.dims),
+        input_dims,
+        tuple(g.name for g in groups),
+        tuple((n, variable_dtype(sweep, n).name) for n in names),
+        static_facts(sweep),
+    )
     devices = compute_devices(host_callbacks=any(g.host_callbacks for g in groups))
     # the sweep's small input arrays go to each device once; blocks are picked out on the device
     on_device = [jax.device_put(host, d) for d in devices]
@@ -173,7 +187,9 @@ def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
             dims = VARIABLES[name].dims
             if any(b.slices[a].start != 0 for a in block_plan.blocked if a not in dims):
                 continue
-            valid = tuple(slice(0, b.slices[d].stop - b.slices[d].start) if d in b.slices else slice(None) for d in dims)
+            valid = tuple(
+                slice(0, b.slices[d].stop - b.slices[d].start) if d in b.slices else slice(None) for d in dims
+            )
             out[name] = (b.region(dims), np.asarray(value)[valid])
         yield k, out
 

@@ -25,10 +25,9 @@ import numpy as np
 from ..inputs.sweepfile import Sweep
 from ..model import advisor as advisor_mod
 from ..model import agents as agents_mod
-from ..model.calculator import capacity_cell_terms, queue_terms, service_terms
-from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
-from ..model.calculator import kv_capacity
+from ..model.calculator import capacity_cell_terms, kv_capacity, queue_terms, service_terms
 from ..model.floor import FLOOR_FLAGS, floor_inputs, floor_of
+from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
 from ..model.rates import token_throughput
 from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms
 from ..model.slim_kv import slim_kv_batch_terms, slim_kv_cell_terms, slim_kv_log_throughput_sensitivity
@@ -81,16 +80,23 @@ def batch_phase(dims: tuple[str, ...]) -> bool:
 
 def _coordinates(sweep: Sweep) -> dict:
     dt = sweep.dtype
-    return {"batch": (("batch",), sweep.batch.astype(dt)), "input_len": (("input_len",), sweep.input_len.astype(dt)),
-            "output_len": (("output_len",), sweep.output_len.astype(dt))}
+    return {
+        "batch": (("batch",), sweep.batch.astype(dt)),
+        "input_len": (("input_len",), sweep.input_len.astype(dt)),
+        "output_len": (("output_len",), sweep.output_len.astype(dt)),
+    }
 
 
 def _slim_inputs(sweep: Sweep) -> dict:
     dt = sweep.dtype
-    out = {"model": (("model",), astype(sweep.model, dt)), "gpu": (("gpu",), astype(sweep.gpu, dt)),
-           "coeffs": (("model", "gpu"), astype(sweep.coeffs, dt)), **_coordinates(sweep),
-           # tensor parallel, the KV dtype and the physical floor's group come from the serving settings
-           "serving": (("model", "gpu"), astype(sweep.serving, np.float64))}
+    out = {
+        "model": (("model",), astype(sweep.model, dt)),
+        "gpu": (("gpu",), astype(sweep.gpu, dt)),
+        "coeffs": (("model", "gpu"), astype(sweep.coeffs, dt)),
+        **_coordinates(sweep),
+        # tensor parallel, the KV dtype and the physical floor's group come from the serving settings
+        "serving": (("model", "gpu"), astype(sweep.serving, np.float64)),
+    }
     if sweep.slim_variant == "slim-kv":
         out["bandwidth_exponent"] = ((), np.asarray(sweep.slim_bandwidth_exponent, dt))
     return out
@@ -125,8 +131,16 @@ def slim_terms(cell: dict, coeffs, batch, I, O, slim_kv: bool) -> dict:
 
 
 def _slim_cell(x: dict) -> dict:
-    return slim_cell(x["model"], x["gpu"], x["coeffs"], x["serving"], x["input_len"], x["output_len"], _slim_kv(x),
-                     x.get("bandwidth_exponent"))
+    return slim_cell(
+        x["model"],
+        x["gpu"],
+        x["coeffs"],
+        x["serving"],
+        x["input_len"],
+        x["output_len"],
+        _slim_kv(x),
+        x.get("bandwidth_exponent"),
+    )
 
 
 def _slim_batch(x: dict, cells: dict, out: dict) -> dict:
@@ -136,24 +150,37 @@ def _slim_batch(x: dict, cells: dict, out: dict) -> dict:
         return slim_terms(cell, x["coeffs"], batch, I, O, _slim_kv(x))
 
     terms = at(x["batch"])
-    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **terms, "slim_at_floor": terms["slim_at_floor"].astype(jnp.int8),
-            "within_context": I + O <= x["model"].max_context,
-            # at B = 1, for the advisor's ε and the intervals (XLA drops it if unused)
-            "_slim_at_1": at(jnp.ones((), x["batch"].dtype))}
+    return {
+        "kv_traffic_bytes": cell["kv_traffic_bytes"],
+        **terms,
+        "slim_at_floor": terms["slim_at_floor"].astype(jnp.int8),
+        "within_context": I + O <= x["model"].max_context,
+        # at B = 1, for the advisor's ε and the intervals (XLA drops it if unused)
+        "_slim_at_1": at(jnp.ones((), x["batch"].dtype)),
+    }
 
 
 def _slim_attrs(sweep: Sweep, name: str) -> dict:
     if name == "slim_at_floor":
-        return {"flag_masks": [1, 2], "flag_meanings": " ".join(FLOOR_FLAGS), "unfit": "0 where the batch does not fit",
-                "floor": "100 % of the group's peak FLOP/s and bandwidth, no efficiency, launch or communication cost: "
-                         "the batch's prefill as one pass, each decode step's weight and KV reads (slimjax.model.floor)"}
+        return {
+            "flag_masks": [1, 2],
+            "flag_meanings": " ".join(FLOOR_FLAGS),
+            "unfit": "0 where the batch does not fit",
+            "floor": "100 % of the group's peak FLOP/s and bandwidth, no efficiency, launch or communication cost: "
+            "the batch's prefill as one pass, each decode step's weight and KV reads (slimjax.model.floor)",
+        }
     if name in ("slim_prefill_s", "slim_decode_s", "slim_e2e_s", "slim_throughput"):
-        return {"slim_variant": sweep.slim_variant, "physical_floor": "each time is at least the 100 %-of-peak roofline "
-                "of its group (slim_at_floor says where it binds)"}
+        return {
+            "slim_variant": sweep.slim_variant,
+            "physical_floor": "each time is at least the 100 %-of-peak roofline "
+            "of its group (slim_at_floor says where it binds)",
+        }
     return {}
 
 
-register_group(Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_slim_cell, batch=_slim_batch, attrs=_slim_attrs))
+register_group(
+    Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_slim_cell, batch=_slim_batch, attrs=_slim_attrs)
+)
 
 # ------------------------------------------------------------------------- the capacity calculator (§3–§4)
 
@@ -161,25 +188,35 @@ register_group(Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_
 def _roofline_attrs(sweep: Sweep) -> dict:
     """What a roofline-timed variable should say about how it was computed (MODEL.md §4b, §4c)."""
     attrs = {}
-    variants = {m: "+".join(n for n, on in (("moe", moe), ("mla", mla)) if on)
-                for m, moe, mla in zip(sweep.models, sweep.model.moe, sweep.model.mla)}
+    variants = {
+        m: "+".join(n for n, on in (("moe", moe), ("mla", mla)) if on)
+        for m, moe, mla in zip(sweep.models, sweep.model.moe, sweep.model.mla, strict=False)
+    }
     variants = {m: v for m, v in variants.items() if v}
     if variants:
         attrs["roofline_variant"] = json.dumps(variants)
     if sweep.serving is not None:
-        no_link = [f"{m}/{g}" for i, m in enumerate(sweep.models) for j, g in enumerate(sweep.gpus)
-                   if sweep.serving.n_gpu[i, j] > 1 and not sweep.gpu.link_bytes_per_s[j] > 0]
+        no_link = [
+            f"{m}/{g}"
+            for i, m in enumerate(sweep.models)
+            for j, g in enumerate(sweep.gpus)
+            if sweep.serving.n_gpu[i, j] > 1 and not sweep.gpu.link_bytes_per_s[j] > 0
+        ]
         if no_link:
-            attrs["tp_communication"] = (f"n_gpu > 1 without a link figure (interconnect_gbs), so no all-reduce time: "
-                                         f"{', '.join(no_link)}")
+            attrs["tp_communication"] = (
+                f"n_gpu > 1 without a link figure (interconnect_gbs), so no all-reduce time: {', '.join(no_link)}"
+            )
     return attrs
 
 
 def _capacity_inputs(sweep: Sweep) -> dict:
     # capacity inputs stay float64 (see capacity_cell_terms)
-    out = {"serving": (("model", "gpu"), astype(sweep.serving, np.float64)),
-           "model64": (("model",), astype(sweep.model, np.float64)), "gpu64": (("gpu",), astype(sweep.gpu, np.float64)),
-           **_coordinates(sweep)}
+    out = {
+        "serving": (("model", "gpu"), astype(sweep.serving, np.float64)),
+        "model64": (("model",), astype(sweep.model, np.float64)),
+        "gpu64": (("gpu",), astype(sweep.gpu, np.float64)),
+        **_coordinates(sweep),
+    }
     if sweep.measured is not None:
         out["measured"] = (("model", "gpu"), astype(sweep.measured, np.float64))
     out["n_gpu_to_fit"] = (("model", "gpu"), np.asarray(sweep.tp_to_fit, np.float64))
@@ -187,7 +224,9 @@ def _capacity_inputs(sweep: Sweep) -> dict:
 
 
 def _capacity_cell(x: dict) -> dict:
-    return capacity_cell_terms(x["model64"], x["gpu64"], x["serving"], x["input_len"].astype(F64), x["output_len"].astype(F64))
+    return capacity_cell_terms(
+        x["model64"], x["gpu64"], x["serving"], x["input_len"].astype(F64), x["output_len"].astype(F64)
+    )
 
 
 def _capacity_batch(x: dict, cells: dict, out: dict) -> dict:
@@ -198,8 +237,12 @@ def _capacity_batch(x: dict, cells: dict, out: dict) -> dict:
     result["fits"] = B64 <= cap["max_seqs"]  # the advisor recommends only batches that fit
     # what mask_unfit applies, by the dims a variable has: the batch of I + O tokens, the batch's prompts alone,
     # one prompt alone
-    result["_fit_masks"] = {"batch": result["fits"], "sequence": cap["max_seqs"] >= 1,
-                            "prompts": B64 <= cap["prompt_max_seqs"], "prompt": cap["prompt_max_seqs"] >= 1}
+    result["_fit_masks"] = {
+        "batch": result["fits"],
+        "sequence": cap["max_seqs"] >= 1,
+        "prompts": B64 <= cap["prompt_max_seqs"],
+        "prompt": cap["prompt_max_seqs"] >= 1,
+    }
     n = x["serving"].n_gpu
     result["n_gpu"] = jnp.where(jnp.isnan(n), 0.0, n)
     result["n_gpu_to_fit"] = x["n_gpu_to_fit"]
@@ -213,10 +256,14 @@ def _capacity_attrs(sweep: Sweep, name: str) -> dict:
     if name in ROOFLINE_ONLY or name in SERVICE:
         attrs.update(_roofline_attrs(sweep))
         labels = {f"{m}/{g}": sweep.serving_table[m][g]["efficiency"] for m in sweep.models for g in sweep.gpus}
-        attrs["efficiency"] = (next(iter(labels.values())) if len(set(labels.values())) == 1 else json.dumps(labels))
+        attrs["efficiency"] = next(iter(labels.values())) if len(set(labels.values())) == 1 else json.dumps(labels)
     if name in SERVICE and sweep.measured is not None:
-        pairs = [f"{m}/{g}" for i, m in enumerate(sweep.models) for j, g in enumerate(sweep.gpus)
-                 if not np.isnan(sweep.measured.batch[i, j])]
+        pairs = [
+            f"{m}/{g}"
+            for i, m in enumerate(sweep.models)
+            for j, g in enumerate(sweep.gpus)
+            if not np.isnan(sweep.measured.batch[i, j])
+        ]
         attrs["measured_mode"] = ", ".join(pairs)
     return attrs
 
@@ -226,8 +273,17 @@ def _memory_attrs(sweep: Sweep, name: str) -> dict:
     return {**attrs, **_capacity_attrs(sweep, name)}
 
 
-register_group(Group("capacity", active=lambda sw: True, inputs=_capacity_inputs, cell=_capacity_cell,
-                     batch=_capacity_batch, attrs=_memory_attrs, wide=True))
+register_group(
+    Group(
+        "capacity",
+        active=lambda sw: True,
+        inputs=_capacity_inputs,
+        cell=_capacity_cell,
+        batch=_capacity_batch,
+        attrs=_memory_attrs,
+        wide=True,
+    )
+)
 # the roofline timing variables of the calculator (their group is "capacity"; they need this one active too)
 register_group(Group("roofline", active=lambda sw: sw.roofline, inputs=lambda sw: {}, batch=lambda x, cells, out: {}))
 
@@ -242,8 +298,11 @@ def mask_unfit(out: dict, names) -> dict:
         var = VARIABLES[name]
         if not var.fit_masked:
             continue
-        key = ("batch" if "output_len" in var.dims else "prompts") if "batch" in var.dims else (
-            "sequence" if "output_len" in var.dims else "prompt")
+        key = (
+            ("batch" if "output_len" in var.dims else "prompts")
+            if "batch" in var.dims
+            else ("sequence" if "output_len" in var.dims else "prompt")
+        )
         out[name] = jnp.where(masks[key], out[name], jnp.nan)
     if "slim_at_floor" in names:  # a flag has no NaN: 0 where nothing runs
         out["slim_at_floor"] = jnp.where(masks["batch"], out["slim_at_floor"], 0).astype(jnp.int8)
@@ -255,20 +314,31 @@ def mask_unfit(out: dict, names) -> dict:
 
 def _queue_batch(x: dict, cells: dict, out: dict) -> dict:
     B64, I64, O64 = (x[k].astype(F64) for k in ("batch", "input_len", "output_len"))
-    return queue_terms(cells["capacity"], x.get("measured"), B64, I64, O64, x["arrival_rate"], x["static"].get("max_batch"))
+    return queue_terms(
+        cells["capacity"], x.get("measured"), B64, I64, O64, x["arrival_rate"], x["static"].get("max_batch")
+    )
 
 
-register_group(Group("queue", active=lambda sw: sw.arrival_rate is not None,
-                     inputs=lambda sw: {"arrival_rate": (("arrival_rate",), np.asarray(sw.arrival_rate, np.float64))},
-                     batch=_queue_batch, attrs=lambda sw, name: _roofline_attrs(sw), wide=True))
+register_group(
+    Group(
+        "queue",
+        active=lambda sw: sw.arrival_rate is not None,
+        inputs=lambda sw: {"arrival_rate": (("arrival_rate",), np.asarray(sw.arrival_rate, np.float64))},
+        batch=_queue_batch,
+        attrs=lambda sw, name: _roofline_attrs(sw),
+        wide=True,
+    )
+)
 
 # -------------------------------------------------------------- prediction intervals (calibrated store)
 
 
 def _interval_inputs(sweep: Sweep) -> dict:
     dt = sweep.dtype
-    out = {"log_cov": (("model", "gpu"), sweep.coeffs_log_cov.astype(dt)),  # (M, G, 6, 6)
-           "scatter": (("model", "gpu"), sweep.coeffs_scatter.astype(dt))}
+    out = {
+        "log_cov": (("model", "gpu"), sweep.coeffs_log_cov.astype(dt)),  # (M, G, 6, 6)
+        "scatter": (("model", "gpu"), sweep.coeffs_scatter.astype(dt)),
+    }
     if sweep.coeffs_form is not None:  # transfer intervals: (M, G, 6)
         out["form"] = (("model", "gpu"), sweep.coeffs_form.astype(dt))
     return out
@@ -285,10 +355,12 @@ def _transfer_sd(x: dict, sd):
 def _interval_attrs(sweep: Sweep, name: str) -> dict:
     if sweep.coeffs_interval_kind is None:
         return {"intervals": "fit (coefficient covariance and residual scatter)"}
-    return {"intervals": "transfer (widened by the form error of each prediction's kind of extrapolation; +length "
-                         "where input_len or output_len leaves the fitted range; NaN where the store has no form error "
-                         "for the kind)",
-            "interval_kind": json.dumps(sweep.coeffs_interval_kind)}
+    return {
+        "intervals": "transfer (widened by the form error of each prediction's kind of extrapolation; +length "
+        "where input_len or output_len leaves the fitted range; NaN where the store has no form error "
+        "for the kind)",
+        "interval_kind": json.dumps(sweep.coeffs_interval_kind),
+    }
 
 
 def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
@@ -308,8 +380,16 @@ def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
     return {"slim_throughput_lo": lo, "slim_throughput_hi": hi, "_log_sd": sd_b, "_log_sd_at_1": sd_1}
 
 
-register_group(Group("intervals", active=lambda sw: sw.coeffs_log_cov is not None, inputs=_interval_inputs,
-                     batch=_interval_batch, attrs=_interval_attrs, wide=True))
+register_group(
+    Group(
+        "intervals",
+        active=lambda sw: sw.coeffs_log_cov is not None,
+        inputs=_interval_inputs,
+        batch=_interval_batch,
+        attrs=_interval_attrs,
+        wide=True,
+    )
+)
 
 # ------------------------------------------------------------------------------------------ B_cap (§2)
 
@@ -328,7 +408,9 @@ def reference_e2e(sweep: Sweep) -> np.ndarray:
         cell = slim_cell(m, g, c, serving, I, O, slim_kv, beta)
         return slim_terms(cell, c, B, I, O, slim_kv)["slim_e2e_s"]
 
-    out = jax.jit(e2e)(m, g, astype(sweep.coeffs, dt), astype(sweep.serving, np.float64), np.asarray(sweep.slim_bandwidth_exponent, dt))
+    out = jax.jit(e2e)(
+        m, g, astype(sweep.coeffs, dt), astype(sweep.serving, np.float64), np.asarray(sweep.slim_bandwidth_exponent, dt)
+    )
     return np.asarray(out)
 
 
@@ -366,8 +448,11 @@ def _advisor_batch(x: dict, cells: dict, out: dict) -> dict:
 
 def _advisor_inputs(sweep: Sweep) -> dict:
     dt = sweep.dtype
-    return {"slo_s": (("model", "gpu"), slo_seconds(sweep)), "epsilon": ((), dt.type(sweep.advisor.epsilon)),
-            **_coordinates(sweep)}
+    return {
+        "slo_s": (("model", "gpu"), slo_seconds(sweep)),
+        "epsilon": ((), dt.type(sweep.advisor.epsilon)),
+        **_coordinates(sweep),
+    }
 
 
 def _advisor_attrs(sweep: Sweep, name: str) -> dict:
@@ -375,8 +460,12 @@ def _advisor_attrs(sweep: Sweep, name: str) -> dict:
         return {}
     slo = slo_seconds(sweep)
     adv = sweep.advisor
-    attrs = {"epsilon": adv.epsilon,
-             "slo_s": json.dumps({m: {g: float(slo[i, j]) for j, g in enumerate(sweep.gpus)} for i, m in enumerate(sweep.models)})}
+    attrs = {
+        "epsilon": adv.epsilon,
+        "slo_s": json.dumps(
+            {m: {g: float(slo[i, j]) for j, g in enumerate(sweep.gpus)} for i, m in enumerate(sweep.models)}
+        ),
+    }
     if adv.slo_factor is not None:
         ref = adv.slo_reference
         attrs["slo_rule"] = f"{adv.slo_factor:g} x E2E(I={ref['input_len']}, O={ref['output_len']}, B={ref['batch']})"
@@ -385,8 +474,15 @@ def _advisor_attrs(sweep: Sweep, name: str) -> dict:
     return attrs
 
 
-register_group(Group("advisor", active=lambda sw: sw.advisor is not None, inputs=_advisor_inputs, batch=_advisor_batch,
-                     attrs=_advisor_attrs))
+register_group(
+    Group(
+        "advisor",
+        active=lambda sw: sw.advisor is not None,
+        inputs=_advisor_inputs,
+        batch=_advisor_batch,
+        attrs=_advisor_attrs,
+    )
+)
 
 # ------------------------------------------------------------------------------------------ agents (§6)
 
@@ -403,8 +499,11 @@ def _agent_batch(x: dict, cells: dict, out: dict) -> dict:
     at_width = service_terms(cap, x.get("measured"), width, I64, O64)["service_s"]
     at_one = service_terms(cap, x.get("measured"), jnp.ones((), F64), I64, O64)["service_s"]
     # a batch limit the KV pool cannot hold is not a replica that runs (+inf: the API wins; NaN once masked)
-    local = jnp.where(B64 <= cap["max_seqs"], agents_mod.local_time(a.stages, a.calls, a.tool_delay_s, width, at_width, slots),
-                      jnp.inf)
+    local = jnp.where(
+        B64 <= cap["max_seqs"],
+        agents_mod.local_time(a.stages, a.calls, a.tool_delay_s, width, at_width, slots),
+        jnp.inf,
+    )
     spacing = agents_mod.api_spacing(a.api_rpm, a.api_tpm, I64, O64)
     api = agents_mod.api_time(a.stages, a.calls, a.tool_delay_s, spacing, a.api_service_s, a.api_parallelism)
     n_gpu, price = x["serving"].n_gpu, x["gpu64"].price_per_hour
@@ -416,8 +515,9 @@ def _agent_batch(x: dict, cells: dict, out: dict) -> dict:
         "agent_api_s": api,
         "agent_local_cost_usd": local_cost,
         "agent_api_cost_usd": api_cost,
-        "agent_api_limit": agents_mod.api_binding_limit(a.stages, a.calls, a.tool_delay_s, spacing, a.api_service_s,
-                                                        a.api_parallelism),
+        "agent_api_limit": agents_mod.api_binding_limit(
+            a.stages, a.calls, a.tool_delay_s, spacing, a.api_service_s, a.api_parallelism
+        ),
         "agent_faster": agents_mod.winner(local, api),
         "agent_cheaper": agents_mod.winner(local_cost, api_cost),
     }
@@ -441,5 +541,13 @@ def _agent_attrs(sweep: Sweep, name: str) -> dict:
     return attrs
 
 
-register_group(Group("agents", active=lambda sw: sw.agents is not None, inputs=_agent_inputs, batch=_agent_batch,
-                     attrs=_agent_attrs, wide=True))
+register_group(
+    Group(
+        "agents",
+        active=lambda sw: sw.agents is not None,
+        inputs=_agent_inputs,
+        batch=_agent_batch,
+        attrs=_agent_attrs,
+        wide=True,
+    )
+)

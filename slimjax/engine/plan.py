@@ -53,7 +53,8 @@ class BlockPlan:
     def blocks(self) -> Iterator[Block]:
         starts = [range(0, self.sizes[d], self.block[d]) for d in self.blocked]
         for combo in itertools.product(*starts):
-            yield Block({d: slice(s, min(s + self.block[d], self.sizes[d])) for d, s in zip(self.blocked, combo)})
+            slices = zip(self.blocked, combo, strict=True)
+            yield Block({d: slice(s, min(s + self.block[d], self.sizes[d])) for d, s in slices})
 
     def chunks(self, dims: tuple[str, ...]) -> tuple[int, ...]:
         """Store chunks of a variable: one label per chunk along label dims (model, gpu), the block
@@ -66,8 +67,16 @@ class BlockPlan:
         return tuple(self.block.get(d, self.sizes[d]) for d in dims)
 
     def to_attrs(self) -> str:
-        return json.dumps({"dims": list(self.dims), "sizes": self.sizes, "block": self.block, "n_blocks": self.n_blocks,
-                           "bytes_per_cell": self.bytes_per_cell, "budget_bytes": self.budget_bytes})
+        return json.dumps(
+            {
+                "dims": list(self.dims),
+                "sizes": self.sizes,
+                "block": self.block,
+                "n_blocks": self.n_blocks,
+                "bytes_per_cell": self.bytes_per_cell,
+                "budget_bytes": self.budget_bytes,
+            }
+        )
 
 
 def plan_blocks(sizes: dict[str, int], bytes_per_cell: float, budget_bytes: float) -> BlockPlan:

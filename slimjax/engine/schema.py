@@ -20,15 +20,18 @@ class Dim:
 
 
 # Order is the Dataset's dim order; a sweep has a subset of these (Sweep.coords).
-DIMS: dict[str, Dim] = {d.name: d for d in (
-    Dim("model", {"long_name": "model"}, True),
-    Dim("gpu", {"long_name": "GPU"}, True),
-    Dim("batch", {"units": "sequences", "long_name": "batch size / concurrency B"}, False),  # B_cap reduces over it
-    Dim("input_len", {"units": "tokens", "long_name": "input (prompt) length I"}, True),
-    Dim("output_len", {"units": "tokens", "long_name": "output length O"}, True),
-    Dim("agent", {"long_name": "agent graph (MODEL.md §6)"}, True),
-    Dim("arrival_rate", {"units": "requests/s", "long_name": "Poisson arrival rate λ"}, False),
-)}
+DIMS: dict[str, Dim] = {
+    d.name: d
+    for d in (
+        Dim("model", {"long_name": "model"}, True),
+        Dim("gpu", {"long_name": "GPU"}, True),
+        Dim("batch", {"units": "sequences", "long_name": "batch size / concurrency B"}, False),  # B_cap reduces over it
+        Dim("input_len", {"units": "tokens", "long_name": "input (prompt) length I"}, True),
+        Dim("output_len", {"units": "tokens", "long_name": "output length O"}, True),
+        Dim("agent", {"long_name": "agent graph (MODEL.md §6)"}, True),
+        Dim("arrival_rate", {"units": "requests/s", "long_name": "Poisson arrival rate λ"}, False),
+    )
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,61 +54,245 @@ AGENT = (*ALL5, "agent")
 AGENT_API = ("input_len", "output_len", "agent")
 _CAP = "batch size (0 = none)"
 
-VARIABLES: dict[str, Variable] = {v.name: v for v in (
-    Variable("prefill_flops", ("model", "batch", "input_len"), "FLOP", "SLIM prefill FLOPs of the batch, F_pre (Eq. 8)", "slim"),
-    Variable("kv_traffic_bytes", PAIR_LENS, "bytes", "SLIM KV-cache bytes read in decode per request, M_dec (Eq. 11)", "slim"),
-    Variable("slim_prefill_s", ("model", "gpu", "batch", "input_len"), "s", "SLIM prefill time T_pre (Eq. 7)", "slim", fit_masked=True),
-    Variable("slim_decode_s", ALL5, "s", "SLIM decode time T_dec (Eq. 9)", "slim", fit_masked=True),
-    Variable("slim_e2e_s", ALL5, "s", "SLIM end-to-end batch latency E2E (Eq. 5)", "slim", fit_masked=True),
-    Variable("slim_throughput", ALL5, "tokens/s", "SLIM total-token throughput B(I+O)/E2E (Eq. 6)", "slim", fit_masked=True),
-    Variable("slim_at_floor", ALL5, "1", "where SLIM's time is its physical floor (100 % of peak on the group): bit 1 "
-             "prefill, bit 2 decode; 0 where the model's own time is above it", "slim", "int8"),
-    Variable("within_context", ("model", "input_len", "output_len"), "1",
-             "I + O within the model's context (max_position_embeddings); False: the figures are extrapolated", "slim", "bool"),
-    Variable("b_cap", PAIR_LENS, _CAP, "batch-capacity advisor recommendation B_cap (Eq. 13)", "advisor", "int32"),
-    # With coefficients from a calibrated store (covariance known): 90 % prediction intervals.
-    Variable("slim_throughput_lo", ALL5, "tokens/s", "lower end of the 90 % prediction interval of slim_throughput", "intervals", fit_masked=True),
-    Variable("slim_throughput_hi", ALL5, "tokens/s", "upper end of the 90 % prediction interval of slim_throughput", "intervals", fit_masked=True),
-    Variable("b_cap_lo", PAIR_LENS, _CAP, "B_cap with throughput and E2E at the pessimistic ends of their 90 % intervals",
-             "advisor", "int32", ("intervals",)),
-    Variable("b_cap_hi", PAIR_LENS, _CAP, "B_cap with throughput and E2E at the optimistic ends of their 90 % intervals",
-             "advisor", "int32", ("intervals",)),
-    # The capacity calculator (MODEL.md §3–§4): memory and the fit check always (at the serving defaults where a
-    # sweep has no serving block), the roofline timing when a sweep has serving, measured, arrival_rate or agents.
-    Variable("n_gpu", PAIR, "GPUs", "GPUs in the replica group (tensor-parallel degree; 0: no degree in {1, 2, 4, 8} fits)",
-             "capacity", "int32"),
-    Variable("n_gpu_to_fit", PAIR, "GPUs", "smallest tensor-parallel degree in {1, 2, 4, 8} dividing H_q that fits the sweep's "
-             "longest I + O, other settings as given (0: none)", "capacity", "int32"),
-    Variable("weights_bytes", PAIR, "bytes", "resident weights of the replica group, M_W = P·b_w", "capacity"),
-    Variable("kv_pool_bytes", PAIR, "bytes", "KV-cache pool u·M − M_W − M_R (negative: weights do not fit)", "capacity"),
-    Variable("kv_bytes_per_token", PAIR, "bytes", "raw KV-cache bytes per token, L·e_kv", "capacity"),
-    Variable("seq_footprint_bytes", PAIR_LENS, "bytes", "KV bytes reserved per sequence of I + O tokens (blocks, window, factors)", "capacity"),
-    Variable("max_seqs", PAIR_LENS, "sequences", "concurrent sequences that fit the KV pool, floor(pool / footprint)", "capacity", "int64"),
-    Variable("fits", ALL5, "1", "the batch fits in memory: B ≤ max_seqs (MODEL.md §4c)", "capacity", "bool"),
-    Variable("prefill_s", ("model", "gpu", "input_len"), "s", "roofline prefill time of one prompt, chunked", "capacity", needs=("roofline",), fit_masked=True),
-    Variable("chunk_max_s", ("model", "gpu", "input_len"), "s", "longest prefill chunk", "capacity", needs=("roofline",), fit_masked=True),
-    Variable("itl_s", ALL5, "s", "inter-token latency at concurrency B", "capacity", needs=("roofline",), fit_masked=True),
-    Variable("itl_chunk_s", ALL5, "s", "inter-token latency of a step that waits for one prefill chunk (roofline)", "capacity", needs=("roofline",), fit_masked=True),
-    Variable("ttft_s", ALL5, "s", "time to first token of the batch (service proxy)", "capacity", needs=("roofline",), fit_masked=True),
-    Variable("service_s", ALL5, "s", "service time S(B) of the batch", "capacity", needs=("roofline",), fit_masked=True),
-    Variable("request_rate", ALL5, "requests/s", "completed requests per second, B / S(B)", "capacity", needs=("roofline",), fit_masked=True),
-    Variable("token_throughput", ALL5, "tokens/s", "prompt + output tokens per second, B·(I + O) / S(B)", "capacity", needs=("roofline",), fit_masked=True),
-    # The M/M/c queue (MODEL.md §5), present when a sweep has arrival_rate.
-    Variable("utilization", QUEUE, "1", "server utilisation ρ = λ·S(m)/m, m = min(B, max_seqs)", "queue", fit_masked=True),
-    Variable("p_wait", QUEUE, "1", "probability an arrival waits (Erlang C); 1 without steady state", "queue", fit_masked=True),
-    Variable("wait_s", QUEUE, "s", "mean queueing delay W_q (+inf: unbounded)", "queue", fit_masked=True),
-    Variable("response_s", QUEUE, "s", "mean response time W_q + S (+inf: unbounded)", "queue", fit_masked=True),
-    Variable("in_system", QUEUE, "requests", "mean requests in system, λ·R (+inf: unbounded)", "queue", fit_masked=True),
-    # Agent graphs (MODEL.md §6), present when a sweep has agents; batch is the local replica's slot limit.
-    Variable("agent_local_s", AGENT, "s", "graph time on one local replica, T_local (+inf: does not fit)", "agents", fit_masked=True),
-    Variable("agent_dependency_bound_s", AGENT, "s", "dependency bound n_st·S(1) + (n_st − 1)·d (+inf: does not fit)", "agents", fit_masked=True),
-    Variable("agent_api_s", AGENT_API, "s", "graph time on the API, T_api (MODEL.md §6 schedule)", "agents"),
-    Variable("agent_local_cost_usd", AGENT, "USD", "rental cost of T_local on the replica group (illustrative prices)", "agents", fit_masked=True),
-    Variable("agent_api_cost_usd", AGENT_API, "USD", "API cost of the graph's tokens (illustrative prices)", "agents"),
-    Variable("agent_api_limit", AGENT_API, "1", "which limit sets T_api", "agents", "int8"),
-    Variable("agent_faster", AGENT, "1", "faster side (ties: local)", "agents", "int8"),
-    Variable("agent_cheaper", AGENT, "1", "cheaper side (ties: local)", "agents", "int8"),
-)}
+VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable(
+            "prefill_flops",
+            ("model", "batch", "input_len"),
+            "FLOP",
+            "SLIM prefill FLOPs of the batch, F_pre (Eq. 8)",
+            "slim",
+        ),
+        Variable(
+            "kv_traffic_bytes",
+            PAIR_LENS,
+            "bytes",
+            "SLIM KV-cache bytes read in decode per request, M_dec (Eq. 11)",
+            "slim",
+        ),
+        Variable(
+            "slim_prefill_s",
+            ("model", "gpu", "batch", "input_len"),
+            "s",
+            "SLIM prefill time T_pre (Eq. 7)",
+            "slim",
+            fit_masked=True,
+        ),
+        Variable("slim_decode_s", ALL5, "s", "SLIM decode time T_dec (Eq. 9)", "slim", fit_masked=True),
+        Variable("slim_e2e_s", ALL5, "s", "SLIM end-to-end batch latency E2E (Eq. 5)", "slim", fit_masked=True),
+        Variable(
+            "slim_throughput",
+            ALL5,
+            "tokens/s",
+            "SLIM total-token throughput B(I+O)/E2E (Eq. 6)",
+            "slim",
+            fit_masked=True,
+        ),
+        Variable(
+            "slim_at_floor",
+            ALL5,
+            "1",
+            "where SLIM's time is its physical floor (100 % of peak on the group): bit 1 "
+            "prefill, bit 2 decode; 0 where the model's own time is above it",
+            "slim",
+            "int8",
+        ),
+        Variable(
+            "within_context",
+            ("model", "input_len", "output_len"),
+            "1",
+            "I + O within the model's context (max_position_embeddings); False: the figures are extrapolated",
+            "slim",
+            "bool",
+        ),
+        Variable("b_cap", PAIR_LENS, _CAP, "batch-capacity advisor recommendation B_cap (Eq. 13)", "advisor", "int32"),
+        # With coefficients from a calibrated store (covariance known): 90 % prediction intervals.
+        Variable(
+            "slim_throughput_lo",
+            ALL5,
+            "tokens/s",
+            "lower end of the 90 % prediction interval of slim_throughput",
+            "intervals",
+            fit_masked=True,
+        ),
+        Variable(
+            "slim_throughput_hi",
+            ALL5,
+            "tokens/s",
+            "upper end of the 90 % prediction interval of slim_throughput",
+            "intervals",
+            fit_masked=True,
+        ),
+        Variable(
+            "b_cap_lo",
+            PAIR_LENS,
+            _CAP,
+            "B_cap with throughput and E2E at the pessimistic ends of their 90 % intervals",
+            "advisor",
+            "int32",
+            ("intervals",),
+        ),
+        Variable(
+            "b_cap_hi",
+            PAIR_LENS,
+            _CAP,
+            "B_cap with throughput and E2E at the optimistic ends of their 90 % intervals",
+            "advisor",
+            "int32",
+            ("intervals",),
+        ),
+        # The capacity calculator (MODEL.md §3–§4): memory and the fit check always (at the serving defaults where a
+        # sweep has no serving block), the roofline timing when a sweep has serving, measured, arrival_rate or agents.
+        Variable(
+            "n_gpu",
+            PAIR,
+            "GPUs",
+            "GPUs in the replica group (tensor-parallel degree; 0: no degree in {1, 2, 4, 8} fits)",
+            "capacity",
+            "int32",
+        ),
+        Variable(
+            "n_gpu_to_fit",
+            PAIR,
+            "GPUs",
+            "smallest tensor-parallel degree in {1, 2, 4, 8} dividing H_q that fits the sweep's "
+            "longest I + O, other settings as given (0: none)",
+            "capacity",
+            "int32",
+        ),
+        Variable("weights_bytes", PAIR, "bytes", "resident weights of the replica group, M_W = P·b_w", "capacity"),
+        Variable(
+            "kv_pool_bytes", PAIR, "bytes", "KV-cache pool u·M − M_W − M_R (negative: weights do not fit)", "capacity"
+        ),
+        Variable("kv_bytes_per_token", PAIR, "bytes", "raw KV-cache bytes per token, L·e_kv", "capacity"),
+        Variable(
+            "seq_footprint_bytes",
+            PAIR_LENS,
+            "bytes",
+            "KV bytes reserved per sequence of I + O tokens (blocks, window, factors)",
+            "capacity",
+        ),
+        Variable(
+            "max_seqs",
+            PAIR_LENS,
+            "sequences",
+            "concurrent sequences that fit the KV pool, floor(pool / footprint)",
+            "capacity",
+            "int64",
+        ),
+        Variable("fits", ALL5, "1", "the batch fits in memory: B ≤ max_seqs (MODEL.md §4c)", "capacity", "bool"),
+        Variable(
+            "prefill_s",
+            ("model", "gpu", "input_len"),
+            "s",
+            "roofline prefill time of one prompt, chunked",
+            "capacity",
+            needs=("roofline",),
+            fit_masked=True,
+        ),
+        Variable(
+            "chunk_max_s",
+            ("model", "gpu", "input_len"),
+            "s",
+            "longest prefill chunk",
+            "capacity",
+            needs=("roofline",),
+            fit_masked=True,
+        ),
+        Variable(
+            "itl_s", ALL5, "s", "inter-token latency at concurrency B", "capacity", needs=("roofline",), fit_masked=True
+        ),
+        Variable(
+            "itl_chunk_s",
+            ALL5,
+            "s",
+            "inter-token latency of a step that waits for one prefill chunk (roofline)",
+            "capacity",
+            needs=("roofline",),
+            fit_masked=True,
+        ),
+        Variable(
+            "ttft_s",
+            ALL5,
+            "s",
+            "time to first token of the batch (service proxy)",
+            "capacity",
+            needs=("roofline",),
+            fit_masked=True,
+        ),
+        Variable(
+            "service_s", ALL5, "s", "service time S(B) of the batch", "capacity", needs=("roofline",), fit_masked=True
+        ),
+        Variable(
+            "request_rate",
+            ALL5,
+            "requests/s",
+            "completed requests per second, B / S(B)",
+            "capacity",
+            needs=("roofline",),
+            fit_masked=True,
+        ),
+        Variable(
+            "token_throughput",
+            ALL5,
+            "tokens/s",
+            "prompt + output tokens per second, B·(I + O) / S(B)",
+            "capacity",
+            needs=("roofline",),
+            fit_masked=True,
+        ),
+        # The M/M/c queue (MODEL.md §5), present when a sweep has arrival_rate.
+        Variable(
+            "utilization", QUEUE, "1", "server utilisation ρ = λ·S(m)/m, m = min(B, max_seqs)", "queue", fit_masked=True
+        ),
+        Variable(
+            "p_wait",
+            QUEUE,
+            "1",
+            "probability an arrival waits (Erlang C); 1 without steady state",
+            "queue",
+            fit_masked=True,
+        ),
+        Variable("wait_s", QUEUE, "s", "mean queueing delay W_q (+inf: unbounded)", "queue", fit_masked=True),
+        Variable("response_s", QUEUE, "s", "mean response time W_q + S (+inf: unbounded)", "queue", fit_masked=True),
+        Variable(
+            "in_system", QUEUE, "requests", "mean requests in system, λ·R (+inf: unbounded)", "queue", fit_masked=True
+        ),
+        # Agent graphs (MODEL.md §6), present when a sweep has agents; batch is the local replica's slot limit.
+        Variable(
+            "agent_local_s",
+            AGENT,
+            "s",
+            "graph time on one local replica, T_local (+inf: does not fit)",
+            "agents",
+            fit_masked=True,
+        ),
+        Variable(
+            "agent_dependency_bound_s",
+            AGENT,
+            "s",
+            "dependency bound n_st·S(1) + (n_st − 1)·d (+inf: does not fit)",
+            "agents",
+            fit_masked=True,
+        ),
+        Variable("agent_api_s", AGENT_API, "s", "graph time on the API, T_api (MODEL.md §6 schedule)", "agents"),
+        Variable(
+            "agent_local_cost_usd",
+            AGENT,
+            "USD",
+            "rental cost of T_local on the replica group (illustrative prices)",
+            "agents",
+            fit_masked=True,
+        ),
+        Variable(
+            "agent_api_cost_usd", AGENT_API, "USD", "API cost of the graph's tokens (illustrative prices)", "agents"
+        ),
+        Variable("agent_api_limit", AGENT_API, "1", "which limit sets T_api", "agents", "int8"),
+        Variable("agent_faster", AGENT, "1", "faster side (ties: local)", "agents", "int8"),
+        Variable("agent_cheaper", AGENT, "1", "cheaper side (ties: local)", "agents", "int8"),
+    )
+}
 
 ROOFLINE_ONLY = ("prefill_s", "chunk_max_s", "itl_chunk_s")
 SERVICE = ("itl_s", "ttft_s", "service_s", "request_rate", "token_throughput")

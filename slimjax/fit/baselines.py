@@ -52,13 +52,32 @@ def _llmvisor_features(rows: pd.DataFrame, knots: tuple[float, float], prefill_o
 def _imai_features(rows: pd.DataFrame) -> np.ndarray:
     b, i, o = _workload(rows)
     specs = {m: resolve_model(m, "traces.model")[1] for m in rows["model"].unique()}
-    arch = {k: rows["model"].map(lambda m, k=k: float(np.asarray(specs[m][k]))).to_numpy(float)
-            for k in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim")}
+    arch = {
+        k: rows["model"].map(lambda m, k=k: float(np.asarray(specs[m][k]))).to_numpy(float)
+        for k in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim")
+    }
     L, D = arch["n_layers"], arch["hidden"] / 1024.0
     kv = arch["n_kv_heads"] * arch["head_dim"] / 1024.0
     ctx = i + (o + 1.0) / 2.0
-    return np.stack([np.ones_like(b), b, i, o, D, L, arch["n_heads"], arch["n_kv_heads"],
-                     b * i, b * o, i * o, b * i * o, o * L * D * D, b * o * ctx * L * kv], axis=1)
+    return np.stack(
+        [
+            np.ones_like(b),
+            b,
+            i,
+            o,
+            D,
+            L,
+            arch["n_heads"],
+            arch["n_kv_heads"],
+            b * i,
+            b * o,
+            i * o,
+            b * i * o,
+            o * L * D * D,
+            b * o * ctx * L * kv,
+        ],
+        axis=1,
+    )
 
 
 def _relative_system(x: np.ndarray, e2e: np.ndarray):

@@ -15,8 +15,15 @@ def row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per-row model and GPU specs (catalog lookup once per distinct name) and workload."""
     m, g = row_specs(traces)
     n_gpu, il, ol = (traces[c].to_numpy(float) for c in ("n_gpu", "input_len", "output_len"))
-    return dict(model=m, gpu=g, n_gpu=n_gpu, batch=traces["batch"].to_numpy(float), input_len=il, output_len=ol,
-                max_seqs=default_max_seqs(m, g, n_gpu, il, ol))
+    return dict(
+        model=m,
+        gpu=g,
+        n_gpu=n_gpu,
+        batch=traces["batch"].to_numpy(float),
+        input_len=il,
+        output_len=ol,
+        max_seqs=default_max_seqs(m, g, n_gpu, il, ol),
+    )
 
 
 def default_max_seqs(m, g, n_gpu, input_len, output_len):

@@ -80,13 +80,19 @@ def study_rows(traces: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
                 drop(rows[col] == name, f"{col} {name!r} not in the catalog ({why})")
         drop(rows[col].isna(), f"no {col}")
     workload = rows[["batch", "input_len", "output_len"]].to_numpy(float)
-    drop(~(np.isfinite(workload).all(axis=1) & (workload > 0).all(axis=1)), "batch, input_len or output_len missing or not positive")
+    drop(
+        ~(np.isfinite(workload).all(axis=1) & (workload > 0).all(axis=1)),
+        "batch, input_len or output_len missing or not positive",
+    )
     scored = (rows["e2e_s"].notna() | rows["throughput"].notna()).to_numpy()
     drop(~scored & rows["ttft_s"].isna().to_numpy(), "no e2e_s, throughput or ttft_s")
     rows = rows[keep].reset_index(drop=True)
     if not (rows["e2e_s"].notna() | rows["throughput"].notna()).any():
         why = "; ".join(f"{n} rows: {r}" for r, n in dropped.items())
-        raise SlimjaxError("traces", "no row with a model and GPU in the catalog and an e2e_s or throughput" + (f" ({why})" if why else ""))
+        raise SlimjaxError(
+            "traces",
+            "no row with a model and GPU in the catalog and an e2e_s or throughput" + (f" ({why})" if why else ""),
+        )
     return rows, dropped
 
 
@@ -129,6 +135,10 @@ def folds(rows: pd.DataFrame) -> list[Fold]:
         for source in gpus:
             for target in gpus:
                 if source != target:
-                    add("gpu-transfer", f"{prefix}/{source}->{target}", setting & (rows["gpu"] == source).to_numpy(),
-                        setting & (rows["gpu"] == target).to_numpy())
+                    add(
+                        "gpu-transfer",
+                        f"{prefix}/{source}->{target}",
+                        setting & (rows["gpu"] == source).to_numpy(),
+                        setting & (rows["gpu"] == target).to_numpy(),
+                    )
     return out

@@ -41,9 +41,15 @@ def roofline_parameters(e_f, e_b, t_l):
 
 
 def _roofline_cell(compute_efficiency, bandwidth_efficiency, launch_overhead_s, feats):
-    """The capacity calculator's cell terms (§3–§4) at the given e_F, e_B, t_l, the other serving settings at their defaults."""
-    serving = default_serving(feats["model"], n_gpu=feats["n_gpu"], compute_efficiency=compute_efficiency,
-                              bandwidth_efficiency=bandwidth_efficiency, launch_overhead_s=launch_overhead_s)
+    """The capacity calculator's cell terms (§3–§4) at the given e_F, e_B, t_l, the other serving settings at their
+    defaults."""
+    serving = default_serving(
+        feats["model"],
+        n_gpu=feats["n_gpu"],
+        compute_efficiency=compute_efficiency,
+        bandwidth_efficiency=bandwidth_efficiency,
+        launch_overhead_s=launch_overhead_s,
+    )
     return capacity_cell_terms(feats["model"], feats["gpu"], serving, feats["input_len"], feats["output_len"])
 
 
@@ -62,8 +68,15 @@ def roofline_predict(z, feats):
 TTFT_QUANTILE = 0.9  # the quantile the ttft_p90_s column holds
 
 
-def ttft_quantile_at(compute_efficiency, bandwidth_efficiency, launch_overhead_s, feats, arrival_rate, quantile=TTFT_QUANTILE,
-                     max_slots: int | None = None):
+def ttft_quantile_at(
+    compute_efficiency,
+    bandwidth_efficiency,
+    launch_overhead_s,
+    feats,
+    arrival_rate,
+    quantile=TTFT_QUANTILE,
+    max_slots: int | None = None,
+):
     """(TTFT at ``quantile``, utilization ρ) of a replica under Poisson arrivals at ``arrival_rate``:
     W_p(λ) + t_pre + ITL(m) (MODEL.md §5 wait quantile, §8 TTFT in a study) on m = min(feats["max_concurrency"]
     (no cap: NaN), max_seqs) slots of S(m); +inf without a steady state."""
@@ -93,23 +106,37 @@ def _roofline_residuals(z, feats, itl, ttft, mask_itl, mask_ttft, p90=None, rate
 
 
 @functools.partial(jax.jit, static_argnames=("solver", "max_slots"))
-def _fit_roofline_groups(z0, feats, itl, ttft, mask_itl, mask_ttft, p90=None, rate=None, mask_p90=None, *, solver, max_slots=None):
+def _fit_roofline_groups(
+    z0, feats, itl, ttft, mask_itl, mask_ttft, p90=None, rate=None, mask_p90=None, *, solver, max_slots=None
+):
     residuals = functools.partial(_roofline_residuals, max_slots=max_slots)
     return fit_batched(residuals, z0, (feats, itl, ttft, mask_itl, mask_ttft, p90, rate, mask_p90), solver)
 
 
 @uses_float64
-def roofline_errors(traces: pd.DataFrame, compute_efficiency=1.0, bandwidth_efficiency=1.0, launch_overhead_s=0.0) -> pd.DataFrame:
+def roofline_errors(
+    traces: pd.DataFrame, compute_efficiency=1.0, bandwidth_efficiency=1.0, launch_overhead_s=0.0
+) -> pd.DataFrame:
     """Signed relative errors (pred/meas − 1) of the roofline ITL and TTFT on ``traces``' rows."""
     out = roofline_service_at(compute_efficiency, bandwidth_efficiency, launch_overhead_s, row_features(traces))
     itl, ttft = np.asarray(out["itl_s"]), np.asarray(out["ttft_s"])
-    return pd.DataFrame({"itl_error": itl / traces["itl_s"].to_numpy(float) - 1,
-                         "ttft_error": ttft / traces["ttft_s"].to_numpy(float) - 1}, index=traces.index)
+    return pd.DataFrame(
+        {
+            "itl_error": itl / traces["itl_s"].to_numpy(float) - 1,
+            "ttft_error": ttft / traces["ttft_s"].to_numpy(float) - 1,
+        },
+        index=traces.index,
+    )
 
 
 @uses_float64
-def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
-                       solver: str = "lm", iterations: int = 40) -> xr.Dataset:
+def calibrate_roofline(
+    traces: pd.DataFrame,
+    group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"),
+    *,
+    solver: str = "lm",
+    iterations: int = 40,
+) -> xr.Dataset:
     """Fit the capacity roofline's e_F, e_B and t_l (MODEL.md §0, §4) to measured ITL and TTFT per
     group, all groups in one batched solve (the same engine as :func:`calibrate`); residuals are
     the relative ITL and TTFT errors of every row that has them. The efficiencies are bounded to
@@ -129,7 +156,9 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
     at_rate = (traces["ttft_p90_s"].notna() & (traces["arrival_rate"] > 0)).to_numpy()
     traces = traces[traces["itl_s"].notna() | traces["ttft_s"].notna() | at_rate].reset_index(drop=True)
     if traces.empty:
-        raise SlimjaxError("traces", "no rows with ttft_s, itl_s, or ttft_p90_s at an arrival_rate to fit the roofline to")
+        raise SlimjaxError(
+            "traces", "no rows with ttft_s, itl_s, or ttft_p90_s at an arrival_rate to fit the roofline to"
+        )
     at_rate = (traces["ttft_p90_s"].notna() & (traces["arrival_rate"] > 0)).to_numpy()
     keys, index, valid = padded_groups(traces, group_by)
     rows = row_features(traces)
@@ -147,15 +176,33 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
         cap = np.where(np.isnan(rows["max_concurrency"]), np.inf, rows["max_concurrency"])
         max_slots = queue.queue_bound(np.minimum(cap, rows["max_seqs"])[at_rate])  # m does not depend on e_F, e_B, t_l
         queued = (p90, rate, m_p90)
-    z, cost, its, conv, J = map(np.asarray, sharded(
-        _fit_roofline_groups, parameters_from(ROOFLINE_STARTS, ROOFLINE_PARAMS, ROOFLINE_BOUNDED), feats, itl, ttft,
-        m_itl, m_ttft, *queued, solver=options, max_slots=max_slots))
+    z, cost, its, conv, J = map(
+        np.asarray,
+        sharded(
+            _fit_roofline_groups,
+            parameters_from(ROOFLINE_STARTS, ROOFLINE_PARAMS, ROOFLINE_BOUNDED),
+            feats,
+            itl,
+            ttft,
+            m_itl,
+            m_ttft,
+            *queued,
+            solver=options,
+            max_slots=max_slots,
+        ),
+    )
     n = m_itl.sum(axis=1) + m_ttft.sum(axis=1) + m_p90.sum(axis=1)
     theta = np.asarray(coefficients_from(z, ROOFLINE_PARAMS, ROOFLINE_BOUNDED))
     cov, identified, _ = gauss_newton(z, cost, J, n, coefficient_slopes(z, ROOFLINE_PARAMS, ROOFLINE_BOUNDED))
     p_itl, p_ttft = map(np.asarray, jax.vmap(roofline_predict)(jnp.asarray(z), feats))
+
     def mape(pred, meas, m):  # NaN for a group without such rows
-        return np.sum(np.where(m, np.abs(pred / meas - 1), 0.0), axis=1) / np.where(m.any(axis=1), m.sum(axis=1), np.nan) * 100
+        return (
+            np.sum(np.where(m, np.abs(pred / meas - 1), 0.0), axis=1)
+            / np.where(m.any(axis=1), m.sum(axis=1), np.nan)
+            * 100
+        )
+
     gdims = tuple(group_by)
     frame = pd.DataFrame([k if isinstance(k, tuple) else (k,) for k in keys], columns=group_by)
     ds = xr.Dataset(
@@ -163,15 +210,43 @@ def calibrate_roofline(traces: pd.DataFrame, group_by: Sequence[str] = ("model",
             "coefficients": (("group", "param"), theta),
             "standard_error": (("group", "param"), np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0))),
             "identified": (("group", "param"), identified),
-            "converged": ("group", conv), "loss": ("group", cost), "n_points": ("group", n),
+            "converged": ("group", conv),
+            "loss": ("group", cost),
+            "n_points": ("group", n),
             "mape_itl": ("group", mape(p_itl, itl, m_itl), {"units": "%"}),
             "mape_ttft": ("group", mape(p_ttft, ttft, m_ttft), {"units": "%"}),
-            **({"mape_ttft_p90": ("group", mape(np.asarray(jax.vmap(lambda zz, f, lam: ttft_quantile_at(
-                *roofline_coefficients(zz), f, lam, max_slots=max_slots)[0])(jnp.asarray(z), feats, queued[1])), queued[0], m_p90),
-                {"units": "%", "long_name": "MAPE of W_0.9(λ) + t_pre + ITL(m) against measured p90 TTFT"})} if queued else {}),
+            **(
+                {
+                    "mape_ttft_p90": (
+                        "group",
+                        mape(
+                            np.asarray(
+                                jax.vmap(
+                                    lambda zz, f, lam: ttft_quantile_at(
+                                        *roofline_coefficients(zz), f, lam, max_slots=max_slots
+                                    )[0]
+                                )(jnp.asarray(z), feats, queued[1])
+                            ),
+                            queued[0],
+                            m_p90,
+                        ),
+                        {"units": "%", "long_name": "MAPE of W_0.9(λ) + t_pre + ITL(m) against measured p90 TTFT"},
+                    )
+                }
+                if queued
+                else {}
+            ),
         },
-        coords={"group": np.arange(len(keys)), "param": list(ROOFLINE_PARAMS), **{c: ("group", frame[c].to_numpy()) for c in group_by}},
-        attrs={"solver": solver if isinstance(solver, str) else type(solver).__name__, "residual": "ITL_pred/ITL_meas - 1 and TTFT_pred/TTFT_meas - 1", "group_by": list(gdims)},
+        coords={
+            "group": np.arange(len(keys)),
+            "param": list(ROOFLINE_PARAMS),
+            **{c: ("group", frame[c].to_numpy()) for c in group_by},
+        },
+        attrs={
+            "solver": solver if isinstance(solver, str) else type(solver).__name__,
+            "residual": "ITL_pred/ITL_meas - 1 and TTFT_pred/TTFT_meas - 1",
+            "group_by": list(gdims),
+        },
     )
     if len(gdims) == 1:  # one column: a plain index, nothing to unstack
         return ds.set_index(group=gdims[0]).rename(group=gdims[0])

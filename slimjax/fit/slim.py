@@ -23,9 +23,10 @@ import xarray as xr
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
+from ..inputs.coefficients import VARIANTS as VARIANT_NAMES
+from ..inputs.coefficients import resolve_variant, shipped_bandwidth_exponent
 from ..inputs.serving import default_serving
 from ..model.floor import floor_inputs, floor_of
-from ..inputs.coefficients import VARIANTS as VARIANT_NAMES, resolve_variant, shipped_bandwidth_exponent
 from ..model.intervals import extrapolation_form_error, extrapolation_label, log_interval, log_sd, transfer_interval
 from ..model.slim import slim_variables
 from ..model.slim_kv import slim_kv_variables
@@ -33,16 +34,27 @@ from ..model.specs import SLIM_PARAMS, SlimCoeffs
 from ..store import coefficients as layout
 from .features import measured_e2e, measured_throughput, padded_groups, row_features
 from .folds import folds, study_rows
+from .solver import (
+    LOSSES,
+    cauchy_residual,
+    coefficient_slopes,
+    coefficients_from,
+    fit_batched,
+    parameters_from,
+    sharded,
+    solver_options,
+)
 from .transfer import extrapolation_bits, held_out_log_ratio, kind_codes
-from .solver import LOSSES, cauchy_residual, coefficient_slopes, coefficients_from, fit_batched, parameters_from, sharded, solver_options
 from .uncertainty import bootstrap_covariance, gauss_newton
 
 # Deterministic starting points (η_c, η_m, B0, α, γ, t_fixed); the best end point wins.
-STARTS = np.array([
-    [0.5, 0.8, 4.0, 1e-4, 1e-6, 0.1],
-    [0.3, 0.5, 32.0, 1e-5, 1e-5, 1.0],
-    [0.9, 1.0, 1.0, 1e-3, 1e-7, 0.01],
-])
+STARTS = np.array(
+    [
+        [0.5, 0.8, 4.0, 1e-4, 1e-6, 0.1],
+        [0.3, 0.5, 32.0, 1e-5, 1e-5, 1.0],
+        [0.9, 1.0, 1.0, 1e-3, 1e-7, 0.01],
+    ]
+)
 _FLOOR = 1e-12  # θ = exp(z) never reaches 0; coefficients below this read as 0
 # Coefficients that are fractions of a peak are bounded to (0, 1) as θ = σ(z); the others are θ = exp(z).
 # η_c is one in both variants (a prefill cannot beat the GPU's FLOP/s). η_m is one in slim-kv, where it
@@ -58,14 +70,25 @@ def _floor(f):
 
 
 def _slim(theta, f):
-    out = slim_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"], f["n_gpu"],
-                         _floor(f))
+    out = slim_variables(
+        f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"], f["n_gpu"], _floor(f)
+    )
     return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
 
 
 def _slim_kv(theta, f):
-    out = slim_kv_variables(f["model"], f["gpu"], SlimCoeffs(*theta), f["batch"], f["input_len"], f["output_len"],
-                            f["max_seqs"], f["n_gpu"], f["bandwidth_exponent"], _floor(f))
+    out = slim_kv_variables(
+        f["model"],
+        f["gpu"],
+        SlimCoeffs(*theta),
+        f["batch"],
+        f["input_len"],
+        f["output_len"],
+        f["max_seqs"],
+        f["n_gpu"],
+        f["bandwidth_exponent"],
+        _floor(f),
+    )
     return out["slim_throughput"], out["slim_e2e_s"], out["slim_prefill_s"]
 
 
@@ -80,12 +103,31 @@ class Variant(NamedTuple):
 
 
 # keyed by the one list of variant names (slimjax.inputs.coefficients.VARIANTS), in its order
-VARIANTS = dict(zip(VARIANT_NAMES, (
-    Variant(SLIM_PARAMS, STARTS, _slim, ("eta_c",)),
-    # per-sequence KV reads and the KV-capacity limit (slim.slim_kv_variables); optional, not the contract
-    Variant(SLIM_PARAMS, np.vstack([STARTS, [[0.5, 0.5, 64.0, 3e-4, 1e-6, 0.01], [0.2, 0.9, 200.0, 1e-4, 1e-5, 0.1],
-                                             [0.7, 0.3, 10.0, 1e-3, 1e-6, 1e-4]]]), _slim_kv, ("eta_c", "eta_m")),
-), strict=True))
+VARIANTS = dict(
+    zip(
+        VARIANT_NAMES,
+        (
+            Variant(SLIM_PARAMS, STARTS, _slim, ("eta_c",)),
+            # per-sequence KV reads and the KV-capacity limit (slim.slim_kv_variables); optional, not the contract
+            Variant(
+                SLIM_PARAMS,
+                np.vstack(
+                    [
+                        STARTS,
+                        [
+                            [0.5, 0.5, 64.0, 3e-4, 1e-6, 0.01],
+                            [0.2, 0.9, 200.0, 1e-4, 1e-5, 0.1],
+                            [0.7, 0.3, 10.0, 1e-3, 1e-6, 1e-4],
+                        ],
+                    ]
+                ),
+                _slim_kv,
+                ("eta_c", "eta_m"),
+            ),
+        ),
+        strict=True,
+    )
+)
 
 
 def _variant(name: str) -> Variant:
@@ -113,8 +155,19 @@ def _residuals(z, feats, t_meas, ttft, mask_t, mask_ttft, variant="slim", loss="
 
 
 @functools.partial(jax.jit, static_argnames=("solver", "variant", "loss", "with_ttft"))
-def fit_groups(z0, feats, t_meas, ttft, mask_t, mask_ttft, *, solver, variant: str = "slim", loss: str = "squared",
-               with_ttft: bool = True):
+def fit_groups(
+    z0,
+    feats,
+    t_meas,
+    ttft,
+    mask_t,
+    mask_ttft,
+    *,
+    solver,
+    variant: str = "slim",
+    loss: str = "squared",
+    with_ttft: bool = True,
+):
     """SLIM fits of every group at once (see :func:`slimjax.fit.solver.fit_batched`)."""
     residuals = functools.partial(_residuals, variant=variant, loss=loss, with_ttft=with_ttft)
     return fit_batched(residuals, z0, (feats, t_meas, ttft, mask_t, mask_ttft), solver)
@@ -134,14 +187,32 @@ def _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, rep
     t_star = np.concatenate([r[0] for r in reps])
     f_star = np.concatenate([r[1] for r in reps])
     tile = lambda x: np.concatenate([np.asarray(x)] * replicates)  # noqa: E731
-    z_boot = sharded(fit_groups, tile(z)[:, None, :], jax.tree_util.tree_map(tile, feats), t_star,
-                      np.where(tile(mask_ttft), f_star, 1.0), tile(mask), tile(mask_ttft), **fit_options)[0]
+    z_boot = sharded(
+        fit_groups,
+        tile(z)[:, None, :],
+        jax.tree_util.tree_map(tile, feats),
+        t_star,
+        np.where(tile(mask_ttft), f_star, 1.0),
+        tile(mask),
+        tile(mask_ttft),
+        **fit_options,
+    )[0]
     return np.asarray(z_boot).reshape(replicates, G, p)
 
 
-def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"), *,
-              solver="lm", iterations: int = 30, variant: str = "slim", loss: str = "squared",
-              bootstrap: int = 0, seed: int = 0, intervals: str = "fit", bandwidth_exponent: float | None = None) -> xr.Dataset:
+def calibrate(
+    traces: pd.DataFrame,
+    group_by: Sequence[str] = ("model", "gpu", "n_gpu", "framework"),
+    *,
+    solver="lm",
+    iterations: int = 30,
+    variant: str = "slim",
+    loss: str = "squared",
+    bootstrap: int = 0,
+    seed: int = 0,
+    intervals: str = "fit",
+    bandwidth_exponent: float | None = None,
+) -> xr.Dataset:
     """Fit SLIM's six coefficients per group of ``traces`` (the canonical table), all groups at once.
 
     Residuals: T_pred/T_meas − 1 for rows with a throughput (or an E2E), and T_pre/TTFT − 1 for
@@ -178,7 +249,9 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
     if intervals not in ("fit", "transfer"):
         raise SlimjaxError("intervals", f"must be 'fit' or 'transfer', got {intervals!r}")
     if bandwidth_exponent is not None and variant == "slim":
-        raise SlimjaxError("bandwidth_exponent", "only the slim-kv variant has one (MODEL.md §1 scales by L·D², not bandwidth)")
+        raise SlimjaxError(
+            "bandwidth_exponent", "only the slim-kv variant has one (MODEL.md §1 scales by L·D², not bandwidth)"
+        )
     beta = shipped_bandwidth_exponent(variant) if bandwidth_exponent is None else float(bandwidth_exponent)
     if not 0.0 <= beta <= 2.0:
         raise SlimjaxError("bandwidth_exponent", f"must be in [0, 2], got {beta!r}")
@@ -191,8 +264,17 @@ def calibrate(traces: pd.DataFrame, group_by: Sequence[str] = ("model", "gpu", "
         raise SlimjaxError("loss", f"must be one of {', '.join(LOSSES)}, got {loss!r}")
     spec = _variant(variant)
     with float64_scope():
-        ds = _calibrate(traces, list(group_by), options, spec, variant, loss, bootstrap, seed,
-                        solver if isinstance(solver, str) else type(solver).__name__)
+        ds = _calibrate(
+            traces,
+            list(group_by),
+            options,
+            spec,
+            variant,
+            loss,
+            bootstrap,
+            seed,
+            solver if isinstance(solver, str) else type(solver).__name__,
+        )
         if intervals == "transfer":
             ds = ds.assign(layout.transfer_variables(*_transfer_residuals(traces, solver, iterations, variant, loss)))
             ds.attrs["intervals"] = "transfer"
@@ -209,8 +291,11 @@ def _transfer_residuals(traces, solver, iterations, variant, loss):
     test = pd.concat([rows.iloc[f.test].assign(_fold=k) for k, f in enumerate(every)], ignore_index=True)
     fitted = calibrate(train, group_by=["_fold"], solver=solver, iterations=iterations, variant=variant, loss=loss)
     p = predict(fitted, test)
-    return (held_out_log_ratio(p), p["pred_throughput_log_sd"].to_numpy(float),
-            kind_codes([f.scenario for f in every for _ in f.test]))
+    return (
+        held_out_log_ratio(p),
+        p["pred_throughput_log_sd"].to_numpy(float),
+        kind_codes([f.scenario for f in every for _ in f.test]),
+    )
 
 
 ABSURD_B0 = 1e4  # B0 beyond this many times the largest fitted batch: not converged
@@ -227,15 +312,30 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     mask, mask_ttft = valid & np.isfinite(t_meas), valid & np.isfinite(ttft)
     t_meas, ttft = np.where(mask, t_meas, 1.0), np.where(mask_ttft, ttft, 1.0)
     fit_options = dict(solver=options, variant=variant, loss=loss, with_ttft=bool(mask_ttft.any()))
-    z, cost, its, conv, J = map(np.asarray, sharded(fit_groups, parameters_from(spec.starts, spec.params, spec.bounded), feats, t_meas, ttft, mask, mask_ttft, **fit_options))
+    z, cost, its, conv, J = map(
+        np.asarray,
+        sharded(
+            fit_groups,
+            parameters_from(spec.starts, spec.params, spec.bounded),
+            feats,
+            t_meas,
+            ttft,
+            mask,
+            mask_ttft,
+            **fit_options,
+        ),
+    )
     n = mask.sum(axis=1) + mask_ttft.sum(axis=1)
     cov, identified, sigma2 = gauss_newton(z, cost, J, n, coefficient_slopes(z, spec.params, spec.bounded))
     # fewer residuals than coefficients: any curve fits them exactly, and that is not a calibration
     underdetermined = n < len(spec.params)
     if underdetermined.all():  # nothing was calibrated: an error, not a store of NaN
-        raise SlimjaxError("traces", f"no group has enough rows to fit {len(spec.params)} coefficients (the largest has "
-                                     f"{int(n.max())} residuals over {len(traces)} rows); add measurements or group "
-                                     f"coarser than {', '.join(group_by)}")
+        raise SlimjaxError(
+            "traces",
+            f"no group has enough rows to fit {len(spec.params)} coefficients (the largest has "
+            f"{int(n.max())} residuals over {len(traces)} rows); add measurements or group "
+            f"coarser than {', '.join(group_by)}",
+        )
     conv = np.where(underdetermined, False, conv)
     z = np.where(underdetermined[:, None], np.nan, z)
     cov = np.where(underdetermined[:, None, None], np.nan, cov)
@@ -246,7 +346,9 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
     b_max = np.max(np.where(valid, traces["batch"].to_numpy(float)[index], 0.0), axis=1)
     absurd = (b0 > ABSURD_B0 * b_max) | (~identified[:, list(spec.params).index("B0")] & (b0 > b_max))
     conv = np.where(absurd, False, conv)
-    t_pred, e_pred, pre_pred = map(np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats))
+    t_pred, e_pred, pre_pred = map(
+        np.asarray, jax.vmap(functools.partial(_predict, variant=variant))(jnp.asarray(z), feats)
+    )
     z_boot = None
     if bootstrap:
         z_boot = _bootstrap(z, feats, t_meas, ttft, mask, mask_ttft, t_pred, pre_pred, n, bootstrap, seed, fit_options)
@@ -260,21 +362,49 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
 
     levels = {c: sorted(traces[c].unique().tolist()) for c in group_by}
     position = {c: {v: i for i, v in enumerate(levels[c])} for c in group_by}
-    where = tuple(np.array([position[c][(key if isinstance(key, tuple) else (key,))[j]] for key in keys])
-                  for j, c in enumerate(group_by))
+    where = tuple(
+        np.array([position[c][(key if isinstance(key, tuple) else (key,))[j]] for key in keys])
+        for j, c in enumerate(group_by)
+    )
     theta = np.asarray(coefficients_from(z, spec.params, spec.bounded))
     theta = np.where(theta < _FLOOR, 0.0, theta)
     se = np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0.0))
     return layout.coefficient_dataset(
-        group_by, levels, spec.params, where, theta=theta, se=se, cov=cov, identified=identified, converged=conv,
-        iterations=its, loss=cost, mape_throughput=mape_t, mape_e2e=mape_e, mape_ttft=mape_ttft, n_points=n,
-        residual_variance=sigma2, z=z, z_boot=z_boot,
-        ranges=_fitted_ranges(traces, index, valid), fitted_sets=_fitted_sets(traces, index, valid),
-        attrs={"variant": variant, "solver": solver_name, "loss": loss, "bootstrap": int(bootstrap),
-               "iterations_max": options.iterations, "residual": "T_pred / T_meas - 1", "group_by": list(group_by),
-               "source": traces.attrs.get("source", ""),
-               **({"bandwidth_exponent": float(np.unique(traces["bandwidth_exponent"])[0])}
-                  if variant != "slim" and traces["bandwidth_exponent"].nunique() == 1 else {})},
+        group_by,
+        levels,
+        spec.params,
+        where,
+        theta=theta,
+        se=se,
+        cov=cov,
+        identified=identified,
+        converged=conv,
+        iterations=its,
+        loss=cost,
+        mape_throughput=mape_t,
+        mape_e2e=mape_e,
+        mape_ttft=mape_ttft,
+        n_points=n,
+        residual_variance=sigma2,
+        z=z,
+        z_boot=z_boot,
+        ranges=_fitted_ranges(traces, index, valid),
+        fitted_sets=_fitted_sets(traces, index, valid),
+        attrs={
+            "variant": variant,
+            "solver": solver_name,
+            "loss": loss,
+            "bootstrap": int(bootstrap),
+            "iterations_max": options.iterations,
+            "residual": "T_pred / T_meas - 1",
+            "group_by": list(group_by),
+            "source": traces.attrs.get("source", ""),
+            **(
+                {"bandwidth_exponent": float(np.unique(traces["bandwidth_exponent"])[0])}
+                if variant != "slim" and traces["bandwidth_exponent"].nunique() == 1
+                else {}
+            ),
+        },
     )
 
 
@@ -336,14 +466,19 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
         feats = row_features(points.assign(n_gpu=points.get("n_gpu", 1)))
         # no prediction faster than physics: each time at least the 100 %-of-peak roofline of the point's group, as a
         # sweep has it (slimjax.model.floor; at the serving defaults)
-        feats["floor"] = floor_inputs(feats["model"], feats["gpu"], default_serving(feats["model"], n_gpu=feats["n_gpu"]))
+        feats["floor"] = floor_inputs(
+            feats["model"], feats["gpu"], default_serving(feats["model"], n_gpu=feats["n_gpu"])
+        )
         floor = floor_of(feats["floor"], feats["input_len"], feats["output_len"])
         pre_f, dec_f = map(np.asarray, floor(feats["batch"]))
         e_floor = pre_f + dec_f
         tokens = feats["batch"] * (feats["input_len"] + feats["output_len"])
         beta = float(coeffs.attrs.get("bandwidth_exponent", shipped_bandwidth_exponent(variant)))
-        feats["bandwidth_exponent"] = (points["bandwidth_exponent"].to_numpy(float) if "bandwidth_exponent" in points
-                                       else np.full(len(points), beta))
+        feats["bandwidth_exponent"] = (
+            points["bandwidth_exponent"].to_numpy(float)
+            if "bandwidth_exponent" in points
+            else np.full(len(points), beta)
+        )
         t, e, _ = map(np.asarray, jax.vmap(pred)(jnp.asarray(z), feats))
         model_e = np.asarray(jax.vmap(pred)(jnp.asarray(z), {k: v for k, v in feats.items() if k != "floor"})[1])
         if zb is not None:  # the spread of the refits' own predictions

@@ -61,8 +61,12 @@ class LevenbergMarquardt:
             z_new = z + jnp.clip(dz, -5.0, 5.0)
             cost_new = jnp.sum(res(z_new) ** 2)
             better = jnp.isfinite(cost_new) & (cost_new < cost)
-            return (jnp.where(better, z_new, z), jnp.where(better, lam / 3.0, lam * 4.0),
-                    jnp.where(better, cost_new, cost), accepted + better), (cost, lam)
+            return (
+                jnp.where(better, z_new, z),
+                jnp.where(better, lam / 3.0, lam * 4.0),
+                jnp.where(better, cost_new, cost),
+                accepted + better,
+            ), (cost, lam)
 
         init = (z0, jnp.asarray(1e-2, z0.dtype), jnp.sum(res(z0) ** 2), jnp.asarray(0))
         (z, lam, cost, accepted), (costs, _) = jax.lax.scan(step, init, None, length=self.iterations)
@@ -81,7 +85,9 @@ class Adam:
 
     def run(self, res, z0):
         opt = optax.adam(self.learning_rate)
-        loss = lambda z: jnp.sum(res(z) ** 2)
+
+        def loss(z):
+            return jnp.sum(res(z) ** 2)
 
         def step(carry, _):
             z, state = carry
@@ -103,7 +109,9 @@ class Adam:
 def coefficients_from(z, params, bounded):
     """θ from the fit parameters z (last axis): σ(z) for ``bounded`` coefficients, exp(z) for the others."""
     z = jnp.asarray(z)
-    return jnp.stack([jax.nn.sigmoid(z[..., i]) if p in bounded else jnp.exp(z[..., i]) for i, p in enumerate(params)], axis=-1)
+    return jnp.stack(
+        [jax.nn.sigmoid(z[..., i]) if p in bounded else jnp.exp(z[..., i]) for i, p in enumerate(params)], axis=-1
+    )
 
 
 def parameters_from(theta, params, bounded):
@@ -181,7 +189,7 @@ def sharded(fit, z0, *data, **options):
     per_group_start = np.ndim(z0) == 3
 
     def chunk(x, k):
-        x = np.asarray(x)[k * size:(k + 1) * size]
+        x = np.asarray(x)[k * size : (k + 1) * size]
         return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)]) if len(x) < size else x
 
     def run(k, device):

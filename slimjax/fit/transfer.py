@@ -19,8 +19,13 @@ from ..store.coefficients import TRANSFER_KIND, transfer_form
 from .features import measured_throughput
 from .folds import Fold
 
-SCENARIO_KIND = {"same-curve": "same-curve", "length-transfer": "length", "model-transfer": "model",
-                 "gpu-transfer": "gpu", "combined": "combined"}
+SCENARIO_KIND = {
+    "same-curve": "same-curve",
+    "length-transfer": "length",
+    "model-transfer": "model",
+    "gpu-transfer": "gpu",
+    "combined": "combined",
+}
 
 
 def extrapolation_bits(points: pd.DataFrame, new_model, new_gpu, ranges: dict) -> np.ndarray:
@@ -37,9 +42,17 @@ def fold_bits(rows: pd.DataFrame, fold: Fold) -> np.ndarray:
     """Extrapolation bits of a fold's held-out rows against its training rows."""
     train, test = rows.iloc[fold.train], rows.iloc[fold.test]
     n = len(test)
-    ranges = {f"{a}_{end}": np.full(n, getattr(train[a], end)()) for a in ("input_len", "output_len") for end in ("min", "max")}
-    return extrapolation_bits(test, ~test["model"].isin(set(train["model"])).to_numpy(),
-                              ~test["gpu"].isin(set(train["gpu"])).to_numpy(), ranges)
+    ranges = {
+        f"{a}_{end}": np.full(n, getattr(train[a], end)())
+        for a in ("input_len", "output_len")
+        for end in ("min", "max")
+    }
+    return extrapolation_bits(
+        test,
+        ~test["model"].isin(set(train["model"])).to_numpy(),
+        ~test["gpu"].isin(set(train["gpu"])).to_numpy(),
+        ranges,
+    )
 
 
 def held_out_log_ratio(pred: pd.DataFrame) -> np.ndarray:
@@ -63,4 +76,7 @@ def form_error_table(coeffs) -> pd.DataFrame:
     counts = np.bincount(coeffs[TRANSFER_KIND].values, minlength=len(EXTRAPOLATION))
     return pd.DataFrame({"kind": EXTRAPOLATION, "form_error": transfer_form(coeffs), "rows": counts}).assign(
         factor=lambda d: np.exp(d["form_error"]).round(3),
-        note=lambda d: np.where(d["rows"] == 0, "no such scenario in the traces: predictions of this kind get no interval", ""))
+        note=lambda d: np.where(
+            d["rows"] == 0, "no such scenario in the traces: predictions of this kind get no interval", ""
+        ),
+    )

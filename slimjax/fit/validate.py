@@ -30,7 +30,13 @@ import pandas as pd
 
 from ..config import uses_float64
 from ..errors import SlimjaxError, suggest
-from ..model.intervals import INTERVAL_LEVEL, extrapolation_form_error, extrapolation_label, form_errors, transfer_interval
+from ..model.intervals import (
+    INTERVAL_LEVEL,
+    extrapolation_form_error,
+    extrapolation_label,
+    form_errors,
+    transfer_interval,
+)
 from .baselines import BASELINES
 from .features import measured_e2e, measured_throughput, row_features, workload_tokens
 from .folds import SCENARIOS, SETTING, Fold, folds, setting_name, study_rows
@@ -41,7 +47,14 @@ from .transfer import fold_bits, held_out_scores, kind_codes
 METHODS = ("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")
 SLIM_FITS = {"slim": "squared", "slim-kv": "cauchy"}  # method → calibration loss
 METRICS = ("mape_throughput", "mape_e2e", "coverage_90", "coverage_transfer", "width_transfer")
-BANDWIDTH_EXPONENTS = (0.4, 0.5, 0.6, 0.7, 0.8, 1.0)  # slim-kv's β candidates for GPU transfer (0.2 and 1.2 were never chosen)
+BANDWIDTH_EXPONENTS = (
+    0.4,
+    0.5,
+    0.6,
+    0.7,
+    0.8,
+    1.0,
+)  # slim-kv's β candidates for GPU transfer (0.2 and 1.2 were never chosen)
 
 
 class Validation(NamedTuple):
@@ -66,7 +79,9 @@ def default_trace_paths() -> list[Path]:
 
 
 def _roofline_e2e(rows: pd.DataFrame) -> np.ndarray:
-    return np.asarray(roofline_service_at(1.0, 1.0, 0.0, jax.tree_util.tree_map(jnp.asarray, row_features(rows)))["service_s"])
+    return np.asarray(
+        roofline_service_at(1.0, 1.0, 0.0, jax.tree_util.tree_map(jnp.asarray, row_features(rows)))["service_s"]
+    )
 
 
 def _mape(pred, meas) -> float:
@@ -74,8 +89,14 @@ def _mape(pred, meas) -> float:
 
 
 @uses_float64
-def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: Sequence[str] = SCENARIOS, *,
-             iterations: int = 100, exclude: Sequence[str] = ()) -> Validation:
+def validate(
+    traces: pd.DataFrame,
+    methods: Sequence[str] = METHODS,
+    scenarios: Sequence[str] = SCENARIOS,
+    *,
+    iterations: int = 100,
+    exclude: Sequence[str] = (),
+) -> Validation:
     """Run the generalization study on ``traces`` (canonical table, e.g. ``load_traces`` of
     llm_inference_bench.csv). Returns the MAPE table, the per-row held-out predictions and the folds.
     ``exclude``: pandas query strings over the trace columns; matching rows leave the study (neither
@@ -83,14 +104,16 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     for field, values, allowed in (("methods", methods, METHODS), ("scenarios", scenarios, SCENARIOS)):
         for v in values:
             if v not in allowed:
-                raise SlimjaxError(field, f"unknown {field[:-1]} {v!r}{suggest(str(v), list(allowed))}; one of {', '.join(allowed)}")
+                raise SlimjaxError(
+                    field, f"unknown {field[:-1]} {v!r}{suggest(str(v), list(allowed))}; one of {', '.join(allowed)}"
+                )
     rows, dropped = study_rows(traces)
     for query in exclude:
         try:
             hit = rows.eval(query)
         except Exception as e:  # pandas raises many types for a bad expression
             raise SlimjaxError("exclude", f"{query!r} is not a query over {', '.join(rows.columns)} ({e})") from None
-        if getattr(hit, "dtype", None) != bool:
+        if getattr(hit, "dtype", None) is None or hit.dtype.kind != "b":
             raise SlimjaxError("exclude", f"{query!r} does not select rows (it must be a condition)")
         if hit.any():
             dropped[f"excluded by {query!r}"] = int(hit.sum())
@@ -112,12 +135,24 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     for method in methods:
         if method in SLIM_FITS:
             p, exponents = _slim_predictions(rows, scored, test, method, iterations)
-            form = np.asarray(form_errors(held_out_scores(p, INTERVAL_LEVEL), kind_codes(test["scenario"]), INTERVAL_LEVEL, eligible))
+            form = np.asarray(
+                form_errors(held_out_scores(p, INTERVAL_LEVEL), kind_codes(test["scenario"]), INTERVAL_LEVEL, eligible)
+            )
             m = np.asarray(extrapolation_form_error(bits, form[fold_of]))
-            lo, hi = map(np.asarray, transfer_interval(p["pred_throughput"].to_numpy(), p["pred_throughput_log_sd"].to_numpy(), m, INTERVAL_LEVEL))
+            lo, hi = map(
+                np.asarray,
+                transfer_interval(
+                    p["pred_throughput"].to_numpy(), p["pred_throughput_log_sd"].to_numpy(), m, INTERVAL_LEVEL
+                ),
+            )
             pred[method] = p["pred_e2e_s"].to_numpy()
-            extra[method] = dict(pred_throughput_lo=p["pred_throughput_lo"].to_numpy(), pred_throughput_hi=p["pred_throughput_hi"].to_numpy(),
-                                 pred_throughput_transfer_lo=lo, pred_throughput_transfer_hi=hi, form_error=m)
+            extra[method] = dict(
+                pred_throughput_lo=p["pred_throughput_lo"].to_numpy(),
+                pred_throughput_hi=p["pred_throughput_hi"].to_numpy(),
+                pred_throughput_transfer_lo=lo,
+                pred_throughput_transfer_hi=hi,
+                form_error=m,
+            )
         elif method == "roofline":
             pred[method] = _roofline_e2e(test)
         else:
@@ -126,21 +161,44 @@ def validate(traces: pd.DataFrame, methods: Sequence[str] = METHODS, scenarios: 
     tokens = workload_tokens(test)
     test = test.assign(interval_kind=[extrapolation_label(int(b)) for b in bits])
     nan = np.full(len(test), np.nan)
-    columns = ("pred_throughput_lo", "pred_throughput_hi", "pred_throughput_transfer_lo", "pred_throughput_transfer_hi", "form_error")
-    long = pd.concat([test.assign(method=m, pred_e2e_s=p, pred_throughput=tokens / p, **{c: extra.get(m, {}).get(c, nan) for c in columns})
-                      for m, p in pred.items()], ignore_index=True)
+    columns = (
+        "pred_throughput_lo",
+        "pred_throughput_hi",
+        "pred_throughput_transfer_lo",
+        "pred_throughput_transfer_hi",
+        "form_error",
+    )
+    long = pd.concat(
+        [
+            test.assign(
+                method=m, pred_e2e_s=p, pred_throughput=tokens / p, **{c: extra.get(m, {}).get(c, nan) for c in columns}
+            )
+            for m, p in pred.items()
+        ],
+        ignore_index=True,
+    )
     long = long[long["scenario"].isin(scenarios)].reset_index(drop=True)
     long = long.assign(throughput=measured_throughput(long), e2e_s=measured_e2e(long))
     records = []
     for (scenario, method), g in long.groupby(["scenario", "method"], sort=False):
-        records.append({"scenario": scenario, "method": method, "n_folds": g["fold"].nunique(), "n_test": len(g),
-                        "mape_throughput": _mape(g["pred_throughput"].to_numpy(), g["throughput"].to_numpy()),
-                        "mape_e2e": _mape(g["pred_e2e_s"].to_numpy(), g["e2e_s"].to_numpy()),
-                        "coverage_90": _coverage(g, ""), "coverage_transfer": _coverage(g, "_transfer"),
-                        "width_transfer": _width(g, "_transfer")})
+        records.append(
+            {
+                "scenario": scenario,
+                "method": method,
+                "n_folds": g["fold"].nunique(),
+                "n_test": len(g),
+                "mape_throughput": _mape(g["pred_throughput"].to_numpy(), g["throughput"].to_numpy()),
+                "mape_e2e": _mape(g["pred_e2e_s"].to_numpy(), g["e2e_s"].to_numpy()),
+                "coverage_90": _coverage(g, ""),
+                "coverage_transfer": _coverage(g, "_transfer"),
+                "width_transfer": _width(g, "_transfer"),
+            }
+        )
     table = pd.DataFrame(records).pivot(index="scenario", columns="method", values=list(METRICS))
-    table = table.reindex(index=[s for s in SCENARIOS if s in scenarios and s in table.index],
-                          columns=pd.MultiIndex.from_product([list(METRICS), list(methods)]))
+    table = table.reindex(
+        index=[s for s in SCENARIOS if s in scenarios and s in table.index],
+        columns=pd.MultiIndex.from_product([list(METRICS), list(methods)]),
+    )
     sizes = pd.DataFrame(records).groupby("scenario")[["n_folds", "n_test"]].first()
     table[("n_folds", "")], table[("n_test", "")] = sizes["n_folds"], sizes["n_test"]
     score = (table["mape_throughput"] + table["mape_e2e"]) / 2  # the winner errs least on T and E2E together
@@ -164,25 +222,38 @@ def _calibrating_rows(scored: list[Fold], n_rows: int) -> np.ndarray:
 def _candidate_fits(rows: pd.DataFrame, scored: list[Fold], method: str, iterations: int) -> pd.DataFrame:
     """Every fold's held-out predictions from one batched calibration: at β = 1 (any β gives the same fit on one
     GPU), and slim-kv's GPU-transfer folds at every candidate β. Columns ``_k`` (fold position), ``_b`` (β)."""
-    cands = {k: (BANDWIDTH_EXPONENTS if method == "slim-kv" and f.scenario == "gpu-transfer" else (1.0,))
-             for k, f in enumerate(scored)}
-    train = pd.concat([rows.iloc[scored[k].train].assign(_g=f"{k}|{b}", bandwidth_exponent=b) for k, bs in cands.items() for b in bs],
-                      ignore_index=True)
-    test = pd.concat([rows.iloc[scored[k].test].assign(_g=f"{k}|{b}", _k=k, _b=b, bandwidth_exponent=b)
-                      for k, bs in cands.items() for b in bs], ignore_index=True)
+    cands = {
+        k: (BANDWIDTH_EXPONENTS if method == "slim-kv" and f.scenario == "gpu-transfer" else (1.0,))
+        for k, f in enumerate(scored)
+    }
+    train = pd.concat(
+        [rows.iloc[scored[k].train].assign(_g=f"{k}|{b}", bandwidth_exponent=b) for k, bs in cands.items() for b in bs],
+        ignore_index=True,
+    )
+    test = pd.concat(
+        [
+            rows.iloc[scored[k].test].assign(_g=f"{k}|{b}", _k=k, _b=b, bandwidth_exponent=b)
+            for k, bs in cands.items()
+            for b in bs
+        ],
+        ignore_index=True,
+    )
     fits = calibrate(train, group_by=["_g"], variant=method, iterations=iterations, loss=SLIM_FITS[method])
     return predict(fits, test)
 
 
-def transfer_exponent_errors(rows: pd.DataFrame, scored: list[Fold], iterations: int = 100,
-                             candidates: pd.DataFrame | None = None) -> pd.DataFrame:
+def transfer_exponent_errors(
+    rows: pd.DataFrame, scored: list[Fold], iterations: int = 100, candidates: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Σ |log(E2E_pred / E2E_meas)| of slim-kv over each GPU-transfer fold's held-out rows (index: fold
     position in ``scored``) at each candidate β (columns), plus the fold's ``setting``."""
     p = _candidate_fits(rows, scored, "slim-kv", iterations) if candidates is None else candidates
     p = p[p["_k"].map(lambda k: scored[k].scenario == "gpu-transfer")]
     if p.empty:
         return pd.DataFrame(columns=[*BANDWIDTH_EXPONENTS, "setting"])
-    error = p.assign(err=np.abs(np.log(p["pred_e2e_s"] / measured_e2e(p)))).groupby(["_k", "_b"])["err"].sum().unstack("_b")
+    error = (
+        p.assign(err=np.abs(np.log(p["pred_e2e_s"] / measured_e2e(p)))).groupby(["_k", "_b"])["err"].sum().unstack("_b")
+    )
     return error.assign(setting=[setting_name(*rows.iloc[scored[k].test[0]][list(SETTING)]) for k in error.index])
 
 
@@ -225,14 +296,27 @@ def markdown_table(table: pd.DataFrame) -> str:
     transfer intervals with their median width."""
     methods = [m for m in table["mape_throughput"].columns]
     covered = [m for m in methods if table[("coverage_90", m)].notna().any()]
-    head = ("| scenario | folds | held-out rows | " + " | ".join(f"{m} T / E2E" for m in methods) + " | winner"
-            + "".join(f" | {m} fit 90 % cover | {m} transfer cover (width)" for m in covered) + " |")
+    head = (
+        "| scenario | folds | held-out rows | "
+        + " | ".join(f"{m} T / E2E" for m in methods)
+        + " | winner"
+        + "".join(f" | {m} fit 90 % cover | {m} transfer cover (width)" for m in covered)
+        + " |"
+    )
     lines = [head, "|" + "---|" * (4 + len(methods) + 2 * len(covered))]
     for scenario, r in table.iterrows():
-        cells = [f"{r[('mape_throughput', m)]:.1f} / {r[('mape_e2e', m)]:.1f}" for m in methods] + [str(r[("winner", "")])]
+        cells = [f"{r[('mape_throughput', m)]:.1f} / {r[('mape_e2e', m)]:.1f}" for m in methods] + [
+            str(r[("winner", "")])
+        ]
         for m in covered:
             transfer = r[("coverage_transfer", m)]
-            cells += [f"{r[('coverage_90', m)]:.0f} %", f"{transfer:.0f} % ({r[('width_transfer', m)]:.0f} %)" if np.isfinite(transfer)
-                      else "— (no fold of this kind left to calibrate on)"]
-        lines.append(f"| {scenario} | {int(r[('n_folds', '')])} | {int(r[('n_test', '')])} | " + " | ".join(cells) + " |")
+            cells += [
+                f"{r[('coverage_90', m)]:.0f} %",
+                f"{transfer:.0f} % ({r[('width_transfer', m)]:.0f} %)"
+                if np.isfinite(transfer)
+                else "— (no fold of this kind left to calibrate on)",
+            ]
+        lines.append(
+            f"| {scenario} | {int(r[('n_folds', '')])} | {int(r[('n_test', '')])} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)

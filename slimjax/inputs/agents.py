@@ -27,7 +27,11 @@ API_KEYS = {
 GRAPH_KEYS = {
     "stages": (None, lambda v: v >= 1 and is_integer(v), "an integer ≥ 1"),
     "calls_per_stage": (None, lambda v: v >= 1 and is_integer(v), "an integer ≥ 1"),
-    "parallelism": (None, lambda v: v >= 1 and (np.isinf(v) or is_integer(v)), "an integer ≥ 1 (.inf: all calls of a stage at once)"),
+    "parallelism": (
+        None,
+        lambda v: v >= 1 and (np.isinf(v) or is_integer(v)),
+        "an integer ≥ 1 (.inf: all calls of a stage at once)",
+    ),
     "tool_delay_s": (0.0, lambda v: v >= 0 and np.isfinite(v), "a non-negative number of seconds"),
 }
 
@@ -41,7 +45,11 @@ class Agents:
 
 def _number(value: Any, field: str, rule, what: str) -> float:
     """A number (YAML's .inf allowed where the rule allows it) that satisfies ``rule``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) or np.isnan(value):
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or np.isnan(value)
+    ):
         raise SlimjaxError(field, f"must be {what}, got {value!r}")
     if not rule(float(value)):
         raise SlimjaxError(field, f"must be {what}, got {value!r}")
@@ -60,7 +68,8 @@ def _api(block: Any, field: str, base: dict) -> dict:
 
 
 def agents_block(value: Any) -> Agents:
-    """The ``agents`` block: ``{api: {...}, NAME: {stages, calls_per_stage, parallelism, tool_delay_s, [API keys]}}``."""
+    """The ``agents`` block: ``{api: {...}, NAME: {stages, calls_per_stage, parallelism, tool_delay_s, [API
+    keys]}}``."""
     if not isinstance(value, Mapping) or not value:
         raise SlimjaxError("agents", f"must be a mapping of named graphs (and api), got {value!r}")
     api = _api(value.get("api"), "agents.api", {k: d for k, (d, _, _) in API_KEYS.items()})
@@ -75,7 +84,9 @@ def agents_block(value: Any) -> Agents:
         flat = {k: v for k, v in graph.items() if k in API_KEYS and k != "parallelism"}
         bad = [k for k in graph if k not in GRAPH_KEYS and k not in API_KEYS and k != "api"]
         if bad:
-            raise SlimjaxError(f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), [*GRAPH_KEYS, *API_KEYS, 'api'])}")
+            raise SlimjaxError(
+                f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), [*GRAPH_KEYS, *API_KEYS, 'api'])}"
+            )
         settings = {}
         for key, (default, rule, what) in GRAPH_KEYS.items():
             if key not in graph:
@@ -90,10 +101,20 @@ def agents_block(value: Any) -> Agents:
         graph_api = _api({**flat, **own_api}, f"{field}.api" if own_api else field, api)
         names.append(str(name))
         table[str(name)] = {**settings, "api": graph_api}
-        rows.append(dict(stages=settings["stages"], calls=settings["calls_per_stage"], parallelism=settings["parallelism"],
-                         tool_delay_s=settings["tool_delay_s"], api_rpm=graph_api["rpm"], api_tpm=graph_api["tpm"],
-                         api_service_s=graph_api["service_s"], api_parallelism=graph_api["parallelism"],
-                         api_price_in=graph_api["price_in_per_mtok"], api_price_out=graph_api["price_out_per_mtok"]))
+        rows.append(
+            dict(
+                stages=settings["stages"],
+                calls=settings["calls_per_stage"],
+                parallelism=settings["parallelism"],
+                tool_delay_s=settings["tool_delay_s"],
+                api_rpm=graph_api["rpm"],
+                api_tpm=graph_api["tpm"],
+                api_service_s=graph_api["service_s"],
+                api_parallelism=graph_api["parallelism"],
+                api_price_in=graph_api["price_in_per_mtok"],
+                api_price_out=graph_api["price_out_per_mtok"],
+            )
+        )
     if not names:
         raise SlimjaxError("agents", "names no graph (only api); add e.g. research: {stages: 4, calls_per_stage: 16}")
     spec = AgentSpec(**{k: np.asarray([r[k] for r in rows], np.float64) for k in rows[0]})

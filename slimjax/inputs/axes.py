@@ -10,7 +10,6 @@ import numpy as np
 from ..errors import SlimjaxError
 from .checks import finite_number
 
-
 # A grid axis longer than this is refused before anything is allocated: the batch axis is held whole
 # in every block (B_cap reduces over it) and every other axis multiplies the grid.
 MAX_AXIS_VALUES = 1_000_000
@@ -37,7 +36,9 @@ def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
         bounds = {"step": 1, **value}
         for key in ("start", "stop", "step"):
             if isinstance(bounds[key], bool) or not isinstance(bounds[key], number):
-                raise SlimjaxError(f"{field}.{key}", f"must be {'an integer' if integer else 'a number'}, got {bounds[key]!r}")
+                raise SlimjaxError(
+                    f"{field}.{key}", f"must be {'an integer' if integer else 'a number'}, got {bounds[key]!r}"
+                )
         start, stop, step = bounds["start"], bounds["stop"], bounds["step"]
         if step <= 0:
             raise SlimjaxError(f"{field}.step", f"must be positive, got {step!r}")
@@ -54,7 +55,9 @@ def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
     elif isinstance(value, number) and not isinstance(value, bool):
         values = [value]
     else:
-        raise SlimjaxError(field, f"must be a list of {'integers' if integer else 'numbers'} or {{start, stop, step}}, got {value!r}")
+        raise SlimjaxError(
+            field, f"must be a list of {'integers' if integer else 'numbers'} or {{start, stop, step}}, got {value!r}"
+        )
     if not values:
         raise SlimjaxError(field, "is empty")
     if len(values) > MAX_AXIS_VALUES:

@@ -21,11 +21,24 @@ from .checks import checked_number, positive_number
 PRICE_DATE = "2026-10-27"
 
 _DTYPE_BYTES = {
-    "float32": 4, "fp32": 4, "float": 4,
-    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
-    "float8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float8": 1,
+    "fp8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
     # 4-bit formats, scales included: MXFP4 one 8-bit scale per 32, NVFP4 one FP8 scale per 16
-    "int4": 0.5, "fp4": 0.5, "mxfp4": 0.53125, "nvfp4": 0.5625,
+    "int4": 0.5,
+    "fp4": 0.5,
+    "mxfp4": 0.53125,
+    "nvfp4": 0.5625,
 }
 # Families whose FFN is two plain matrices (no gate); everything else is treated as gated (3).
 _UNGATED_MODEL_TYPES = {"opt", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "bloom", "falcon", "phi", "mpt"}
@@ -96,12 +109,17 @@ def resolve_hardware(name: str, table: Mapping[str, str]) -> str | None:
         key = normalised_hardware(name, drop_memory=drop_memory)
         if not key:
             return None
-        norm = lambda n: normalised_hardware(n, drop_memory=drop_memory)  # noqa: E731
+
+        def norm(n, drop_memory=drop_memory):
+            return normalised_hardware(n, drop_memory=drop_memory)
+
         hits = {g for g, names in spellings.items() if any(norm(n) == key for n in names)}
         hits |= {g for n, g in table.items() if norm(n) == key}
         if len(hits) > 1:
-            raise SlimjaxError("traces.gpu", f"hardware {name!r} could mean {', '.join(sorted(hits))}; "
-                                             f"say which in configs/hardware.yaml")
+            raise SlimjaxError(
+                "traces.gpu",
+                f"hardware {name!r} could mean {', '.join(sorted(hits))}; say which in configs/hardware.yaml",
+            )
         if hits:
             return hits.pop()
     return None
@@ -118,7 +136,9 @@ def _lookup(name: str, table: Mapping[str, dict], field: str, kind: str) -> tupl
 
     # did-you-mean over names and aliases, answered with the catalog names they belong to
     canonical = {key.lower(): key for key in table}
-    canonical.update({a.lower(): key for key, row in table.items() for a in row.get("aliases", []) if a.lower() not in canonical})
+    canonical.update(
+        {a.lower(): key for key, row in table.items() for a in row.get("aliases", []) if a.lower() not in canonical}
+    )
     close = difflib.get_close_matches(name.lower(), list(canonical), n=8, cutoff=0.5)
     close = close or [c for c in canonical if name.lower() in c]
     names = list(dict.fromkeys(canonical[c] for c in close))[:3]
@@ -150,15 +170,20 @@ def dtype_bytes(value: Any, field: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value > 0 and math.isfinite(value):
             return float(value)
-        raise SlimjaxError(field, f"must be a positive number of bytes per element or a dtype name "
-                                  f"({', '.join(sorted(_DTYPE_BYTES))}), got {value!r}")
+        raise SlimjaxError(
+            field,
+            f"must be a positive number of bytes per element or a dtype name "
+            f"({', '.join(sorted(_DTYPE_BYTES))}), got {value!r}",
+        )
     key = str(value).lower().replace("torch.", "")
     if key not in _DTYPE_BYTES:
         raise SlimjaxError(field, f"unknown dtype {value!r}{suggest(key, _DTYPE_BYTES)}")
     return float(_DTYPE_BYTES[key])
 
 
-def _quantized_bytes_per_weight(qc: Mapping, P: float, embeddings: float, attention: float, base: float, field: str) -> float:
+def _quantized_bytes_per_weight(
+    qc: Mapping, P: float, embeddings: float, attention: float, base: float, field: str
+) -> float:
     """Mean bytes per weight of a quantized checkpoint (HF ``quantization_config``): the quantized linear
     weights at their format's bytes (scales included), the embeddings and any module the config leaves
     unconverted (e.g. gpt-oss's attention) at the checkpoint's own dtype."""
@@ -174,8 +199,11 @@ def _quantized_bytes_per_weight(qc: Mapping, P: float, embeddings: float, attent
     elif method == "bitsandbytes":
         q = 0.5 + 4.0 / 64.0 if qc.get("load_in_4bit") else 1.0
     else:
-        raise SlimjaxError(f"{field}.quant_method", f"unknown quantization {method!r} (known: fp8, mxfp4, nvfp4, awq, gptq, "
-                                                    "bitsandbytes); set serving weight_dtype_bytes instead")
+        raise SlimjaxError(
+            f"{field}.quant_method",
+            f"unknown quantization {method!r} (known: fp8, mxfp4, nvfp4, awq, gptq, "
+            "bitsandbytes); set serving weight_dtype_bytes instead",
+        )
     kept = embeddings
     if any("attn" in str(m) for m in qc.get("modules_to_not_convert") or ()):
         kept += attention
@@ -216,11 +244,14 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
             f"num_attention_heads ({int(H_q)}) must be divisible by num_key_value_heads ({int(H_kv)})",
         )
     if cfg.get("head_dim") is None and D % H_q:
-        raise SlimjaxError(f"{field}.num_attention_heads", f"{int(H_q)} heads do not divide hidden_size {int(D)}; "
-                                                           "give head_dim")
+        raise SlimjaxError(
+            f"{field}.num_attention_heads", f"{int(H_q)} heads do not divide hidden_size {int(D)}; give head_dim"
+        )
     d_h = _positive(cfg, "head_dim", field) if cfg.get("head_dim") is not None else D / H_q
     if cfg.get("intermediate_size") is None and cfg.get("ffn_dim") is None:
-        raise SlimjaxError(f"{field}.intermediate_size", "missing (OPT configs call it ffn_dim); needed to build the model")
+        raise SlimjaxError(
+            f"{field}.intermediate_size", "missing (OPT configs call it ffn_dim); needed to build the model"
+        )
     D_ff = _positive(cfg, "intermediate_size" if cfg.get("intermediate_size") is not None else "ffn_dim", field)
     V = _positive(cfg, "vocab_size", field)
 
@@ -230,7 +261,10 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
             raise SlimjaxError(f"{field}.n_ffn", f"must be 2 or 3, got {cfg['n_ffn']!r}")
     elif model_type in _UNGATED_MODEL_TYPES:
         n_ffn = 2.0
-    elif not model_type and str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower() in {"relu", "gelu_new"}:
+    elif not model_type and str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower() in {
+        "relu",
+        "gelu_new",
+    }:
         n_ffn = 2.0
     else:
         n_ffn = 3.0
@@ -240,7 +274,9 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
     n_experts = _first(cfg, "num_local_experts", "num_experts", "n_routed_experts")
     moe = top_k is not None and n_experts is not None
     d_expert = float(_first(cfg, "moe_intermediate_size") or D_ff)
-    n_shared = float(_first(cfg, "n_shared_experts", "num_shared_experts") or _SHARED_EXPERTS_BY_TYPE.get(model_type, 0))
+    n_shared = float(
+        _first(cfg, "n_shared_experts", "num_shared_experts") or _SHARED_EXPERTS_BY_TYPE.get(model_type, 0)
+    )
     # gemma-4 style: a dense MLP of intermediate_size runs beside the routed experts in every layer
     parallel_dense = D_ff if moe and cfg.get("enable_moe_block") and cfg.get("moe_intermediate_size") else 0.0
     k_dense = float(cfg.get("first_k_dense_replace") or 0) if moe else 0.0  # DeepSeek's first k layers are dense
@@ -278,7 +314,9 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
     else:
         window = math.inf
 
-    b_w = b_kv = dtype_bytes(_first(cfg, "torch_dtype", "dtype"), f"{field}.torch_dtype")  # KV stays at the model's dtype
+    b_w = b_kv = dtype_bytes(
+        _first(cfg, "torch_dtype", "dtype"), f"{field}.torch_dtype"
+    )  # KV stays at the model's dtype
     tied = bool(cfg.get("tie_word_embeddings", True))  # HF's default when the key is absent
     if mla:
         nope = float(cfg.get("qk_nope_head_dim") or d_h)
@@ -293,36 +331,95 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
         P = _positive(cfg, "num_parameters", field)
     else:
         if moe:  # MoE layers: routed + shared experts (+ a parallel dense MLP); the other layers dense
-            ffn_total = n_ffn * D * (L_moe * ((float(n_experts) + n_shared) * d_expert + parallel_dense) + (L - L_moe) * D_ff)
+            ffn_total = (
+                n_ffn * D * (L_moe * ((float(n_experts) + n_shared) * d_expert + parallel_dense) + (L - L_moe) * D_ff)
+            )
         else:
             ffn_total = L * n_ffn * D * D_ff
         P = embeddings + L * attn + ffn_total
         if model_type == "opt":
             P += float(cfg.get("max_position_embeddings", 0)) * D  # learned positions
     if isinstance(cfg.get("quantization_config"), Mapping):
-        b_w = _quantized_bytes_per_weight(cfg["quantization_config"], P, embeddings, L * attn, b_w, f"{field}.quantization_config")
+        b_w = _quantized_bytes_per_weight(
+            cfg["quantization_config"], P, embeddings, L * attn, b_w, f"{field}.quantization_config"
+        )
 
     return dict(
-        n_layers=L, hidden=D, n_heads=H_q, n_kv_heads=H_kv, head_dim=d_h, ffn_dim=D_ff_active,
-        n_ffn=n_ffn, vocab=V, n_params=P, bytes_per_weight=b_w, kv_dtype_bytes=b_kv, window=float(window),
-        n_sliding_layers=L_s, mla=1.0 if mla else 0.0, moe=1.0 if moe else 0.0, kv_lora_rank=d_c, rope_dim=d_R,
+        n_layers=L,
+        hidden=D,
+        n_heads=H_q,
+        n_kv_heads=H_kv,
+        head_dim=d_h,
+        ffn_dim=D_ff_active,
+        n_ffn=n_ffn,
+        vocab=V,
+        n_params=P,
+        bytes_per_weight=b_w,
+        kv_dtype_bytes=b_kv,
+        window=float(window),
+        n_sliding_layers=L_s,
+        mla=1.0 if mla else 0.0,
+        moe=1.0 if moe else 0.0,
+        kv_lora_rank=d_c,
+        rope_dim=d_R,
         qk_nope_dim=float(cfg.get("qk_nope_head_dim") or d_h) if mla else 0.0,
         v_head_dim=float(cfg.get("v_head_dim") or d_h) if mla else 0.0,
-        n_experts=float(n_experts) if moe else 0.0, experts_per_token=float(top_k) if moe else 0.0,
-        expert_ffn_dim=d_expert if moe else 0.0, n_moe_layers=float(L_moe),
+        n_experts=float(n_experts) if moe else 0.0,
+        experts_per_token=float(top_k) if moe else 0.0,
+        expert_ffn_dim=d_expert if moe else 0.0,
+        n_moe_layers=float(L_moe),
         max_context=float(cfg["max_position_embeddings"]) if cfg.get("max_position_embeddings") else math.inf,
     )
 
 
 # Every config key the reader uses (MODEL.md §0, §4b); an inline key that is a near miss of one is a typo.
-READ_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-             "intermediate_size", "ffn_dim", "vocab_size", "model_type", "hidden_act", "activation_function",
-             "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk", "num_local_experts", "num_experts",
-             "n_routed_experts", "moe_intermediate_size", "n_shared_experts", "num_shared_experts", "enable_moe_block",
-             "first_k_dense_replace", "interleave_moe_layer_step", "decoder_sparse_step", "kv_lora_rank", "q_lora_rank",
-             "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window", "use_sliding_window", "layer_types",
-             "sliding_window_pattern", "torch_dtype", "dtype", "tie_word_embeddings", "max_position_embeddings",
-             "num_parameters", "n_ffn", "text_config", "quantization_config", "config", "aliases", "source")
+READ_KEYS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "ffn_dim",
+    "vocab_size",
+    "model_type",
+    "hidden_act",
+    "activation_function",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "top_k_experts",
+    "moe_topk",
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "num_shared_experts",
+    "enable_moe_block",
+    "first_k_dense_replace",
+    "interleave_moe_layer_step",
+    "decoder_sparse_step",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "sliding_window",
+    "use_sliding_window",
+    "layer_types",
+    "sliding_window_pattern",
+    "torch_dtype",
+    "dtype",
+    "tie_word_embeddings",
+    "max_position_embeddings",
+    "num_parameters",
+    "n_ffn",
+    "text_config",
+    "quantization_config",
+    "config",
+    "aliases",
+    "source",
+)
 
 
 def _check_spelling(body: Mapping, field: str) -> None:
@@ -369,13 +466,19 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
         serving_keys = [k for k in body if k in SERVING or k == "efficiency"]
         if serving_keys:
             k = serving_keys[0]
-            raise SlimjaxError(f"{field}.{k}", f"{k!r} is a serving key, not a model field: give it under "
-                                               f"serving.{entry['name']}.{k} (or serving.{k} for every pair)")
+            raise SlimjaxError(
+                f"{field}.{k}",
+                f"{k!r} is a serving key, not a model field: give it under "
+                f"serving.{entry['name']}.{k} (or serving.{k} for every pair)",
+            )
         if "config" in body:
             overrides = [k for k in body if k not in READ_KEYS]
             if overrides:  # beside a config file, every key is an override of a field the reader uses
-                raise SlimjaxError(f"{field}.{overrides[0]}", "unknown key beside config: not a model field the reader "
-                                                              f"uses{suggest(str(overrides[0]), READ_KEYS)}")
+                raise SlimjaxError(
+                    f"{field}.{overrides[0]}",
+                    "unknown key beside config: not a model field the reader "
+                    f"uses{suggest(str(overrides[0]), READ_KEYS)}",
+                )
             path = Path(body.pop("config"))
             if base_dir is not None and not path.is_absolute():
                 path = base_dir / path
@@ -392,9 +495,14 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
 
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
     """GPUSpec fields in base units from catalog units (TFLOP/s, TB/s, GiB, $/GPU-hour)."""
-    unknown = set(row) - set(_GPU_KEYS) - set(_LINK_KEYS) - set(_PEAK_KEYS) - {"name", "aliases", "source", "link_source"}
+    unknown = (
+        set(row) - set(_GPU_KEYS) - set(_LINK_KEYS) - set(_PEAK_KEYS) - {"name", "aliases", "source", "link_source"}
+    )
     if unknown:
-        raise SlimjaxError(f"{field}.{sorted(unknown)[0]}", f"unknown GPU key; expected {', '.join(_GPU_KEYS + _LINK_KEYS + _PEAK_KEYS)}")
+        raise SlimjaxError(
+            f"{field}.{sorted(unknown)[0]}",
+            f"unknown GPU key; expected {', '.join(_GPU_KEYS + _LINK_KEYS + _PEAK_KEYS)}",
+        )
     peaks = {k: (0.0 if row.get(k) is None else positive_number(row[k], f"{field}.{k}")) for k in _PEAK_KEYS}
     values = {}
     for key in _GPU_KEYS:
@@ -402,8 +510,13 @@ def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
         if value is None:
             raise SlimjaxError(f"{field}.{key}", "missing")
         free = key == "price_per_hour"  # a price may be 0 (owned hardware); specs may not
-        values[key] = checked_number(value, f"{field}.{key}", lambda v, free=free: v > 0 or (free and v == 0),
-                                     "a positive number", kind="a positive number")
+        values[key] = checked_number(
+            value,
+            f"{field}.{key}",
+            lambda v, free=free: v > 0 or (free and v == 0),
+            "a positive number",
+            kind="a positive number",
+        )
     link = row.get("interconnect_gbs")
     link = 0.0 if link is None else positive_number(link, f"{field}.interconnect_gbs")
     latency = row.get("allreduce_latency_us", DEFAULT_ALLREDUCE_LATENCY_US)

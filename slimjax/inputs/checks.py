@@ -34,8 +34,9 @@ def is_integer(v: float) -> bool:
 
 def nonnegative(value: Any, field: str, *, strictly: bool = False) -> float:
     """A number ≥ 0 (> 0 with ``strictly``)."""
-    return checked_number(value, field, (lambda v: v > 0) if strictly else (lambda v: v >= 0),
-                          "positive" if strictly else "non-negative")
+    return checked_number(
+        value, field, (lambda v: v > 0) if strictly else (lambda v: v >= 0), "positive" if strictly else "non-negative"
+    )
 
 
 def positive_number(value: Any, field: str, *, integer: bool = False) -> float:
@@ -46,7 +47,9 @@ def positive_number(value: Any, field: str, *, integer: bool = False) -> float:
     return v
 
 
-def split_keyed_block(value: Any, field: str, fields: tuple[str, ...], models: list[str], gpus: list[str]) -> tuple[dict, dict, dict]:
+def split_keyed_block(
+    value: Any, field: str, fields: tuple[str, ...], models: list[str], gpus: list[str]
+) -> tuple[dict, dict, dict]:
     """A block of ``fields`` given at the top level and/or under swept model or GPU names: returns
     (top-level settings, {model: settings}, {gpu: settings})."""
     from collections.abc import Mapping
@@ -67,5 +70,8 @@ def split_keyed_block(value: Any, field: str, fields: tuple[str, ...], models: l
                 raise SlimjaxError(f"{field}.{key}.{bad[0]}", f"unknown key{suggest(str(bad[0]), fields)}")
             (by_model if key in models else by_gpu)[key] = dict(v)
         else:
-            raise SlimjaxError(f"{field}.{key}", f"not a {field} setting nor a swept model or GPU{suggest(str(key), list(fields) + models + gpus)}")
+            raise SlimjaxError(
+                f"{field}.{key}",
+                f"not a {field} setting nor a swept model or GPU{suggest(str(key), list(fields) + models + gpus)}",
+            )
     return top, by_model, by_gpu

@@ -95,7 +95,10 @@ def shipped_sets(variant: str = "slim") -> tuple[dict, dict]:
     where = "configs/slim/default.yaml"
     if variant != "slim":
         if variant not in (shipped.get("variants") or {}):
-            raise SlimjaxError("slim_variant", f"no shipped {variant!r} coefficients in {where} (run bench/fit_default_slim.py --write)")
+            raise SlimjaxError(
+                "slim_variant",
+                f"no shipped {variant!r} coefficients in {where} (run bench/fit_default_slim.py --write)",
+            )
         shipped, where = shipped["variants"][variant], f"{where}: variants.{variant}"
     base = check_coefficients(shipped["default"], f"{where}: default")
     return base, {g: check_coefficients(v, f"{where}: gpus.{g}", base) for g, v in (shipped.get("gpus") or {}).items()}
@@ -107,8 +110,10 @@ def _per_gpu(value: Any, gpus: list[str], variant: str = "slim") -> tuple[dict[s
     if value is None or value == "shared":  # one set for every GPU, so GPUs differ only through their specs
         return {g: base for g in gpus}, f"{label} (shared default)"
     if value == "per-gpu":  # fitted per GPU where available: better near their data, not comparable across GPUs
-        return ({g: per_gpu.get(g, base) for g in gpus},
-                f"{label} (per-GPU sets where fitted; GPUs are not comparable far from their data)")
+        return (
+            {g: per_gpu.get(g, base) for g in gpus},
+            f"{label} (per-GPU sets where fitted; GPUs are not comparable far from their data)",
+        )
     if not isinstance(value, Mapping):
         raise SlimjaxError("slim", f"must be a mapping of coefficients (optionally keyed by GPU), got {value!r}")
     if all(k in SLIM_PARAMS for k in value):
@@ -116,7 +121,10 @@ def _per_gpu(value: Any, gpus: list[str], variant: str = "slim") -> tuple[dict[s
         return {g: one for g in gpus}, "sweep file"
     unknown = [k for k in value if k not in gpus and k != "default"]
     if unknown:
-        raise SlimjaxError(f"slim.{unknown[0]}", f"not a coefficient nor a swept GPU{suggest(str(unknown[0]), list(SLIM_PARAMS) + gpus)}")
+        raise SlimjaxError(
+            f"slim.{unknown[0]}",
+            f"not a coefficient nor a swept GPU{suggest(str(unknown[0]), list(SLIM_PARAMS) + gpus)}",
+        )
     fallback = check_coefficients(value["default"], "slim.default", base) if "default" in value else None
     table = {}
     for g in gpus:
@@ -158,12 +166,16 @@ def resolve_variant(variant: str | None, field: str = "slim_variant") -> str | N
     if variant == "recommended":
         variant = default_coefficients().get("recommended_variant", "slim")
     if variant is not None and variant not in VARIANTS:
-        raise SlimjaxError(field, f"{variant!r} is not one of {', '.join(VARIANTS)} or recommended{suggest(str(variant), list(VARIANTS))}")
+        raise SlimjaxError(
+            field,
+            f"{variant!r} is not one of {', '.join(VARIANTS)} or recommended{suggest(str(variant), list(VARIANTS))}",
+        )
     return variant
 
 
-def coefficients_block(value: Any, models: list[str], gpus: list[str], read_store: StoreReader | None = None,
-                       variant: str | None = None) -> SweepCoefficients:
+def coefficients_block(
+    value: Any, models: list[str], gpus: list[str], read_store: StoreReader | None = None, variant: str | None = None
+) -> SweepCoefficients:
     """The sweep's coefficients per (model, GPU) from its ``slim`` value (see :mod:`this module <.>`), for the
     ``slim_variant`` asked (default: a store's own variant, else ``recommended``: the variant
     configs/slim/default.yaml names, today slim-kv; MODEL.md §1's ``slim`` stays selectable)."""
@@ -173,12 +185,17 @@ def coefficients_block(value: Any, models: list[str], gpus: list[str], read_stor
         if not Path(ref.path).exists():
             raise SlimjaxError(ref.field, f"coefficient store {ref.path!r} not found")
         if read_store is None:
-            raise SlimjaxError(ref.field, "a coefficient store is read by slimjax.api.parse / slimjax.sweep, "
-                                          "not by the inputs floor alone")
+            raise SlimjaxError(
+                ref.field,
+                "a coefficient store is read by slimjax.api.parse / slimjax.sweep, not by the inputs floor alone",
+            )
         stored = read_store(ref, models, gpus)
         if variant is not None and variant != stored.variant:
-            raise SlimjaxError("slim_variant", f"{variant!r}, but {ref.path} holds {stored.variant!r} coefficients "
-                                               f"(calibrate with --variant {variant}, or drop slim_variant)")
+            raise SlimjaxError(
+                "slim_variant",
+                f"{variant!r}, but {ref.path} holds {stored.variant!r} coefficients "
+                f"(calibrate with --variant {variant}, or drop slim_variant)",
+            )
         pairs, unc = stored.pairs, stored.uncertainty
         table = {g: {m: pairs[(m, g)] for m in models} for g in gpus}
         log_cov = scatter = None
@@ -188,13 +205,34 @@ def coefficients_block(value: Any, models: list[str], gpus: list[str], read_stor
         coeffs = SlimCoeffs(**{p: np.asarray([[pairs[(m, g)][p] for g in gpus] for m in models]) for p in SLIM_PARAMS})
         form = None
         if stored.form:
-            form = np.array([[[*stored.form[(m, g)][:2], *stored.ranges[(m, g)]["input_len"], *stored.ranges[(m, g)]["output_len"]]
-                              for g in gpus] for m in models], float)
-        beta = stored.bandwidth_exponent if stored.bandwidth_exponent is not None else shipped_bandwidth_exponent(stored.variant)
+            form = np.array(
+                [
+                    [
+                        [
+                            *stored.form[(m, g)][:2],
+                            *stored.ranges[(m, g)]["input_len"],
+                            *stored.ranges[(m, g)]["output_len"],
+                        ]
+                        for g in gpus
+                    ]
+                    for m in models
+                ],
+                float,
+            )
+        beta = (
+            stored.bandwidth_exponent
+            if stored.bandwidth_exponent is not None
+            else shipped_bandwidth_exponent(stored.variant)
+        )
         return SweepCoefficients(coeffs, table, stored.source, log_cov, scatter, stored, form, stored.variant, beta)
     variant = variant or resolve_variant("recommended")  # the default: the variant that reads the weights (issue 20)
     table, source = _per_gpu(value, gpus, variant)
-    coeffs = SlimCoeffs(**{
-        p: np.broadcast_to(np.asarray([table[g][p] for g in gpus]), (len(models), len(gpus))).copy() for p in SLIM_PARAMS
-    })
-    return SweepCoefficients(coeffs, table, source, None, None, variant=variant, bandwidth_exponent=shipped_bandwidth_exponent(variant))
+    coeffs = SlimCoeffs(
+        **{
+            p: np.broadcast_to(np.asarray([table[g][p] for g in gpus]), (len(models), len(gpus))).copy()
+            for p in SLIM_PARAMS
+        }
+    )
+    return SweepCoefficients(
+        coeffs, table, source, None, None, variant=variant, bandwidth_exponent=shipped_bandwidth_exponent(variant)
+    )

@@ -18,7 +18,9 @@ MEASURED_KEYS = ("batch", "request_rate", "ttft_s", "itl_s")
 def _check_measured(block: Mapping, field: str) -> dict[str, float]:
     missing = [k for k in MEASURED_KEYS if k not in block]
     if missing:
-        raise SlimjaxError(f"{field}.{missing[0]}", f"missing: a measured block needs all of {', '.join(MEASURED_KEYS)}")
+        raise SlimjaxError(
+            f"{field}.{missing[0]}", f"missing: a measured block needs all of {', '.join(MEASURED_KEYS)}"
+        )
     return {k: positive_number(block[k], f"{field}.{k}", integer=k == "batch") for k in MEASURED_KEYS}
 
 
@@ -41,4 +43,6 @@ def measured_block(value: Any, models: list[str], gpus: list[str]) -> tuple[Meas
             table.setdefault(m, {})[g] = checked
             for k in MEASURED_KEYS:
                 arr[k][i, j] = checked[k]
-    return MeasuredSpec(batch=arr["batch"], request_rate=arr["request_rate"], ttft_s=arr["ttft_s"], itl_s=arr["itl_s"]), table
+    return MeasuredSpec(
+        batch=arr["batch"], request_rate=arr["request_rate"], ttft_s=arr["ttft_s"], itl_s=arr["itl_s"]
+    ), table

@@ -33,7 +33,9 @@ def row_specs(traces: pd.DataFrame):
     model's bytes per weight replaced by the row's ``weight_dtype_bytes`` where it has one (a quantized run)."""
     m_codes, m_names = pd.factorize(traces["model"])
     g_codes, g_names = pd.factorize(traces["gpu"])
-    m = jax.tree_util.tree_map(lambda x: x[m_codes], stack(ModelSpec, [resolve_model(x, "traces.model")[1] for x in m_names]))
+    m = jax.tree_util.tree_map(
+        lambda x: x[m_codes], stack(ModelSpec, [resolve_model(x, "traces.model")[1] for x in m_names])
+    )
     g = jax.tree_util.tree_map(lambda x: x[g_codes], stack(GPUSpec, [resolve_gpu(x, "traces.gpu")[1] for x in g_names]))
     if "weight_dtype_bytes" in traces and traces["weight_dtype_bytes"].notna().any():
         import equinox as eqx
@@ -63,19 +65,22 @@ def impossible_rows(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     B, I, O = (traces[c].to_numpy(float) for c in ("batch", "input_len", "output_len"))
     pre_b, dec_b, pre_1, dec_1 = f["prefill"], f["decode"], f["prefill_1"], f["decode_1"]
     slack = 1.0 + TOLERANCE
-    col = {c: traces[c].to_numpy(float) if c in traces else np.full(len(traces), np.nan)
-           for c in ("throughput", "e2e_s", "ttft_s", "itl_s")}
+    col = {
+        c: traces[c].to_numpy(float) if c in traces else np.full(len(traces), np.nan)
+        for c in ("throughput", "e2e_s", "ttft_s", "itl_s")
+    }
     with np.errstate(invalid="ignore", divide="ignore"):
         ceiling = B * (I + O) / (pre_b + dec_b)
         itl_floor = np.where(O > 1, dec_1 / np.maximum(O - 1.0, 1.0), 0.0)
         return {
             f"throughput above the 100 %-of-peak roofline of its configuration by over {TOLERANCE:.0%} (impossible as "
-            "labelled: a quantized, cached or mislabelled run)":
-                col["throughput"] > ceiling * slack,
-            f"E2E below one request's 100 %-of-peak roofline time by over {TOLERANCE:.0%} (impossible)":
-                col["e2e_s"] * slack < pre_1 + dec_1,
-            f"TTFT below one prompt's 100 %-of-peak prefill by over {TOLERANCE:.0%} (impossible)":
-                col["ttft_s"] * slack < pre_1,
-            f"ITL below one sequence's 100 %-of-peak decode step by over {TOLERANCE:.0%} (impossible)":
-                col["itl_s"] * slack < itl_floor,
+            "labelled: a quantized, cached or mislabelled run)": col["throughput"] > ceiling * slack,
+            f"E2E below one request's 100 %-of-peak roofline time by over {TOLERANCE:.0%} (impossible)": col["e2e_s"]
+            * slack
+            < pre_1 + dec_1,
+            f"TTFT below one prompt's 100 %-of-peak prefill by over {TOLERANCE:.0%} (impossible)": col["ttft_s"] * slack
+            < pre_1,
+            f"ITL below one sequence's 100 %-of-peak decode step by over {TOLERANCE:.0%} (impossible)": col["itl_s"]
+            * slack
+            < itl_floor,
         }

@@ -105,9 +105,13 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
         return Workload(name, classes, trace.rate, f"{path} ({trace.format})", trace.n_requests)
     for k in ("input_len", "output_len"):
         if k not in entry:
-            raise SlimjaxError(f"{field}.{k}", "missing: a workload is {name, input_len, output_len} or {name, trace, format, classes}")
+            raise SlimjaxError(
+                f"{field}.{k}", "missing: a workload is {name, input_len, output_len} or {name, trace, format, classes}"
+            )
     if "classes" in entry or "format" in entry:
-        raise SlimjaxError(f"{field}.{'classes' if 'classes' in entry else 'format'}", "only a trace workload has classes or a format")
+        raise SlimjaxError(
+            f"{field}.{'classes' if 'classes' in entry else 'format'}", "only a trace workload has classes or a format"
+        )
     i_len = positive_number(entry["input_len"], f"{field}.input_len", integer=True)
     o_len = positive_number(entry["output_len"], f"{field}.output_len", integer=True)
     one = np.ones(1)
@@ -116,17 +120,24 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
 
 def _rates(data: Mapping, workloads: list[Workload]) -> tuple[list[str], np.ndarray]:
     absolute = parse_axis(data["rates"], "rates", integer=False) if data.get("rates") is not None else np.zeros(0)
-    scales = parse_axis(data["rate_scale"], "rate_scale", integer=False) if data.get("rate_scale") is not None else np.zeros(0)
+    scales = (
+        parse_axis(data["rate_scale"], "rate_scale", integer=False)
+        if data.get("rate_scale") is not None
+        else np.zeros(0)
+    )
     if absolute.size + scales.size == 0:
-        raise SlimjaxError("rates", "give absolute rates (requests/s) and/or rate_scale (multiples of each trace's rate)")
+        raise SlimjaxError(
+            "rates", "give absolute rates (requests/s) and/or rate_scale (multiples of each trace's rate)"
+        )
     for field, values in (("rates", absolute), ("rate_scale", scales)):
         if (values <= 0).any():
             raise SlimjaxError(f"{field}[{int(np.argmax(values <= 0))}]", "must be positive")
     if scales.size and all(w.trace_rate is None for w in workloads):
         raise SlimjaxError("rate_scale", "no workload has a trace with timestamps to scale; give absolute rates")
     labels = [f"{s:g}x" for s in scales] + [f"{r:g}/s" for r in absolute]
-    total = np.array([[s * w.trace_rate if w.trace_rate is not None else np.nan for s in scales] + list(absolute)
-                      for w in workloads])
+    total = np.array(
+        [[s * w.trace_rate if w.trace_rate is not None else np.nan for s in scales] + list(absolute) for w in workloads]
+    )
     return labels, total
 
 
@@ -139,7 +150,9 @@ def _slo(value: Any) -> dict[str, float]:
     if not any(k in value for k in ("ttft_s", "itl_s", "e2e_s")):
         raise SlimjaxError("slo", "give at least one of ttft_s, itl_s, e2e_s (seconds)")
     out = {k: positive_number(value[k], f"slo.{k}") if k in value else np.inf for k in ("ttft_s", "itl_s", "e2e_s")}
-    out["quantile"] = checked_number(value.get("quantile", DEFAULT_QUANTILE), "slo.quantile", lambda v: 0 < v < 1, "in (0, 1)")
+    out["quantile"] = checked_number(
+        value.get("quantile", DEFAULT_QUANTILE), "slo.quantile", lambda v: 0 < v < 1, "in (0, 1)"
+    )
     return out
 
 
@@ -151,16 +164,21 @@ def _prices(value: Any, gpus: list[str], entries: list) -> tuple[dict[str, float
         if k not in gpus:
             raise SlimjaxError(f"prices.{k}", f"not a GPU of this study{suggest(str(k), gpus)}")
     prices, where = {}, {}
-    for g, entry in zip(gpus, entries):
+    for g, entry in zip(gpus, entries, strict=False):
         if g in given:
             prices[g] = checked_number(given[g], f"prices.{g}", lambda v: v >= 0, "a non-negative $/GPU-hour")
             where[g] = "procurement file"
             continue
         row = entry if isinstance(entry, Mapping) else catalog._lookup(entry, catalog.gpu_catalog(), "gpus", "GPU")[1]
         if row.get("price_per_hour") is None:
-            raise SlimjaxError(f"prices.{g}", f"{g} has no price: add price_per_hour to its entry in configs/gpus.yaml "
-                                              f"or give prices: {{{g}: <$/GPU-hour>}} in the procurement file")
-        where[g] = f"configs/gpus.yaml, illustrative, dated {catalog.PRICE_DATE}" if isinstance(entry, str) else "inline GPU"
+            raise SlimjaxError(
+                f"prices.{g}",
+                f"{g} has no price: add price_per_hour to its entry in configs/gpus.yaml "
+                f"or give prices: {{{g}: <$/GPU-hour>}} in the procurement file",
+            )
+        where[g] = (
+            f"configs/gpus.yaml, illustrative, dated {catalog.PRICE_DATE}" if isinstance(entry, str) else "inline GPU"
+        )
     return prices, where
 
 
@@ -169,7 +187,9 @@ def _measured(value: Any, models: list[str], gpus: list[str], tp: np.ndarray) ->
     if value is None:
         return MeasuredSpec(**arr)
     if not isinstance(value, list):
-        raise SlimjaxError("measured", f"must be a list of {{model, gpu, tp, {', '.join(MEASURED_KEYS)}}}, got {value!r}")
+        raise SlimjaxError(
+            "measured", f"must be a list of {{model, gpu, tp, {', '.join(MEASURED_KEYS)}}}, got {value!r}"
+        )
     allowed = ("model", "gpu", "tp", *MEASURED_KEYS)
     for i, entry in enumerate(value):
         field = f"measured[{i}]"
@@ -180,15 +200,19 @@ def _measured(value: Any, models: list[str], gpus: list[str], tp: np.ndarray) ->
             raise SlimjaxError(f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), allowed)}")
         for key, labels in (("model", models), ("gpu", gpus)):
             if entry.get(key) not in labels:
-                raise SlimjaxError(f"{field}.{key}", f"must name one of the study's {key}s ({', '.join(labels)}), got {entry.get(key)!r}")
+                raise SlimjaxError(
+                    f"{field}.{key}",
+                    f"must name one of the study's {key}s ({', '.join(labels)}), got {entry.get(key)!r}",
+                )
         n = positive_number(entry.get("tp", 1), f"{field}.tp", integer=True)
         if n not in tp:
             raise SlimjaxError(f"{field}.tp", f"{n:g} is not among the study's tp degrees {list(tp)}")
         for k in MEASURED_KEYS:
             if k not in entry:
                 raise SlimjaxError(f"{field}.{k}", f"missing: a measured point needs {', '.join(MEASURED_KEYS)}")
-            arr[k][models.index(entry["model"]), gpus.index(entry["gpu"]), int(np.flatnonzero(tp == n)[0])] = \
+            arr[k][models.index(entry["model"]), gpus.index(entry["gpu"]), int(np.flatnonzero(tp == n)[0])] = (
                 positive_number(entry[k], f"{field}.{k}", integer=k == "batch")
+            )
     return MeasuredSpec(**arr)
 
 
@@ -206,7 +230,9 @@ def _serving(value: Any, models, gpus, tp: np.ndarray, max_tokens: float) -> tup
     n = tp[None, None, :]
     kv_auto = np.array([[["kv_replication" in table[m][g].get("auto", ())] for g, _ in gpus] for m, _ in models])
     n_kv = np.array([arch["n_kv_heads"] for _, arch in models])[:, None, None]
-    out = {k: np.broadcast_to(np.asarray(v)[..., None], (*np.shape(v), len(tp))).astype(float) for k, v in fields.items()}
+    out = {
+        k: np.broadcast_to(np.asarray(v)[..., None], (*np.shape(v), len(tp))).astype(float) for k, v in fields.items()
+    }
     out["n_gpu"] = np.broadcast_to(n, out["n_gpu"].shape).astype(float)
     out["kv_replication"] = np.where(kv_auto, np.asarray(replicated_kv(n, n_kv)), out["kv_replication"])
     for m in table:
@@ -249,10 +275,20 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     max_tokens = max(float(np.max(w.classes.input_len + w.classes.output_len)) for w in workloads)
     serving, serving_table = _serving(data.get("serving"), models, gpus, tp, max_tokens)
     return Study(
-        workloads=workloads, rate_labels=rate_labels, total_rate=total_rate,
-        models=[m for m, _ in models], gpus=gpu_names,
-        model=stack(ModelSpec, [row for _, row in models]), gpu=stack(GPUSpec, gpu_rows),
-        tp=tp, batch=batch, slo=_slo(data["slo"]), serving=serving, serving_table=serving_table,
+        workloads=workloads,
+        rate_labels=rate_labels,
+        total_rate=total_rate,
+        models=[m for m, _ in models],
+        gpus=gpu_names,
+        model=stack(ModelSpec, [row for _, row in models]),
+        gpu=stack(GPUSpec, gpu_rows),
+        tp=tp,
+        batch=batch,
+        slo=_slo(data["slo"]),
+        serving=serving,
+        serving_table=serving_table,
         measured=_measured(data.get("measured"), [m for m, _ in models], gpu_names, tp),
-        price_source=price_source, source=source, spec=data,
+        price_source=price_source,
+        source=source,
+        spec=data,
     )

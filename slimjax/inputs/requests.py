@@ -25,11 +25,40 @@ TRACE_FORMATS = ("azure", "mooncake", "sharegpt", "csv")
 
 # Normalised column names (lower case, letters and digits only) each role accepts, most specific first.
 _ROLES = {
-    "timestamp": ("timestamp", "timestamps", "timestampms", "timestamps", "arrivaltime", "arrivaltimes", "time", "arrival", "ts"),
-    "input": ("contexttokens", "inputlength", "inputlen", "inputtokens", "prompttokens", "promptlen", "numprefilltokens",
-              "prefilltokens", "isl", "prompt"),
-    "output": ("generatedtokens", "outputlength", "outputlen", "outputtokens", "completiontokens", "numdecodetokens",
-               "decodetokens", "osl", "generated"),
+    "timestamp": (
+        "timestamp",
+        "timestamps",
+        "timestampms",
+        "timestamps",
+        "arrivaltime",
+        "arrivaltimes",
+        "time",
+        "arrival",
+        "ts",
+    ),
+    "input": (
+        "contexttokens",
+        "inputlength",
+        "inputlen",
+        "inputtokens",
+        "prompttokens",
+        "promptlen",
+        "numprefilltokens",
+        "prefilltokens",
+        "isl",
+        "prompt",
+    ),
+    "output": (
+        "generatedtokens",
+        "outputlength",
+        "outputlen",
+        "outputtokens",
+        "completiontokens",
+        "numdecodetokens",
+        "decodetokens",
+        "osl",
+        "generated",
+    ),
 }
 _SIGNATURES = {  # the format a file's normalised columns say it is
     "azure": {"timestamp", "contexttokens", "generatedtokens"},
@@ -125,7 +154,9 @@ def _timestamps_s(series: pd.Series, path: Path, column: str, first_row: int, fm
     bad = times.isna().to_numpy()
     if bad.any():
         row = int(np.argmax(bad))
-        raise SlimjaxError(f"{path}: row {row + first_row}, column {column!r}", f"not a timestamp: {series.iloc[row]!r}")
+        raise SlimjaxError(
+            f"{path}: row {row + first_row}, column {column!r}", f"not a timestamp: {series.iloc[row]!r}"
+        )
     return (times - times.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
 
 
@@ -144,7 +175,9 @@ def load_requests(path: str | os.PathLike, format: str | None = None) -> Request
     found = {role: _column(columns, role) for role in _ROLES}
     for role in ("input", "output"):
         if found[role] is None:
-            raise SlimjaxError(str(path), f"no {role}-token column among {columns}; name it one of {', '.join(_ROLES[role][:4])}")
+            raise SlimjaxError(
+                str(path), f"no {role}-token column among {columns}; name it one of {', '.join(_ROLES[role][:4])}"
+            )
     if fmt == "sharegpt":
         found["timestamp"] = None  # length lists: the order is not an arrival order
     lengths = {}
@@ -153,8 +186,10 @@ def load_requests(path: str | os.PathLike, format: str | None = None) -> Request
         bad = (values < 0) | (values != np.round(values))
         if bad.any():
             row = int(np.argmax(bad))
-            raise SlimjaxError(f"{path}: row {row + first_row}, column {found[role]!r}",
-                               f"must be a non-negative whole number of tokens, got {values[row]:g}")
+            raise SlimjaxError(
+                f"{path}: row {row + first_row}, column {found[role]!r}",
+                f"must be a non-negative whole number of tokens, got {values[row]:g}",
+            )
         lengths[role] = values
     arrival = None
     if found["timestamp"] is not None:
@@ -162,17 +197,27 @@ def load_requests(path: str | os.PathLike, format: str | None = None) -> Request
         back = np.diff(arrival) < 0
         if back.any():
             row = int(np.argmax(back)) + 1
-            raise SlimjaxError(f"{path}: row {row + first_row}, column {found['timestamp']!r}",
-                               "timestamps out of order (earlier than the row before); sort the trace by arrival time")
+            raise SlimjaxError(
+                f"{path}: row {row + first_row}, column {found['timestamp']!r}",
+                "timestamps out of order (earlier than the row before); sort the trace by arrival time",
+            )
     keep = (lengths["input"] > 0) & (lengths["output"] > 0)
     if not keep.any():
         raise SlimjaxError(str(path), "no request with both prompt and output tokens")
     trace = RequestTrace(
-        input_len=lengths["input"][keep].astype(np.int64), output_len=lengths["output"][keep].astype(np.int64),
-        arrival_s=None if arrival is None else arrival[keep], source=str(path), format=fmt, dropped=int((~keep).sum()))
+        input_len=lengths["input"][keep].astype(np.int64),
+        output_len=lengths["output"][keep].astype(np.int64),
+        arrival_s=None if arrival is None else arrival[keep],
+        source=str(path),
+        format=fmt,
+        dropped=int((~keep).sum()),
+    )
     if trace.arrival_s is not None and (trace.n_requests < 2 or trace.span_s <= 0):
-        raise SlimjaxError(str(path), f"{trace.n_requests} request(s) over {trace.span_s:g} s: a trace rate Λ_tr = N / T_tr "
-                                      "needs at least two requests at different times")
+        raise SlimjaxError(
+            str(path),
+            f"{trace.n_requests} request(s) over {trace.span_s:g} s: a trace rate Λ_tr = N / T_tr "
+            "needs at least two requests at different times",
+        )
     return trace
 
 
@@ -204,5 +249,9 @@ def length_classes(input_len: np.ndarray, output_len: np.ndarray, k: int, field:
     count = np.array([len(g) for g in groups], dtype=np.float64)
     mean_in = np.array([np.mean(input_len[g]) for g in groups])
     mean_out = np.array([np.mean(output_len[g]) for g in groups])
-    return LengthClasses(count=count, weight=count / n, input_len=np.maximum(np.rint(mean_in), 1.0),
-                         output_len=np.maximum(np.rint(mean_out), 1.0))
+    return LengthClasses(
+        count=count,
+        weight=count / n,
+        input_len=np.maximum(np.rint(mean_in), 1.0),
+        output_len=np.maximum(np.rint(mean_out), 1.0),
+    )

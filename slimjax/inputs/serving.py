@@ -10,12 +10,11 @@ appears in all of them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax.numpy as jnp
-
-import math
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
@@ -86,7 +85,9 @@ def _auto_n_gpu(ctx: AutoContext) -> float:
     """MODEL.md §4c: the smallest n in {1, 2, 4, 8} dividing H_q that fits at the sweep's longest I + O."""
     with float64_scope():
         model, gpu, serving = _group_spec(ctx)
-        n = float(smallest_fitting_tp(model, gpu, serving, ctx.max_tokens, ctx.settings.get("kv_replication") == "auto")[0])
+        n = float(
+            smallest_fitting_tp(model, gpu, serving, ctx.max_tokens, ctx.settings.get("kv_replication") == "auto")[0]
+        )
     return n if n > 0 else math.nan
 
 
@@ -99,31 +100,78 @@ def _auto_kv_replication(ctx: AutoContext) -> float:
     """r = max(1, n / H_kv) (§4c); 1 where no TP degree fits (the group does not run)."""
     n = ctx.settings["n_gpu"]
     return 1.0 if math.isnan(n) else float(replicated_kv(n, ctx.model_fields["n_kv_heads"]))
+
+
 _unit = number_rule(lambda v: 0 < v <= 1, "in (0, 1]")
 _nonneg = number_rule(lambda v: v >= 0, "non-negative")
 _at_least_1 = number_rule(lambda v: v >= 1, "at least 1")
 
-SERVING: dict[str, ServingKey] = {k.key: k for k in (
-    ServingKey("n_gpu", "n_gpu", 1, _positive_int, "GPUs in the replica group (tensor parallel; auto: smallest of "
-               f"{', '.join(f'{n:g}' for n in TP_DEGREES)} that fits)", cli_type=int, auto=_auto_n_gpu, model_check=_divides_heads),
-    ServingKey("gpu_memory_utilization", "memory_utilization", 0.9, _unit, "fraction u of VRAM the server may use"),
-    ServingKey("reserved_gib", "reserved_bytes", 0.0, _nonneg, "runtime memory M_R reserved for the group, GiB",
-               to_base=lambda v: v * 2.0**30),
-    ServingKey("kv_replication", "kv_replication", 1.0, _at_least_1, "KV replication factor r (auto: max(1, n_gpu / H_kv))",
-               auto=_auto_kv_replication),
-    ServingKey("kv_overhead", "kv_overhead", 1.0, _at_least_1, "KV overhead factor o (metadata, scales)"),
-    ServingKey("block_size", "block_size", 16, _positive_int, "KV cache block size β, tokens", cli_type=int),
-    ServingKey("chunk_size", "chunk_size", 0,
-               number_rule(lambda v: v >= 0 and is_integer(v), "a non-negative integer (0 = whole prompt)"),
-               "prefill chunk size s, tokens (0 = whole prompt)", cli_type=int),
-    ServingKey("launch_overhead_s", "launch_overhead_s", 0.0, _nonneg, "launch overhead t_l per iteration or chunk, s"),
-    ServingKey("compute_efficiency", "compute_efficiency", 1.0, _unit, "roofline compute efficiency e_F"),
-    ServingKey("bandwidth_efficiency", "bandwidth_efficiency", 1.0, _unit, "roofline bandwidth efficiency e_B"),
-    ServingKey("kv_dtype_bytes", "kv_dtype_bytes", None, dtype_bytes, "KV cache bytes per element or dtype (fp8 …)",
-               model_field="kv_dtype_bytes", cli_type=str),
-    ServingKey("weight_dtype_bytes", "bytes_per_weight", None, dtype_bytes, "bytes per weight or dtype (fp8 …)",
-               model_field="bytes_per_weight", cli_type=str),
-)}
+SERVING: dict[str, ServingKey] = {
+    k.key: k
+    for k in (
+        ServingKey(
+            "n_gpu",
+            "n_gpu",
+            1,
+            _positive_int,
+            "GPUs in the replica group (tensor parallel; auto: smallest of "
+            f"{', '.join(f'{n:g}' for n in TP_DEGREES)} that fits)",
+            cli_type=int,
+            auto=_auto_n_gpu,
+            model_check=_divides_heads,
+        ),
+        ServingKey("gpu_memory_utilization", "memory_utilization", 0.9, _unit, "fraction u of VRAM the server may use"),
+        ServingKey(
+            "reserved_gib",
+            "reserved_bytes",
+            0.0,
+            _nonneg,
+            "runtime memory M_R reserved for the group, GiB",
+            to_base=lambda v: v * 2.0**30,
+        ),
+        ServingKey(
+            "kv_replication",
+            "kv_replication",
+            1.0,
+            _at_least_1,
+            "KV replication factor r (auto: max(1, n_gpu / H_kv))",
+            auto=_auto_kv_replication,
+        ),
+        ServingKey("kv_overhead", "kv_overhead", 1.0, _at_least_1, "KV overhead factor o (metadata, scales)"),
+        ServingKey("block_size", "block_size", 16, _positive_int, "KV cache block size β, tokens", cli_type=int),
+        ServingKey(
+            "chunk_size",
+            "chunk_size",
+            0,
+            number_rule(lambda v: v >= 0 and is_integer(v), "a non-negative integer (0 = whole prompt)"),
+            "prefill chunk size s, tokens (0 = whole prompt)",
+            cli_type=int,
+        ),
+        ServingKey(
+            "launch_overhead_s", "launch_overhead_s", 0.0, _nonneg, "launch overhead t_l per iteration or chunk, s"
+        ),
+        ServingKey("compute_efficiency", "compute_efficiency", 1.0, _unit, "roofline compute efficiency e_F"),
+        ServingKey("bandwidth_efficiency", "bandwidth_efficiency", 1.0, _unit, "roofline bandwidth efficiency e_B"),
+        ServingKey(
+            "kv_dtype_bytes",
+            "kv_dtype_bytes",
+            None,
+            dtype_bytes,
+            "KV cache bytes per element or dtype (fp8 …)",
+            model_field="kv_dtype_bytes",
+            cli_type=str,
+        ),
+        ServingKey(
+            "weight_dtype_bytes",
+            "bytes_per_weight",
+            None,
+            dtype_bytes,
+            "bytes per weight or dtype (fp8 …)",
+            model_field="bytes_per_weight",
+            cli_type=str,
+        ),
+    )
+}
 
 
 # `efficiency` picks a preset of the three roofline settings rather than one spec field.
@@ -225,8 +273,9 @@ def _resolve(merged: dict, where: dict, arch: Mapping, ctx: Callable[[dict], Aut
     return checked, [row.key for row in autos]
 
 
-def serving_block(value: Any, models: list[tuple[str, dict]], gpus: list[tuple[str, dict]], max_tokens: float
-                  ) -> tuple[ServingSpec, dict]:
+def serving_block(
+    value: Any, models: list[tuple[str, dict]], gpus: list[tuple[str, dict]], max_tokens: float
+) -> tuple[ServingSpec, dict]:
     """The sweep file's ``serving`` block: per (model, GPU) settings, defaults < top level < GPU entry
     < model entry. Returns the ServingSpec (leaves (M, G), base units) and {model: {gpu: {key:
     value in the key's units, "auto": [keys resolved from auto]}}} for the Dataset's attrs (NaN n_gpu:
@@ -238,18 +287,29 @@ def serving_block(value: Any, models: list[tuple[str, dict]], gpus: list[tuple[s
         table[m] = {}
         for g, gpu in gpus:
             merged, where = {}, {}
-            for source, block in (("serving", top), (f"serving.{g}", by_gpu.get(g, {})), (f"serving.{m}", by_model.get(m, {}))):
+            for source, block in (
+                ("serving", top),
+                (f"serving.{g}", by_gpu.get(g, {})),
+                (f"serving.{m}", by_model.get(m, {})),
+            ):
                 for k, v in block.items():
                     merged[k], where[k] = v, f"{source}.{k}"
             efficiency = _apply_efficiency(merged, where, g)
-            checked, autos = _resolve(merged, where, arch,
-                               lambda s, m=m, g=g, arch=arch, gpu=gpu: AutoContext(m, g, arch, gpu, dict(s), max_tokens))
+            checked, autos = _resolve(
+                merged,
+                where,
+                arch,
+                lambda s, m=m, g=g, arch=arch, gpu=gpu: AutoContext(m, g, arch, gpu, dict(s), max_tokens),
+            )
             for row in SERVING.values():
-                problem = row.model_check(checked[row.key], arch) if row.model_check and not math.isnan(checked[row.key]) else None
+                problem = (
+                    row.model_check(checked[row.key], arch)
+                    if row.model_check and not math.isnan(checked[row.key])
+                    else None
+                )
                 if problem:
                     raise SlimjaxError(where.get(row.key, f"serving.{row.key}"), f"{m}: {problem}")
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
             table[m][g] = {**checked, "efficiency": efficiency, **({"auto": autos} if autos else {})}
     spec = stack(ServingSpec, rows)
     return ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in spec.fields().items()}), table
-

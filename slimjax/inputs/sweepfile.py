@@ -55,7 +55,9 @@ class Sweep:
     serving: ServingSpec  # leaves (M, G); the serving defaults where the sweep has no serving block
     serving_table: dict  # model -> GPU -> settings as given units, for attrs
     tp_to_fit: np.ndarray  # (M, G) smallest TP degree in {1, 2, 4, 8} that fits the longest I + O; 0: none
-    roofline: bool  # the roofline timing of the calculator (§4) is on (serving, measured, arrival_rate or agents given);
+    roofline: (
+        bool  # the roofline timing of the calculator (§4) is on (serving, measured, arrival_rate or agents given);
+    )
     # memory (§3) and the fit check are always on
     coeffs_notes: dict  # "model/gpu" -> what a calibrated store says is wrong with the fit the sweep uses
     measured: MeasuredSpec | None  # leaves (M, G), NaN where a pair has no measurement
@@ -68,8 +70,13 @@ class Sweep:
     def coords(self) -> dict[str, np.ndarray]:
         """The grid's dims and their labels, in order: model, gpu, batch, input_len, output_len, then
         agent and arrival_rate when the sweep has them."""
-        out = {"model": np.asarray(self.models, dtype=str), "gpu": np.asarray(self.gpus, dtype=str),
-               "batch": self.batch, "input_len": self.input_len, "output_len": self.output_len}
+        out = {
+            "model": np.asarray(self.models, dtype=str),
+            "gpu": np.asarray(self.gpus, dtype=str),
+            "batch": self.batch,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+        }
         if self.agents is not None:
             out["agent"] = np.asarray(self.agents.names, dtype=str)
         if self.arrival_rate is not None:
@@ -99,7 +106,9 @@ def load_spec(spec: str | Path | Mapping) -> tuple[dict, str, Path | None]:
     except yaml.YAMLError as e:
         raise SlimjaxError("sweep file", f"{str(path)!r} is not valid YAML: {e}") from None
     if not isinstance(data, Mapping):
-        raise SlimjaxError("sweep file", f"{str(path)!r} must hold a mapping of {', '.join(REQUIRED_KEYS)}, got {type(data).__name__}")
+        raise SlimjaxError(
+            "sweep file", f"{str(path)!r} must hold a mapping of {', '.join(REQUIRED_KEYS)}, got {type(data).__name__}"
+        )
     return dict(data), str(path), path.parent
 
 
@@ -127,14 +136,20 @@ def _check_stored(coefficients, serving, models, gpus, axes, value) -> dict:
             runs = float(serving.n_gpu[i, j])
             lo, hi = stored.ranges.get((m, g), {}).get("n_gpu", (np.nan, np.nan))
             if lo < hi and (stored.n_gpu is None or not np.isfinite(stored.n_gpu)):
-                raise SlimjaxError(field, f"the coefficients for {m} on {g} were fitted on rows pooled over n_gpu "
-                                          f"{lo:g}–{hi:g}, but the sweep runs n_gpu = {runs:g}: calibrate with --group-by "
-                                          f"including n_gpu and select the degree the sweep runs")
+                raise SlimjaxError(
+                    field,
+                    f"the coefficients for {m} on {g} were fitted on rows pooled over n_gpu "
+                    f"{lo:g}–{hi:g}, but the sweep runs n_gpu = {runs:g}: calibrate with --group-by "
+                    f"including n_gpu and select the degree the sweep runs",
+                )
             fitted_at = stored.n_gpu if stored.n_gpu is not None else (lo if lo == hi else None)
             if fitted_at is not None and runs != fitted_at and not np.isnan(runs):
-                raise SlimjaxError(field, f"the coefficients were fitted at n_gpu = {fitted_at:g}, but the sweep runs {m} on "
-                                          f"{g} with n_gpu = {runs:g}; set serving n_gpu to {fitted_at:g} or select the "
-                                          f"n_gpu the sweep runs")
+                raise SlimjaxError(
+                    field,
+                    f"the coefficients were fitted at n_gpu = {fitted_at:g}, but the sweep runs {m} on "
+                    f"{g} with n_gpu = {runs:g}; set serving n_gpu to {fitted_at:g} or select the "
+                    f"n_gpu the sweep runs",
+                )
             problems = [stored.notes[(m, g)]] if (m, g) in stored.notes else []
             for a, (lo, hi) in stored.ranges.get((m, g), {}).items():
                 if a in axes and (axes[a][0] < lo or axes[a][-1] > hi):
@@ -147,12 +162,20 @@ def _check_stored(coefficients, serving, models, gpus, axes, value) -> dict:
 
 
 def _smallest_tp(model, gpu, serving, serving_table, tokens: float, batch: float) -> np.ndarray:
-    auto_r = np.array([[("kv_replication" in serving_table[m][g].get("auto", ())) for g in serving_table[m]]
-                       for m in serving_table])
+    auto_r = np.array(
+        [[("kv_replication" in serving_table[m][g].get("auto", ())) for g in serving_table[m]] for m in serving_table]
+    )
     with float64_scope():
-        return np.asarray(smallest_fitting_tp(
-            jax.tree_util.tree_map(lambda x: x[:, None], model), jax.tree_util.tree_map(lambda x: x[None, :], gpu),
-            serving, tokens, auto_r, batch))
+        return np.asarray(
+            smallest_fitting_tp(
+                jax.tree_util.tree_map(lambda x: x[:, None], model),
+                jax.tree_util.tree_map(lambda x: x[None, :], gpu),
+                serving,
+                tokens,
+                auto_r,
+                batch,
+            )
+        )
 
 
 def smallest_tp_for_batch(sweep: "Sweep", tokens: float, batch: float) -> np.ndarray:
@@ -169,7 +192,9 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     data, source, base_dir = load_spec(spec)
     unknown = [k for k in data if k not in REQUIRED_KEYS + OPTIONAL_KEYS]
     if unknown:
-        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), REQUIRED_KEYS + OPTIONAL_KEYS)}")
+        raise SlimjaxError(
+            str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), REQUIRED_KEYS + OPTIONAL_KEYS)}"
+        )
     for key in REQUIRED_KEYS:
         if key not in data or data[key] is None:
             raise SlimjaxError(key, "missing (a sweep needs models, gpus, batch, input_len, output_len)")
@@ -192,8 +217,9 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     # memory is always checked: without a serving block, at the serving defaults (MODEL.md §0)
     serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens)
     measured = measured_block(data["measured"], model_names, gpu_names)[0] if data.get("measured") is not None else None
-    coefficient_notes = _check_stored(coefficients, serving, model_names, gpu_names,
-                                      {a: axes[a] for a in AXES}, data.get("slim"))
+    coefficient_notes = _check_stored(
+        coefficients, serving, model_names, gpu_names, {a: axes[a] for a in AXES}, data.get("slim")
+    )
     model = stack(ModelSpec, [row for _, row in models])
     gpu = stack(GPUSpec, [row for _, row in gpus])
     tp_to_fit = _smallest_tp(model, gpu, serving, serving_table, max_tokens, 1.0)
@@ -204,13 +230,18 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
         coeffs_log_cov=coefficients.log_cov,
         coeffs_scatter=coefficients.scatter,
         coeffs_form=coefficients.form,
-        coeffs_interval_kind=({f"{m}/{g}": v[2] for (m, g), v in coefficients.stored.form.items()}
-                              if coefficients.form is not None else None),
+        coeffs_interval_kind=(
+            {f"{m}/{g}": v[2] for (m, g), v in coefficients.stored.form.items()}
+            if coefficients.form is not None
+            else None
+        ),
         serving=serving,
         serving_table=serving_table,
         measured=measured,
         agents=agents_block(data["agents"]) if data.get("agents") is not None else None,
-        arrival_rate=parse_axis(data["arrival_rate"], "arrival_rate", integer=False) if data.get("arrival_rate") is not None else None,
+        arrival_rate=parse_axis(data["arrival_rate"], "arrival_rate", integer=False)
+        if data.get("arrival_rate") is not None
+        else None,
         models=model_names,
         gpus=gpu_names,
         model=model,

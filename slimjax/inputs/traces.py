@@ -21,8 +21,24 @@ import yaml
 from ..errors import SlimjaxError
 from . import catalog
 
-CANONICAL = ("model", "gpu", "n_gpu", "framework", "batch", "input_len", "output_len", "e2e_s", "throughput", "ttft_s", "itl_s",
-             "ttft_p90_s", "itl_p90_s", "weight_dtype_bytes", "arrival_rate", "max_concurrency")
+CANONICAL = (
+    "model",
+    "gpu",
+    "n_gpu",
+    "framework",
+    "batch",
+    "input_len",
+    "output_len",
+    "e2e_s",
+    "throughput",
+    "ttft_s",
+    "itl_s",
+    "ttft_p90_s",
+    "itl_p90_s",
+    "weight_dtype_bytes",
+    "arrival_rate",
+    "max_concurrency",
+)
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 # arrival_rate: the Poisson (or fixed) request rate the client offered, requests/s; NaN for concurrency-driven runs
@@ -30,14 +46,60 @@ PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 # `batch` is the mean in flight by Little's law). With ttft_p90_s they let calibrate_roofline fit through §5's wait
 # quantile, at m = min(max_concurrency, max_seqs) slots.
 OPTIONAL = ("weight_dtype_bytes", "arrival_rate", "max_concurrency")  # NaN where a format has none
-FORMATS = ("canonical", "llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "vllm_bench_json",
-           "guidellm_json", "inference_perf_json")
+FORMATS = (
+    "canonical",
+    "llm_inference_bench",
+    "llm_inference_bench_ttft",
+    "aiconfigurator",
+    "splitwise",
+    "vllm_bench_json",
+    "guidellm_json",
+    "inference_perf_json",
+)
 _SIGNATURES = {
-    "llm_inference_bench": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency", "Throughput"},
-    "llm_inference_bench_ttft": {"Hardware", "Num of Hardware", "Framework", "Model", "Input Length", "Output Length", "Batch Size",
-                                 "TTFT Latency", "end_latency"},
-    "aiconfigurator": {"model_path", "system", "backend", "isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"},
-    "splitwise": {"model", "hardware", "prompt_size", "batch_size", "token_size", "prompt_time", "token_time", "e2e_time", "tensor_parallel"},
+    "llm_inference_bench": {
+        "Hardware",
+        "Num of Hardware",
+        "Framework",
+        "Model",
+        "Input Output Length",
+        "Batch Size",
+        "Latency",
+        "Throughput",
+    },
+    "llm_inference_bench_ttft": {
+        "Hardware",
+        "Num of Hardware",
+        "Framework",
+        "Model",
+        "Input Length",
+        "Output Length",
+        "Batch Size",
+        "TTFT Latency",
+        "end_latency",
+    },
+    "aiconfigurator": {
+        "model_path",
+        "system",
+        "backend",
+        "isl",
+        "osl",
+        "batch_size",
+        "tp_size",
+        "silicon_ttft_ms",
+        "silicon_tpot_ms",
+    },
+    "splitwise": {
+        "model",
+        "hardware",
+        "prompt_size",
+        "batch_size",
+        "token_size",
+        "prompt_time",
+        "token_time",
+        "e2e_time",
+        "tensor_parallel",
+    },
     "canonical": {"model", "gpu", "batch", "input_len", "output_len"},
 }
 
@@ -73,12 +135,26 @@ def _read_csv(path: Path, fmt: str) -> pd.DataFrame:
 
 
 def _llm_inference_bench(path: Path) -> pd.DataFrame:
-    df = _numeric(_read_csv(path, "llm_inference_bench"), ["Num of Hardware", "Input Output Length", "Batch Size", "Latency", "Throughput"], path)
-    return pd.DataFrame(dict(
-        model=df["Model"], gpu=df["Hardware"], n_gpu=df["Num of Hardware"], framework=df["Framework"],
-        batch=df["Batch Size"], input_len=df["Input Output Length"], output_len=df["Input Output Length"],
-        e2e_s=df["Latency"], throughput=df["Throughput"], ttft_s=np.nan, itl_s=np.nan,
-    ))
+    df = _numeric(
+        _read_csv(path, "llm_inference_bench"),
+        ["Num of Hardware", "Input Output Length", "Batch Size", "Latency", "Throughput"],
+        path,
+    )
+    return pd.DataFrame(
+        dict(
+            model=df["Model"],
+            gpu=df["Hardware"],
+            n_gpu=df["Num of Hardware"],
+            framework=df["Framework"],
+            batch=df["Batch Size"],
+            input_len=df["Input Output Length"],
+            output_len=df["Input Output Length"],
+            e2e_s=df["Latency"],
+            throughput=df["Throughput"],
+            ttft_s=np.nan,
+            itl_s=np.nan,
+        )
+    )
 
 
 def _llm_inference_bench_ttft(path: Path) -> pd.DataFrame:
@@ -86,11 +162,21 @@ def _llm_inference_bench_ttft(path: Path) -> pd.DataFrame:
     llm_inference_bench.csv's Latency there), not of the listed output length, so only TTFT is kept."""
     cols = ["Num of Hardware", "Input Length", "Output Length", "Batch Size", "TTFT Latency"]
     df = _numeric(_read_csv(path, "llm_inference_bench_ttft"), cols, path)
-    return pd.DataFrame(dict(
-        model=df["Model"], gpu=df["Hardware"], n_gpu=df["Num of Hardware"], framework=df["Framework"],
-        batch=df["Batch Size"], input_len=df["Input Length"], output_len=df["Output Length"],
-        e2e_s=np.nan, throughput=np.nan, ttft_s=df["TTFT Latency"], itl_s=np.nan,
-    ))
+    return pd.DataFrame(
+        dict(
+            model=df["Model"],
+            gpu=df["Hardware"],
+            n_gpu=df["Num of Hardware"],
+            framework=df["Framework"],
+            batch=df["Batch Size"],
+            input_len=df["Input Length"],
+            output_len=df["Output Length"],
+            e2e_s=np.nan,
+            throughput=np.nan,
+            ttft_s=df["TTFT Latency"],
+            itl_s=np.nan,
+        )
+    )
 
 
 _UNKNOWN_PRECISION = -1.0  # a label precision_bytes cannot read: the row is dropped with its cause
@@ -115,24 +201,41 @@ def precision_bytes(value) -> float:
 
 
 def _aiconfigurator(path: Path) -> pd.DataFrame:
-    df = _numeric(_read_csv(path, "aiconfigurator"), ["isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"], path)
+    df = _numeric(
+        _read_csv(path, "aiconfigurator"),
+        ["isl", "osl", "batch_size", "tp_size", "silicon_ttft_ms", "silicon_tpot_ms"],
+        path,
+    )
     ttft, itl = df["silicon_ttft_ms"] / 1e3, df["silicon_tpot_ms"] / 1e3
     e2e = ttft + (df["osl"] - 1) * itl
     # an empty backend_version must not blank the framework (groupby would then drop the row silently)
     version = df["backend_version"].fillna("").astype(str).str.strip() if "backend_version" in df else ""
-    framework = (df["backend"].fillna("unknown").astype(str) + " " + version).str.strip() if "backend_version" in df \
+    framework = (
+        (df["backend"].fillna("unknown").astype(str) + " " + version).str.strip()
+        if "backend_version" in df
         else df["backend"].fillna("unknown").astype(str)
+    )
     # the GEMMs' quantization sets the weight bytes; `precision` where that is empty
     label = df["gemm_quant_mode"] if "gemm_quant_mode" in df else pd.Series(np.nan, index=df.index)
     if "precision" in df:
         label = label.where(label.notna() & (label.astype(str).str.strip() != ""), df["precision"])
     weight_bytes = label.map(lambda v: _UNKNOWN_PRECISION if (b := precision_bytes(v)) is None else b)
-    return pd.DataFrame(dict(
-        weight_dtype_bytes=weight_bytes,
-        model=df["model_path"], gpu=df["system"], n_gpu=df["tp_size"], framework=framework, batch=df["batch_size"],
-        input_len=df["isl"], output_len=df["osl"], e2e_s=e2e, throughput=df["batch_size"] * (df["isl"] + df["osl"]) / e2e,
-        ttft_s=ttft, itl_s=itl,
-    ))
+    return pd.DataFrame(
+        dict(
+            weight_dtype_bytes=weight_bytes,
+            model=df["model_path"],
+            gpu=df["system"],
+            n_gpu=df["tp_size"],
+            framework=framework,
+            batch=df["batch_size"],
+            input_len=df["isl"],
+            output_len=df["osl"],
+            e2e_s=e2e,
+            throughput=df["batch_size"] * (df["isl"] + df["osl"]) / e2e,
+            ttft_s=ttft,
+            itl_s=itl,
+        )
+    )
 
 
 def _splitwise(path: Path) -> pd.DataFrame:
@@ -141,12 +244,21 @@ def _splitwise(path: Path) -> pd.DataFrame:
     # e2e_time is unreliable for token_size >= 1024 (generation stopped early): rebuild it there
     rebuilt = df["prompt_time"] + (df["token_size"] - 1) * df["token_time"]
     e2e = np.where(df["token_size"] >= 1024, rebuilt, df["e2e_time"]) / 1e3
-    return pd.DataFrame(dict(
-        model=df["model"], gpu=df["hardware"], n_gpu=df["tensor_parallel"], framework="splitwise-sim",
-        batch=df["batch_size"], input_len=df["prompt_size"], output_len=df["token_size"], e2e_s=e2e,
-        throughput=df["batch_size"] * (df["prompt_size"] + df["token_size"]) / e2e,
-        ttft_s=df["prompt_time"] / 1e3, itl_s=df["token_time"] / 1e3,
-    ))
+    return pd.DataFrame(
+        dict(
+            model=df["model"],
+            gpu=df["hardware"],
+            n_gpu=df["tensor_parallel"],
+            framework="splitwise-sim",
+            batch=df["batch_size"],
+            input_len=df["prompt_size"],
+            output_len=df["token_size"],
+            e2e_s=e2e,
+            throughput=df["batch_size"] * (df["prompt_size"] + df["token_size"]) / e2e,
+            ttft_s=df["prompt_time"] / 1e3,
+            itl_s=df["token_time"] / 1e3,
+        )
+    )
 
 
 def _json_documents(path: Path, pattern: str, what: str, skip: str | None = None):
@@ -166,7 +278,14 @@ def _json_documents(path: Path, pattern: str, what: str, skip: str | None = None
 def _vllm_bench_json(path: Path, defaults: dict) -> pd.DataFrame:
     rows = []
     for f, r in _json_documents(path, "*.json", ".json result files"):
-        need = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms")
+        need = (
+            "completed",
+            "total_input_tokens",
+            "total_output_tokens",
+            "mean_ttft_ms",
+            "mean_tpot_ms",
+            "mean_e2el_ms",
+        )
         for k in need:
             _number_field(r, k, f)
         done = r["completed"]
@@ -177,15 +296,30 @@ def _vllm_bench_json(path: Path, defaults: dict) -> pd.DataFrame:
             batch = max(1, round(_number_field(r, "request_throughput", f) * e2e))
         else:
             batch = cap
-        tput = (r["total_input_tokens"] + r["total_output_tokens"]) / r["duration"] if r.get("duration") else batch * (I + O) / e2e
-        rows.append(dict(
-            model=r.get("model_id") or r.get("model") or defaults.get("model"), gpu=r.get("gpu") or defaults.get("gpu"),
-            n_gpu=r.get("tensor_parallel_size") or defaults.get("n_gpu", 1),
-            framework=r.get("backend") or defaults.get("framework", "vLLM"), batch=batch, max_concurrency=np.nan if cap is None else cap,
-            input_len=round(I), output_len=round(O), e2e_s=e2e, throughput=tput,
-            ttft_s=r["mean_ttft_ms"] / 1e3, itl_s=r["mean_tpot_ms"] / 1e3,
-            ttft_p90_s=_vllm_p90(r, "ttft", f), itl_p90_s=_vllm_p90(r, "itl", f), arrival_rate=_offered_rate(r.get("request_rate")),
-        ))
+        tput = (
+            (r["total_input_tokens"] + r["total_output_tokens"]) / r["duration"]
+            if r.get("duration")
+            else batch * (I + O) / e2e
+        )
+        rows.append(
+            dict(
+                model=r.get("model_id") or r.get("model") or defaults.get("model"),
+                gpu=r.get("gpu") or defaults.get("gpu"),
+                n_gpu=r.get("tensor_parallel_size") or defaults.get("n_gpu", 1),
+                framework=r.get("backend") or defaults.get("framework", "vLLM"),
+                batch=batch,
+                max_concurrency=np.nan if cap is None else cap,
+                input_len=round(I),
+                output_len=round(O),
+                e2e_s=e2e,
+                throughput=tput,
+                ttft_s=r["mean_ttft_ms"] / 1e3,
+                itl_s=r["mean_tpot_ms"] / 1e3,
+                ttft_p90_s=_vllm_p90(r, "ttft", f),
+                itl_p90_s=_vllm_p90(r, "itl", f),
+                arrival_rate=_offered_rate(r.get("request_rate")),
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -206,7 +340,11 @@ def _vllm_p90(r: dict, metric: str, f: Path) -> float:
     detail = r.get(f"{metric}s")
     if not detail:
         return float("nan")
-    values = np.concatenate([np.atleast_1d(np.asarray(v, float)) for v in detail]) if metric == "itl" else np.asarray(detail, float)
+    values = (
+        np.concatenate([np.atleast_1d(np.asarray(v, float)) for v in detail])
+        if metric == "itl"
+        else np.asarray(detail, float)
+    )
     values = values[np.isfinite(values)]
     return float(np.percentile(values, 90)) if values.size else float("nan")
 
@@ -238,30 +376,44 @@ def _guidellm_json(path: Path, defaults: dict) -> pd.DataFrame:
         if not isinstance(metrics, dict):
             raise SlimjaxError(f"{where}.metrics", "missing")
 
-        def summary(name: str, stat: str = "mean") -> float:
+        def summary(name: str, stat: str = "mean", metrics=metrics, where=where) -> float:
             s = metrics.get(name, {})
             s = s.get("successful") if isinstance(s, dict) else None
             value = (s or {}).get("percentiles", {}).get(stat) if stat.startswith("p") else (s or {}).get(stat)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SlimjaxError(f"{where}.metrics.{name}.successful.{'percentiles.' if stat.startswith('p') else ''}{stat}",
-                                   f"missing or not a number ({value!r})")
+                raise SlimjaxError(
+                    f"{where}.metrics.{name}.successful.{'percentiles.' if stat.startswith('p') else ''}{stat}",
+                    f"missing or not a number ({value!r})",
+                )
             return float(value)
 
-        strategy = ((b.get("args") or {}).get("strategy") or {})
+        strategy = (b.get("args") or {}).get("strategy") or {}
         concurrency = strategy.get("streams") if strategy.get("type_") == "concurrent" else None
         batch = float(concurrency) if isinstance(concurrency, (int, float)) else summary("request_concurrency")
         worker = b.get("worker") or {}
         I, O = summary("prompt_token_count"), summary("output_token_count")
         e2e = summary("request_latency")
-        rows.append(dict(
-            model=worker.get("backend_model") or defaults.get("model"), gpu=defaults.get("gpu"), n_gpu=defaults.get("n_gpu", 1),
-            framework=defaults.get("framework", "GuideLLM"), batch=max(1, round(batch)), input_len=round(I), output_len=round(O),
-            e2e_s=e2e, throughput=max(1, round(batch)) * (I + O) / e2e,
-            ttft_s=summary("time_to_first_token_ms") / 1e3, itl_s=summary("inter_token_latency_ms") / 1e3,
-            ttft_p90_s=summary("time_to_first_token_ms", "p90") / 1e3, itl_p90_s=summary("inter_token_latency_ms", "p90") / 1e3,
-            arrival_rate=_offered_rate(strategy.get("rate")) if strategy.get("type_") in ("poisson", "constant") else np.nan,
-            max_concurrency=float(concurrency) if isinstance(concurrency, (int, float)) else np.nan,
-        ))
+        rows.append(
+            dict(
+                model=worker.get("backend_model") or defaults.get("model"),
+                gpu=defaults.get("gpu"),
+                n_gpu=defaults.get("n_gpu", 1),
+                framework=defaults.get("framework", "GuideLLM"),
+                batch=max(1, round(batch)),
+                input_len=round(I),
+                output_len=round(O),
+                e2e_s=e2e,
+                throughput=max(1, round(batch)) * (I + O) / e2e,
+                ttft_s=summary("time_to_first_token_ms") / 1e3,
+                itl_s=summary("inter_token_latency_ms") / 1e3,
+                ttft_p90_s=summary("time_to_first_token_ms", "p90") / 1e3,
+                itl_p90_s=summary("inter_token_latency_ms", "p90") / 1e3,
+                arrival_rate=_offered_rate(strategy.get("rate"))
+                if strategy.get("type_") in ("poisson", "constant")
+                else np.nan,
+                max_concurrency=float(concurrency) if isinstance(concurrency, (int, float)) else np.nan,
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -274,27 +426,44 @@ def _inference_perf_json(path: Path, defaults: dict) -> pd.DataFrame:
     rows = []
     for f, r in _json_documents(path, "*lifecycle_metrics.json", "*lifecycle_metrics.json reports", skip="per_request"):
 
-        def field(*keys):
+        def field(*keys, r=r, f=f):
             return _number_field(r, ".".join(keys), f)
 
         latency = ("successes", "latency")
         e2e = field(*latency, "request_latency", "mean")
         concurrency = (r.get("load_summary") or {}).get("concurrency")
-        batch = float(concurrency) if isinstance(concurrency, (int, float)) and not isinstance(concurrency, bool) \
+        batch = (
+            float(concurrency)
+            if isinstance(concurrency, (int, float)) and not isinstance(concurrency, bool)
             else field("successes", "throughput", "requests_per_sec") * e2e
-        p90 = lambda name: float(r["successes"]["latency"][name].get("p90", np.nan)) if isinstance(  # noqa: E731
-            r["successes"]["latency"].get(name), dict) else np.nan
+        )
+
+        def p90(name, latency=r["successes"]["latency"]):
+            return float(latency[name].get("p90", np.nan)) if isinstance(latency.get(name), dict) else np.nan
+
         I, O = field("successes", "prompt_tokens", "mean"), field("successes", "output_tokens", "mean")
         b = max(1, round(batch))
-        rows.append(dict(
-            model=defaults.get("model"), gpu=defaults.get("gpu"), n_gpu=defaults.get("n_gpu", 1),
-            framework=defaults.get("framework", "inference-perf"), batch=b, input_len=round(I), output_len=round(O),
-            e2e_s=e2e, throughput=b * (I + O) / e2e, ttft_s=field(*latency, "time_to_first_token", "mean"),
-            itl_s=field(*latency, "inter_token_latency", "mean"), ttft_p90_s=p90("time_to_first_token"),
-            itl_p90_s=p90("inter_token_latency"),
-            arrival_rate=np.nan if concurrency is not None else _offered_rate((r.get("load_summary") or {}).get("requested_rate")),
-            max_concurrency=float(concurrency) if concurrency is not None else np.nan,
-        ))
+        rows.append(
+            dict(
+                model=defaults.get("model"),
+                gpu=defaults.get("gpu"),
+                n_gpu=defaults.get("n_gpu", 1),
+                framework=defaults.get("framework", "inference-perf"),
+                batch=b,
+                input_len=round(I),
+                output_len=round(O),
+                e2e_s=e2e,
+                throughput=b * (I + O) / e2e,
+                ttft_s=field(*latency, "time_to_first_token", "mean"),
+                itl_s=field(*latency, "inter_token_latency", "mean"),
+                ttft_p90_s=p90("time_to_first_token"),
+                itl_p90_s=p90("inter_token_latency"),
+                arrival_rate=np.nan
+                if concurrency is not None
+                else _offered_rate((r.get("load_summary") or {}).get("requested_rate")),
+                max_concurrency=float(concurrency) if concurrency is not None else np.nan,
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -339,10 +508,11 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
     """The canonical trace table from ``path`` (a file, or a folder of vLLM result JSONs).
 
     Rows are dropped, with a count per cause in ``df.attrs['dropped']``: hardware that neither
-    configs/hardware.yaml nor the GPU catalog (names, aliases, normalised) knows, counted per name; model not in the catalog, missing
-    values, non-positive sizes or times, the known garbage rows whose I + O exceeds the model's
-    context, and rows faster than their own configuration at 100 % of peak (:mod:`.physics`). A malformed file is an error naming the file, row and column. ``defaults`` fill
-    columns a format lacks (e.g. ``gpu='H100-SXM'`` for vLLM JSONs).
+    configs/hardware.yaml nor the GPU catalog (names, aliases, normalised) knows, counted per name; model not in
+    the catalog, missing values, non-positive sizes or times, the known garbage rows whose I + O exceeds the
+    model's context, and rows faster than their own configuration at 100 % of peak (:mod:`.physics`). A malformed
+    file is an error naming the file, row and column. ``defaults`` fill columns a format lacks (e.g.
+    ``gpu='H100-SXM'`` for vLLM JSONs).
     """
     path = Path(path)
     if not path.exists():
@@ -360,13 +530,22 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         df = _read_csv(path, "canonical")
         for col in CANONICAL:
             if col not in df:
-                df[col] = defaults.get(col, np.nan if col in (*MEASURES, *PERCENTILES, *OPTIONAL)
-                                       else {"n_gpu": 1, "framework": "unknown"}.get(col))
-        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, *OPTIONAL],
-                      path)[list(CANONICAL)]
+                df[col] = defaults.get(
+                    col,
+                    np.nan
+                    if col in (*MEASURES, *PERCENTILES, *OPTIONAL)
+                    else {"n_gpu": 1, "framework": "unknown"}.get(col),
+                )
+        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, *OPTIONAL], path)[
+            list(CANONICAL)
+        ]
     else:
-        readers = {"llm_inference_bench": _llm_inference_bench, "llm_inference_bench_ttft": _llm_inference_bench_ttft,
-                   "aiconfigurator": _aiconfigurator, "splitwise": _splitwise}
+        readers = {
+            "llm_inference_bench": _llm_inference_bench,
+            "llm_inference_bench_ttft": _llm_inference_bench_ttft,
+            "aiconfigurator": _aiconfigurator,
+            "splitwise": _splitwise,
+        }
         df = readers[fmt](path)
     df = df.reindex(columns=list(CANONICAL)).reset_index(drop=True)  # percentiles NaN where a format has none
     dropped: dict[str, int] = {}
@@ -398,8 +577,10 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
             names[m] = None
     df["model"] = df["model"].map(names)
     drop(df["model"].isna(), "model not in the catalog")
-    drop(df[["batch", "input_len", "output_len", "n_gpu"]].isna().any(axis=1) | df[list(MEASURES)].isna().all(axis=1),
-         "missing values")
+    drop(
+        df[["batch", "input_len", "output_len", "n_gpu"]].isna().any(axis=1) | df[list(MEASURES)].isna().all(axis=1),
+        "missing values",
+    )
     sizes = df[["batch", "input_len", "output_len", "n_gpu"]]
     times = df[list(MEASURES + PERCENTILES)]
     drop((sizes <= 0).any(axis=1) | (times <= 0).any(axis=1), "non-positive size or time")
@@ -413,7 +594,9 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         # the source's llama.cpp rows report a throughput 16–64x below B·(I + O)/latency: one of the two is
         # wrong, and a fit cannot tell which
         consistent = df["throughput"] * df["e2e_s"] / (df["batch"] * (df["input_len"] + df["output_len"]))
-        drop((consistent - 1.0).abs() > 0.05, "throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)")
+        drop(
+            (consistent - 1.0).abs() > 0.05, "throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)"
+        )
     from .physics import impossible_rows
 
     taken = np.zeros(len(df), bool)  # faster than its own configuration at 100 % of peak; a row counted once

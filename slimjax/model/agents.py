@@ -79,11 +79,17 @@ def api_binding_limit(stages, calls, tool_delay_s, spacing_s, service_s, paralle
     waves = jnp.where(jnp.isinf(parallelism), 0.0, jnp.floor((calls - 1.0) / parallelism))
     rest = jnp.where(jnp.isinf(parallelism), calls - 1.0, jnp.mod(calls - 1.0, parallelism))
     paced = parallelism * spacing_s >= service_s
-    spacing_part = rest * spacing_s + jnp.where(paced, waves * parallelism * spacing_s, 0.0) \
+    spacing_part = (
+        rest * spacing_s
+        + jnp.where(paced, waves * parallelism * spacing_s, 0.0)
         + jnp.where(stages > 1, jnp.maximum(0.0, spacing_s - service_s - tool_delay_s), 0.0)
+    )
     parallelism_part = jnp.where(paced, 0.0, waves * service_s)
-    return jnp.where((service_s >= spacing_part) & (service_s >= parallelism_part), 2,
-                     jnp.where(parallelism_part >= spacing_part, 1, 0))
+    return jnp.where(
+        (service_s >= spacing_part) & (service_s >= parallelism_part),
+        2,
+        jnp.where(parallelism_part >= spacing_part, 1, 0),
+    )
 
 
 def rental_cost(price_per_gpu_hour, n_gpu, local_s):

@@ -25,13 +25,22 @@ def kv_capacity(model, gpu, serving, input_len, output_len):
     """Memory (§3): e_kv, weights, KV pool, per-sequence footprint of I + O tokens, max_seqs."""
     e_kv = memory.model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
     weights = memory.weights_bytes(model.n_params, serving.bytes_per_weight)
-    pool = memory.kv_pool_bytes(serving.memory_utilization, serving.n_gpu * gpu.memory_bytes, weights, serving.reserved_bytes)
-    footprint = memory.seq_footprint_bytes(
-        e_kv, model.n_layers, model.n_sliding_layers, model.window, input_len + output_len,
-        serving.block_size, serving.kv_replication, serving.kv_overhead,
+    pool = memory.kv_pool_bytes(
+        serving.memory_utilization, serving.n_gpu * gpu.memory_bytes, weights, serving.reserved_bytes
     )
-    return dict(e_kv=e_kv, weights=weights, pool=pool, footprint=footprint,
-                max_seqs=memory.max_concurrent_seqs(pool, footprint))
+    footprint = memory.seq_footprint_bytes(
+        e_kv,
+        model.n_layers,
+        model.n_sliding_layers,
+        model.window,
+        input_len + output_len,
+        serving.block_size,
+        serving.kv_replication,
+        serving.kv_overhead,
+    )
+    return dict(
+        e_kv=e_kv, weights=weights, pool=pool, footprint=footprint, max_seqs=memory.max_concurrent_seqs(pool, footprint)
+    )
 
 
 def tensor_core_peak(gpu, bytes_per_weight):
@@ -62,7 +71,9 @@ def smallest_fitting_tp(model, gpu, serving, tokens, kv_replication_auto=False, 
     """The smallest n in TP_DEGREES that divides H_q and with which the group fits a sequence of ``tokens``
     (§4c ``n_gpu: auto``; with ``batch``, that many of them), the other settings as ``serving`` has them
     (r = max(1, n/H_kv) where ``kv_replication_auto``); 0 where none does."""
-    best = jnp.zeros(jnp.broadcast_shapes(jnp.shape(model.n_heads), jnp.shape(gpu.memory_bytes), jnp.shape(serving.n_gpu)))
+    best = jnp.zeros(
+        jnp.broadcast_shapes(jnp.shape(model.n_heads), jnp.shape(gpu.memory_bytes), jnp.shape(serving.n_gpu))
+    )
     for n in reversed(TP_DEGREES):
         r = jnp.where(kv_replication_auto, replicated_kv(n, model.n_kv_heads), serving.kv_replication)
         trial = ServingSpec(**{**serving.fields(), "n_gpu": n + 0.0 * serving.n_gpu, "kv_replication": r})
@@ -81,17 +92,28 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
     weights = memory.weights_bytes(model.n_params, serving.bytes_per_weight)
     per_token = serving.kv_replication * serving.kv_overhead * e_kv
     p_e = experts.expert_params(model.n_ffn, model.hidden, model.expert_ffn_dim)
-    a_pre, a_dec = experts.attention_flops_coefficients(model.n_layers, model.n_heads, model.head_dim, model.mla,
-                                                        model.kv_lora_rank, model.rope_dim, model.qk_nope_dim, model.v_head_dim)
+    a_pre, a_dec = experts.attention_flops_coefficients(
+        model.n_layers,
+        model.n_heads,
+        model.head_dim,
+        model.mla,
+        model.kv_lora_rank,
+        model.rope_dim,
+        model.qk_nope_dim,
+        model.v_head_dim,
+    )
     if at_peak:  # (arrays shaped like the group's, so the terms vmap like any spec)
         zero = 0.0 * serving.n_gpu
         e_f, e_b, launch, comm_fixed, comm_per_token = 1.0 + zero, 1.0 + zero, zero, zero, zero
     else:
         e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
-        comm_fixed, comm_per_token = parallel.tp_comm_terms(model.n_layers, model.hidden, serving.n_gpu, gpu.link_bytes_per_s,
-                                                           gpu.allreduce_latency_s)
+        comm_fixed, comm_per_token = parallel.tp_comm_terms(
+            model.n_layers, model.hidden, serving.n_gpu, gpu.link_bytes_per_s, gpu.allreduce_latency_s
+        )
     roof = dict(
-        active_params=experts.active_params(model.n_params, model.n_moe_layers, model.n_experts, model.experts_per_token, p_e),
+        active_params=experts.active_params(
+            model.n_params, model.n_moe_layers, model.n_experts, model.experts_per_token, p_e
+        ),
         weights=weights,
         routed_expert_bytes=serving.bytes_per_weight * model.n_moe_layers * p_e,
         n_experts=model.n_experts,
@@ -146,7 +168,11 @@ def service_terms(cell, measured, batch, input_len, output_len):
         has = ~jnp.isnan(measured.batch)
         m_service = roofline.measured_service_time(batch, measured.batch, measured.request_rate)
         m_ttft, m_itl = roofline.measured_ttft_itl(output_len, m_service, measured.ttft_s, measured.itl_s)
-        itl, ttft, service = jnp.where(has, m_itl, itl), jnp.where(has, m_ttft, ttft), jnp.where(has, m_service, service)
+        itl, ttft, service = (
+            jnp.where(has, m_itl, itl),
+            jnp.where(has, m_ttft, ttft),
+            jnp.where(has, m_service, service),
+        )
     return dict(
         itl_s=itl,
         itl_chunk_s=itl_chunk,

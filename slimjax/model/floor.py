@@ -31,8 +31,9 @@ FLOOR_FLAGS = ("prefill_at_floor", "decode_at_floor")
 def prefill_floor_s(batch, input_len, roof, attn_pre):
     """max(B·(2·P_act·I + a_pre·I²/2)/F, M_W(B·I)/BW), seconds: B prompts of I tokens as one pass at peak."""
     ops = batch * (2.0 * roof["active_params"] * input_len + attn_pre * input_len * input_len / 2.0)
-    read = weights_read_bytes(batch * input_len, roof["weights"], roof["routed_expert_bytes"], roof["n_experts"],
-                              roof["experts_per_token"])
+    read = weights_read_bytes(
+        batch * input_len, roof["weights"], roof["routed_expert_bytes"], roof["n_experts"], roof["experts_per_token"]
+    )
     return jnp.maximum(ops / roof["flops"], read / roof["bandwidth"])
 
 
@@ -62,7 +63,9 @@ def floor_of(inputs: dict, input_len, output_len):
     :func:`slimjax.model.slim.slim_batch_terms` takes."""
 
     def floor(batch):
-        return (prefill_floor_s(batch, input_len, inputs["roof"], inputs["a_pre"]),
-                decode_floor_s(batch, input_len, output_len, inputs["roof"], inputs["a_dec"]))
+        return (
+            prefill_floor_s(batch, input_len, inputs["roof"], inputs["a_pre"]),
+            decode_floor_s(batch, input_len, output_len, inputs["roof"], inputs["a_dec"]),
+        )
 
     return floor

@@ -79,8 +79,16 @@ def extrapolation_form_error(bits, form):
     always, combined when both model and length are new. NaN when a kind that applies has none."""
     form = jnp.asarray(form)
     bits = jnp.asarray(bits)
-    applies = jnp.stack([jnp.ones_like(bits, bool), (bits & LENGTH) > 0, (bits & MODEL) > 0, (bits & GPU) > 0,
-                         ((bits & LENGTH) > 0) & ((bits & MODEL) > 0)], axis=-1)
+    applies = jnp.stack(
+        [
+            jnp.ones_like(bits, bool),
+            (bits & LENGTH) > 0,
+            (bits & MODEL) > 0,
+            (bits & GPU) > 0,
+            ((bits & LENGTH) > 0) & ((bits & MODEL) > 0),
+        ],
+        axis=-1,
+    )
     # max that propagates NaN from an applicable kind (no estimate) but ignores inapplicable ones
     return jnp.max(jnp.where(applies, form, -jnp.inf), axis=-1)
 

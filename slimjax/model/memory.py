@@ -28,7 +28,9 @@ def kv_bytes_per_token(n_layers, e_kv):
 def model_kv_bytes_per_layer_token(model, kv_dtype_bytes=None):
     """e_kv for a :class:`~slimjax.specs.ModelSpec` (``kv_dtype_bytes`` overrides the model's)."""
     b_kv = model.kv_dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
-    return kv_bytes_per_layer_token(model.n_kv_heads, model.head_dim, b_kv, model.mla, model.kv_lora_rank, model.rope_dim)
+    return kv_bytes_per_layer_token(
+        model.n_kv_heads, model.head_dim, b_kv, model.mla, model.kv_lora_rank, model.rope_dim
+    )
 
 
 def weights_bytes(n_params, bytes_per_weight):
@@ -52,9 +54,14 @@ def seq_footprint_bytes(e_kv, n_layers, n_sliding_layers, window, tokens, block_
     Sliding layers keep an ideal rolling buffer of W tokens (Mistral 7B, §2).
     """
     full = n_layers - n_sliding_layers
-    return kv_replication * kv_overhead * e_kv * (
-        full * round_to_blocks(tokens, block_size)
-        + n_sliding_layers * round_to_blocks(jnp.minimum(tokens, window), block_size)
+    return (
+        kv_replication
+        * kv_overhead
+        * e_kv
+        * (
+            full * round_to_blocks(tokens, block_size)
+            + n_sliding_layers * round_to_blocks(jnp.minimum(tokens, window), block_size)
+        )
     )
 
 

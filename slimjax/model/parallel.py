@@ -29,5 +29,7 @@ def tp_comm_terms(n_layers, hidden, n_gpu, link_bytes_per_s, latency_s):
     safe_n = jnp.where(n_gpu > 0, n_gpu, 1.0)
     safe_link = jnp.where(link_bytes_per_s > 0, link_bytes_per_s, 1.0)
     fixed = jnp.where(on, 2.0 * n_layers * latency_s, 0.0)
-    per_token = jnp.where(on, 2.0 * n_layers * 2.0 * (safe_n - 1.0) / safe_n * hidden * ACTIVATION_BYTES / safe_link, 0.0)
+    per_token = jnp.where(
+        on, 2.0 * n_layers * 2.0 * (safe_n - 1.0) / safe_n * hidden * ACTIVATION_BYTES / safe_link, 0.0
+    )
     return fixed, per_token

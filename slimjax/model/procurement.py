@@ -38,11 +38,16 @@ def worst_class(weights, per_class):
 def static_slos_hold(weights, ttft_s, itl_s, service_s, slo_ttft_s, slo_itl_s, slo_e2e_s):
     """The SLOs at λ → 0 (no wait): ITL_k ≤ SLO_itl, TTFT_k ≤ SLO_ttft, S_k ≤ SLO_e2e for every class
     present. An absent SLO is +inf."""
-    return ((worst_class(weights, itl_s) <= slo_itl_s) & (worst_class(weights, ttft_s) <= slo_ttft_s)
-            & (worst_class(weights, service_s) <= slo_e2e_s))
+    return (
+        (worst_class(weights, itl_s) <= slo_itl_s)
+        & (worst_class(weights, ttft_s) <= slo_ttft_s)
+        & (worst_class(weights, service_s) <= slo_e2e_s)
+    )
 
 
-def latency_at_rate(weights, slots, mean_service_s, ttft_s, service_s, arrival_rate, quantile, max_slots: int | None = None):
+def latency_at_rate(
+    weights, slots, mean_service_s, ttft_s, service_s, arrival_rate, quantile, max_slots: int | None = None
+):
     """(TTFT at quantile p, mean E2E) of the worst class at per-replica rate λ (§8 "SLOs"):
     W_p(λ) + max_k TTFT_k(m) and W_q(λ) + max_k S_k(m), on the §5 queue with m slots of S̄."""
     q = queue.mmc(slots, mean_service_s, arrival_rate)
@@ -50,8 +55,20 @@ def latency_at_rate(weights, slots, mean_service_s, ttft_s, service_s, arrival_r
     return wait_p + worst_class(weights, ttft_s), q["wait_s"] + worst_class(weights, service_s), q["utilization"]
 
 
-def max_rate_per_replica(weights, slots, mean_service_s, ttft_s, itl_s, service_s, slo_ttft_s, slo_itl_s, slo_e2e_s,
-                         quantile, steps: int = BISECTION_STEPS, max_slots: int | None = None):
+def max_rate_per_replica(
+    weights,
+    slots,
+    mean_service_s,
+    ttft_s,
+    itl_s,
+    service_s,
+    slo_ttft_s,
+    slo_itl_s,
+    slo_e2e_s,
+    quantile,
+    steps: int = BISECTION_STEPS,
+    max_slots: int | None = None,
+):
     """λ*, the largest per-replica rate in [0, m/S̄) meeting every SLO (§8), by bisection.
 
     The SLOs are non-decreasing in λ, so the lower end of the bracket always meets them and the upper

@@ -34,11 +34,14 @@ def queue_bound(batch) -> int:
 
 def erlang_b_recurrence(servers, load, max_servers: int):
     """E_m(A) by E_0 = 1, E_k = A·E_{k−1}/(k + A·E_{k−1}), k = 1 … m, for every m ≤ ``max_servers`` (static)."""
+
     def step(k, e):
         k = k + 1.0
         return jnp.where(k <= servers, load * e / (k + load * e), e)
 
-    return jax.lax.fori_loop(0, int(max_servers), step, jnp.ones(jnp.broadcast_shapes(jnp.shape(servers), jnp.shape(load))))
+    return jax.lax.fori_loop(
+        0, int(max_servers), step, jnp.ones(jnp.broadcast_shapes(jnp.shape(servers), jnp.shape(load)))
+    )
 
 
 def erlang_b(servers, load, max_servers: int | None = None):

@@ -56,9 +56,24 @@ def chunk_count(input_len, chunk_size):
     return jnp.ceil(input_len / s), s
 
 
-def prefill_time(input_len, chunk_size, active_params, attn, weights, routed_expert_bytes, n_experts, experts_per_token,
-                 kv_per_token_full, kv_per_token_sliding, window, flops, bandwidth, launch_overhead_s,
-                 comm_fixed_s=0.0, comm_per_token_s=0.0):
+def prefill_time(
+    input_len,
+    chunk_size,
+    active_params,
+    attn,
+    weights,
+    routed_expert_bytes,
+    n_experts,
+    experts_per_token,
+    kv_per_token_full,
+    kv_per_token_sliding,
+    window,
+    flops,
+    bandwidth,
+    launch_overhead_s,
+    comm_fixed_s=0.0,
+    comm_per_token_s=0.0,
+):
     """Prefill of one prompt in chunks (§4, §4b, §4c): returns (t_pre, t_chunk_max, K_c), seconds.
 
     Chunk k has p_k = k·s earlier tokens and n_k = min(s, I − p_k) new ones;
@@ -83,8 +98,15 @@ def prefill_time(input_len, chunk_size, active_params, attn, weights, routed_exp
     in_hi = jnp.minimum(last - 1.0, k_window)
     out_lo = jnp.clip(k_window + 1.0, 0.0, last)  # = last (an empty range) when W = inf
     comm_full = comm_fixed_s + comm_per_token_s * s
-    total = sum_max_linear(a1, b1, a2, b2, 0.0, in_hi) + sum_max_linear(a1, b1, a3, b3, out_lo, last - 1.0) + last * comm_full
-    longest = jnp.maximum(max_max_linear(a1, b1, a2, b2, 0.0, in_hi), max_max_linear(a1, b1, a3, b3, out_lo, last - 1.0)) + comm_full
+    total = (
+        sum_max_linear(a1, b1, a2, b2, 0.0, in_hi)
+        + sum_max_linear(a1, b1, a3, b3, out_lo, last - 1.0)
+        + last * comm_full
+    )
+    longest = (
+        jnp.maximum(max_max_linear(a1, b1, a2, b2, 0.0, in_hi), max_max_linear(a1, b1, a3, b3, out_lo, last - 1.0))
+        + comm_full
+    )
     # the last chunk
     p = last * s
     n = input_len - p
@@ -97,9 +119,25 @@ def prefill_time(input_len, chunk_size, active_params, attn, weights, routed_exp
     return t_pre, t_chunk_max, k_c
 
 
-def decode_itl(batch, input_len, output_len, active_params, attn, weights, routed_expert_bytes, n_experts, experts_per_token,
-               kv_per_token_full, kv_per_token_sliding, window, flops, bandwidth, launch_overhead_s,
-               comm_fixed_s=0.0, comm_per_token_s=0.0):
+def decode_itl(
+    batch,
+    input_len,
+    output_len,
+    active_params,
+    attn,
+    weights,
+    routed_expert_bytes,
+    n_experts,
+    experts_per_token,
+    kv_per_token_full,
+    kv_per_token_sliding,
+    window,
+    flops,
+    bandwidth,
+    launch_overhead_s,
+    comm_fixed_s=0.0,
+    comm_per_token_s=0.0,
+):
     """ITL = (Σ_{j=1..O−1} t_j)/(O − 1) at concurrency B (§4, §4b, §4c), seconds; NaN when O = 1.
 
     Step j decodes at context T_j = I + j: t_j = max(B·(2·P_act + a·T_j)/F, (M_W(B) + B·K(T_j))/BW) + t_l
@@ -117,8 +155,9 @@ def decode_itl(batch, input_len, output_len, active_params, attn, weights, route
     a3 = (w_step + batch * (kv_per_token_full * input_len + tail)) / bandwidth
     b3 = batch * kv_per_token_full / bandwidth
     j_window = jnp.floor(window - input_len)
-    total = (sum_max_linear(a1, b1, a2, b2, 1.0, jnp.minimum(steps, j_window))
-             + sum_max_linear(a1, b1, a3, b3, jnp.clip(j_window + 1.0, 1.0, jnp.maximum(steps + 1.0, 1.0)), steps))
+    total = sum_max_linear(a1, b1, a2, b2, 1.0, jnp.minimum(steps, j_window)) + sum_max_linear(
+        a1, b1, a3, b3, jnp.clip(j_window + 1.0, 1.0, jnp.maximum(steps + 1.0, 1.0)), steps
+    )
     comm = comm_fixed_s + comm_per_token_s * batch
     return jnp.where(steps > 0, total / jnp.where(steps > 0, steps, 1.0) + launch_overhead_s + comm, jnp.nan)
 

@@ -120,7 +120,10 @@ def slim_variables(model, gpu, coeffs, batch, input_len, output_len, n_gpu=1.0, 
     at least its physical floor, and slim_at_floor.
     """
     cell = slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu)
-    return {"kv_traffic_bytes": cell["kv_traffic_bytes"], **slim_batch_terms(cell, coeffs, batch, input_len, output_len, floor)}
+    return {
+        "kv_traffic_bytes": cell["kv_traffic_bytes"],
+        **slim_batch_terms(cell, coeffs, batch, input_len, output_len, floor),
+    }
 
 
 def log_throughput_sensitivity(cell, coeffs, batch, terms):

@@ -18,7 +18,8 @@ The dense term reads the weights at an effective bandwidth BW_eff = BW_max·(BW_
 scales as BW_max^(−β). On one GPU β is absorbed by α and γ (any β fits the same); across GPUs it says how
 much of a faster memory the weight reads actually get: β = 1 is the datasheet ratio; measured A100 ↔ H100
 transfers speed up by less than the bandwidth ratio and want β < 1 (bench/gpu_transfer.py; the shipped
-value is the ``bandwidth_exponent`` of the shipped slim-kv coefficients, configs/slim). The KV reads stay at η_m·BW_max (η_m a
+value is the ``bandwidth_exponent`` of the shipped slim-kv coefficients, configs/slim). The KV reads stay at
+η_m·BW_max (η_m a
 fraction of the peak).
 """
 
@@ -64,17 +65,27 @@ def slim_kv_decode_time(batch, B0, eta_m, dense_s, kv_traffic, peak_bandwidth):
     return (batch + B0) * dense_s + batch * kv_traffic / (eta_m * peak_bandwidth)
 
 
-def slim_kv_cell_terms(model, gpu, coeffs, input_len, output_len, max_seqs, n_gpu=1.0, kv_dtype_bytes=None,
-                       bandwidth_exponent=1.0):
+def slim_kv_cell_terms(
+    model, gpu, coeffs, input_len, output_len, max_seqs, n_gpu=1.0, kv_dtype_bytes=None, bandwidth_exponent=1.0
+):
     """The batch-independent slim-kv terms of each (model, GPU, I, O) cell: §1's f1, p1 and M_dec
     (:func:`slim_cell_terms`), the weight-read step T_w at the effective bandwidth (exponent β), the
     peak bandwidth the KV reads use, and max_seqs (§3, given: it depends on the serving settings)."""
     cell = slim_cell_terms(model, gpu, coeffs, input_len, output_len, n_gpu, kv_dtype_bytes)
     bandwidth = n_gpu * gpu.bandwidth_bytes_per_s
     weights_bandwidth = effective_bandwidth(bandwidth, bandwidth_exponent)
-    t_w = weight_read_time(coeffs.alpha, coeffs.gamma, model.n_params * model.bytes_per_weight, output_len, weights_bandwidth)
-    return dict(f1=cell["f1"], p1=cell["p1"], kv_traffic_bytes=cell["kv_traffic_bytes"], t_w=t_w, bandwidth=bandwidth,
-                t_alpha=coeffs.alpha * output_len * (REFERENCE_BANDWIDTH / weights_bandwidth), max_seqs=max_seqs)
+    t_w = weight_read_time(
+        coeffs.alpha, coeffs.gamma, model.n_params * model.bytes_per_weight, output_len, weights_bandwidth
+    )
+    return dict(
+        f1=cell["f1"],
+        p1=cell["p1"],
+        kv_traffic_bytes=cell["kv_traffic_bytes"],
+        t_w=t_w,
+        bandwidth=bandwidth,
+        t_alpha=coeffs.alpha * output_len * (REFERENCE_BANDWIDTH / weights_bandwidth),
+        max_seqs=max_seqs,
+    )
 
 
 def slim_kv_batch_terms(cell, coeffs, batch, input_len, output_len, floor=None):
@@ -84,16 +95,27 @@ def slim_kv_batch_terms(cell, coeffs, batch, input_len, output_len, floor=None):
     b_eff = kv_limited_concurrency(batch, cell["max_seqs"])
     waves = batch / b_eff
     t_pre = b_eff * cell["p1"]
-    t_dec = slim_kv_decode_time(b_eff, coeffs.B0, coeffs.eta_m, cell["t_w"], cell["kv_traffic_bytes"], cell["bandwidth"])
-    all_pre = batch * cell["p1"]  # all waves' prefill: (B/B_eff)·B_eff·p1 = B·p1, computed so (its dims have no output length)
+    t_dec = slim_kv_decode_time(
+        b_eff, coeffs.B0, coeffs.eta_m, cell["t_w"], cell["kv_traffic_bytes"], cell["bandwidth"]
+    )
+    all_pre = (
+        batch * cell["p1"]
+    )  # all waves' prefill: (B/B_eff)·B_eff·p1 = B·p1, computed so (its dims have no output length)
     flag = None
     if floor is not None:
         t_pre, t_dec, flag = floored(t_pre, t_dec, *floor(b_eff))
         all_pre = jnp.maximum(all_pre, floor(batch)[0])
     e2e = kv_limited_e2e(batch, cell["max_seqs"], e2e_latency(t_pre, t_dec, coeffs.t_fixed))
-    out = dict(prefill_flops=batch * cell["f1"], slim_prefill_s=all_pre, slim_decode_s=waves * t_dec, slim_e2e_s=e2e,
-               slim_throughput=token_throughput(batch, input_len, output_len, e2e), slim_waves=waves, _b_eff=b_eff,
-               _round_prefill_s=t_pre)
+    out = dict(
+        prefill_flops=batch * cell["f1"],
+        slim_prefill_s=all_pre,
+        slim_decode_s=waves * t_dec,
+        slim_e2e_s=e2e,
+        slim_throughput=token_throughput(batch, input_len, output_len, e2e),
+        slim_waves=waves,
+        _b_eff=b_eff,
+        _round_prefill_s=t_pre,
+    )
     if flag is not None:
         out["slim_at_floor"] = flag
     return out
@@ -119,8 +141,9 @@ def slim_kv_log_throughput_sensitivity(cell, coeffs, batch, terms):
     return jnp.stack([jnp.broadcast_to(p, jnp.shape(e2e)) / e2e for p in parts], axis=-1)
 
 
-def slim_kv_variables(model, gpu, coeffs, batch, input_len, output_len, max_seqs, n_gpu=1.0, bandwidth_exponent=1.0,
-                      floor=None):
+def slim_kv_variables(
+    model, gpu, coeffs, batch, input_len, output_len, max_seqs, n_gpu=1.0, bandwidth_exponent=1.0, floor=None
+):
     """The slim-kv variant of SLIM (MODEL.md §1) at B_eff = min(B, max_seqs):
 
         T_pre = B_eff·F_pre,1 / (η_c·F_max)
@@ -133,7 +156,12 @@ def slim_kv_variables(model, gpu, coeffs, batch, input_len, output_len, max_seqs
     Returns slim_prefill_s (one round's prefill, s), slim_e2e_s (s) and slim_throughput (tokens/s); ``floor`` as in
     :func:`slimjax.model.slim.slim_variables`.
     """
-    cell = slim_kv_cell_terms(model, gpu, coeffs, input_len, output_len, max_seqs, n_gpu, bandwidth_exponent=bandwidth_exponent)
+    cell = slim_kv_cell_terms(
+        model, gpu, coeffs, input_len, output_len, max_seqs, n_gpu, bandwidth_exponent=bandwidth_exponent
+    )
     out = slim_kv_batch_terms(cell, coeffs, batch, input_len, output_len, floor)
-    return {"slim_prefill_s": out["_round_prefill_s"], "slim_e2e_s": out["slim_e2e_s"],
-            "slim_throughput": out["slim_throughput"]}
+    return {
+        "slim_prefill_s": out["_round_prefill_s"],
+        "slim_e2e_s": out["slim_e2e_s"],
+        "slim_throughput": out["slim_throughput"],
+    }

@@ -108,7 +108,7 @@ class ServingSpec:
 
     @classmethod
     def tree_unflatten(cls, keys, values):
-        return cls(**dict(zip(keys, values)))
+        return cls(**dict(zip(keys, values, strict=False)))
 
 
 def _serving_spec(fields: dict) -> "ServingSpec":

@@ -58,11 +58,13 @@ def _pairs(ds: xr.Dataset) -> list[tuple[str, str]]:
 def nearest_io(ds: xr.Dataset, at: tuple[int, int] | None) -> tuple[int, int]:
     """(I, O) on the grid: ``at`` if given, else the values nearest (in log) to I = 1024, O = 256 (the summary's)."""
     if at is not None:
-        for axis, v in zip(("input_len", "output_len"), at):
+        for axis, v in zip(("input_len", "output_len"), at, strict=False):
             if int(v) not in ds[axis].values:
                 from ..errors import SlimjaxError
 
-                raise SlimjaxError("at", f"{axis} {v} is not on the grid ({', '.join(str(int(x)) for x in ds[axis].values)})")
+                raise SlimjaxError(
+                    "at", f"{axis} {v} is not on the grid ({', '.join(str(int(x)) for x in ds[axis].values)})"
+                )
         return int(at[0]), int(at[1])
     pick = lambda axis, target: int(ds[axis].values[np.argmin(np.abs(np.log(ds[axis].values) - np.log(target)))])  # noqa: E731
     return pick("input_len", 1024), pick("output_len", 256)
@@ -85,13 +87,19 @@ def throughput_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     fig, axes = _grid(len(pairs))
     eps = _epsilon(ds)
     batch = ds["batch"].values.astype(float)
-    for ax, (m, g) in zip(axes, pairs):
+    for ax, (m, g) in zip(axes, pairs, strict=False):
         c = ds.sel(model=m, gpu=g, input_len=i, output_len=o)
         t = c["slim_throughput"].values.astype(float)
         ax.plot(batch, t, color=PALETTE[0], lw=2, label="SLIM throughput")
         if "slim_throughput_lo" in c:
-            ax.fill_between(batch, c["slim_throughput_lo"].values, c["slim_throughput_hi"].values, color=PALETTE[0], alpha=0.2,
-                            label="90 % interval")
+            ax.fill_between(
+                batch,
+                c["slim_throughput_lo"].values,
+                c["slim_throughput_hi"].values,
+                color=PALETTE[0],
+                alpha=0.2,
+                label="90 % interval",
+            )
         if batch[0] == 1:
             ax.plot(batch, t[0] * batch, color="0.4", ls="--", lw=1, label="linear from B = 1")
             below = np.flatnonzero(t / (batch * t[0]) <= eps)
@@ -115,14 +123,20 @@ def throughput_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         ax.set_ylabel("throughput (tokens/s)")
     handles, labels = {}, []
     for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=False):
             key = lab.split(" = ")[0]
             if key not in handles:
                 handles[key] = h
                 labels.append(lab if " = " not in lab else key)
     fig.legend(list(handles.values()), labels, loc="outside right upper", fontsize=8)
-    return [Figure("throughput_vs_batch", f"Throughput vs batch at I = {i}, O = {o}", fig,
-                   "Where batching stops paying: the curve leaves the linear line at the knee; B_cap is the advisor's batch.")]
+    return [
+        Figure(
+            "throughput_vs_batch",
+            f"Throughput vs batch at I = {i}, O = {o}",
+            fig,
+            "Where batching stops paying: the curve leaves the linear line at the knee; B_cap is the advisor's batch.",
+        )
+    ]
 
 
 def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
@@ -141,7 +155,7 @@ def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     if not pairs:
         return []
     fig, axes = _grid(len(pairs))
-    for ax, (m, g) in zip(axes, pairs):
+    for ax, (m, g) in zip(axes, pairs, strict=False):
         try:
             arch = catalog.resolve_model(m)[1]
             gpu = catalog.resolve_gpu(g)[1]
@@ -153,10 +167,20 @@ def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         b_w = float(s.get("weight_dtype_bytes") or arch["bytes_per_weight"])
         b_kv = float(s.get("kv_dtype_bytes") or arch["kv_dtype_bytes"])
         weights = arch["n_params"] * b_w
-        p_act = float(experts.active_params(arch["n_params"], arch["n_moe_layers"], arch["n_experts"], arch["experts_per_token"],
-                                            experts.expert_params(arch["n_ffn"], arch["hidden"], arch["expert_ffn_dim"])))
-        e_kv = float(memory.kv_bytes_per_layer_token(arch["n_kv_heads"], arch["head_dim"], b_kv, arch["mla"], arch["kv_lora_rank"],
-                                                     arch["rope_dim"]))
+        p_act = float(
+            experts.active_params(
+                arch["n_params"],
+                arch["n_moe_layers"],
+                arch["n_experts"],
+                arch["experts_per_token"],
+                experts.expert_params(arch["n_ffn"], arch["hidden"], arch["expert_ffn_dim"]),
+            )
+        )
+        e_kv = float(
+            memory.kv_bytes_per_layer_token(
+                arch["n_kv_heads"], arch["head_dim"], b_kv, arch["mla"], arch["kv_lora_rank"], arch["rope_dim"]
+            )
+        )
         a = 4 * arch["n_layers"] * arch["n_heads"] * arch["head_dim"]
         peak, bw = n * gpu["flops_per_s"], n * gpu["bandwidth_bytes_per_s"]
         x = np.logspace(-1, 4, 200)
@@ -165,13 +189,27 @@ def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         pre_ops = 2 * p_act * i_all + a * i_all**2 / 2
         pre_bytes = weights + arch["n_layers"] * e_kv * i_all
         pre_t = c["prefill_s"].values.astype(float)
-        ax.scatter(pre_ops / pre_bytes, pre_ops / pre_t, color=PALETTE[1], marker="s", label="prefill (one prompt, I)", zorder=3)
+        ax.scatter(
+            pre_ops / pre_bytes,
+            pre_ops / pre_t,
+            color=PALETTE[1],
+            marker="s",
+            label="prefill (one prompt, I)",
+            zorder=3,
+        )
         b = float(ds["batch"].values[min(len(ds["batch"]) - 1, np.searchsorted(ds["batch"].values, 32))])
         ctx = i_all + o / 2
         dec_ops = b * (2 * p_act + a * ctx)
         dec_bytes = weights + b * arch["n_layers"] * e_kv * ctx
         itl = c["itl_s"].sel(batch=b).values.astype(float)
-        ax.scatter(dec_ops / dec_bytes, dec_ops / itl, color=PALETTE[0], marker="o", label=f"decode step (B = {int(b)})", zorder=3)
+        ax.scatter(
+            dec_ops / dec_bytes,
+            dec_ops / itl,
+            color=PALETTE[0],
+            marker="o",
+            label=f"decode step (B = {int(b)})",
+            zorder=3,
+        )
         for k, ctx_k in enumerate(i_all):
             if k in (0, len(i_all) - 1):
                 ax.annotate(f"I={int(ctx_k)}", (dec_ops[k] / dec_bytes[k], dec_ops[k] / itl[k]), fontsize=7)
@@ -182,8 +220,15 @@ def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         ax.set_title(f"{m} on {n:g} × {g}, O = {o}", fontsize=9)
     h, lab = axes[0].get_legend_handles_labels()
     fig.legend(h, lab, loc="outside right upper", fontsize=8)
-    return [Figure("roofline", "Roofline: prefill and decode against the GPU's ceilings", fig,
-                   "Decode stays left of the ridge (memory-bound) as the context grows; prefill climbs toward the compute peak.")]
+    return [
+        Figure(
+            "roofline",
+            "Roofline: prefill and decode against the GPU's ceilings",
+            fig,
+            "Decode stays left of the ridge (memory-bound) as the context grows; prefill climbs toward the "
+            "compute peak.",
+        )
+    ]
 
 
 def _heatmap(ds: xr.Dataset, var: str, title: str, label: str, key: str) -> list[Figure]:
@@ -196,31 +241,42 @@ def _heatmap(ds: xr.Dataset, var: str, title: str, label: str, key: str) -> list
     values = ds[var].astype(float)
     positive = values.where(values > 0)
     shown_any = bool(positive.notnull().any())
-    norm = mcolors.LogNorm(vmin=max(1.0, float(positive.min())) if shown_any else 1.0,
-                           vmax=max(float(positive.max()) if shown_any else 1.0, 2.0))
+    norm = mcolors.LogNorm(
+        vmin=max(1.0, float(positive.min())) if shown_any else 1.0,
+        vmax=max(float(positive.max()) if shown_any else 1.0, 2.0),
+    )
     image = None
-    for ax, (m, g) in zip(axes, pairs):
+    for ax, (m, g) in zip(axes, pairs, strict=False):
         v = values.sel(model=m, gpu=g).transpose("input_len", "output_len").values
-        fits = ds["max_seqs"].sel(model=m, gpu=g).transpose("input_len", "output_len").values >= 1 if "max_seqs" in ds else np.ones_like(v, bool)
+        fits = (
+            ds["max_seqs"].sel(model=m, gpu=g).transpose("input_len", "output_len").values >= 1
+            if "max_seqs" in ds
+            else np.ones_like(v, bool)
+        )
         shown = np.where(fits & (v > 0), v, np.nan)
         image = ax.imshow(shown, origin="lower", aspect="auto", cmap="viridis", norm=norm)
         ys, xs = np.nonzero(~fits)
         if ys.size:
             ax.scatter(xs, ys, marker="x", color="0.35", s=12, linewidths=0.8, label="does not fit")
-        ax.set_xticks(range(len(ds["output_len"])), [str(int(x)) for x in ds["output_len"].values], rotation=90, fontsize=6)
+        ax.set_xticks(
+            range(len(ds["output_len"])), [str(int(x)) for x in ds["output_len"].values], rotation=90, fontsize=6
+        )
         ax.set_yticks(range(len(ds["input_len"])), [str(int(x)) for x in ds["input_len"].values], fontsize=6)
         ax.set_xlabel("output length O (tokens)")
         ax.set_ylabel("input length I (tokens)")
         ax.set_title(f"{m} on {g}", fontsize=9)
     if image is not None:
         fig.colorbar(image, ax=axes, label=label, location="right", shrink=0.8)
-    return [Figure(key, title, fig, "Shared colour scale; × marks configurations that do not fit; blank: none qualifies.")]
+    return [
+        Figure(key, title, fig, "Shared colour scale; × marks configurations that do not fit; blank: none qualifies.")
+    ]
 
 
 def bcap_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     """B_cap and max_seqs over I × O per model × GPU (small multiples, shared colour scale, does-not-fit marked)."""
-    return (_heatmap(ds, "b_cap", "B_cap over input × output length", "B_cap (sequences)", "b_cap_heatmap")
-            + _heatmap(ds, "max_seqs", "KV-cache capacity over input × output length", "max_seqs (sequences)", "max_seqs_heatmap"))
+    return _heatmap(ds, "b_cap", "B_cap over input × output length", "B_cap (sequences)", "b_cap_heatmap") + _heatmap(
+        ds, "max_seqs", "KV-cache capacity over input × output length", "max_seqs (sequences)", "max_seqs_heatmap"
+    )
 
 
 def queue_figures(ds: xr.Dataset, at=None) -> list[Figure]:
@@ -236,7 +292,7 @@ def queue_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         return []
     fig, axes = _grid(len(pairs))
     rate = ds["arrival_rate"].values.astype(float)
-    for ax, (m, g) in zip(axes, pairs):
+    for ax, (m, g) in zip(axes, pairs, strict=False):
         c = ds.sel(model=m, gpu=g, input_len=i, output_len=o)
         seqs = int(c["max_seqs"])
         batches = [b for b in ds["batch"].values if b <= seqs]
@@ -249,7 +305,9 @@ def queue_figures(ds: xr.Dataset, at=None) -> list[Figure]:
             p90 = np.asarray(wait_quantile(q["p_wait"].values, float(min(b, seqs)), service, rate, 0.9))
             ok = np.isfinite(wait)
             ax.plot(rate[ok], np.maximum(wait[ok], 1e-6), color=PALETTE[k], lw=2, label=f"mean wait, B = {int(b)}")
-            ax.plot(rate[ok], np.maximum(p90[ok], 1e-6), color=PALETTE[k], lw=1, ls="--", label=f"p90 wait, B = {int(b)}")
+            ax.plot(
+                rate[ok], np.maximum(p90[ok], 1e-6), color=PALETTE[k], lw=1, ls="--", label=f"p90 wait, B = {int(b)}"
+            )
             if (~ok).any():
                 first_unbounded = min(first_unbounded, rate[np.argmax(~ok)])
         if np.isfinite(first_unbounded):
@@ -261,13 +319,19 @@ def queue_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         ax.set_title(f"{m} on {g}\nI = {i}, O = {o}", fontsize=9)
     h, lab = [], []
     for ax in axes:
-        for hh, ll in zip(*ax.get_legend_handles_labels()):
+        for hh, ll in zip(*ax.get_legend_handles_labels(), strict=False):
             if ll not in lab:
                 h.append(hh)
                 lab.append(ll)
     fig.legend(h, lab, loc="outside right upper", fontsize=7)
-    return [Figure("queue_wait", f"Queue wait vs arrival rate at I = {i}, O = {o}", fig,
-                   "M/M/c at m = min(B, max_seqs) slots (MODEL.md §5); shaded: the queue grows without bound.")]
+    return [
+        Figure(
+            "queue_wait",
+            f"Queue wait vs arrival rate at I = {i}, O = {o}",
+            fig,
+            "M/M/c at m = min(B, max_seqs) slots (MODEL.md §5); shaded: the queue grows without bound.",
+        )
+    ]
 
 
 def agent_figures(ds: xr.Dataset, at=None) -> list[Figure]:
@@ -284,22 +348,35 @@ def agent_figures(ds: xr.Dataset, at=None) -> list[Figure]:
             local = c["agent_local_s"].min("batch")
             k = c["agent_local_s"].fillna(np.inf).argmin("batch")
             local_cost = c["agent_local_cost_usd"].isel(batch=k)
-            for ax, (name, lv, av, unit) in zip(axes[2 * row: 2 * row + 2],
-                                               (("time", local, c["agent_api_s"], "s"),
-                                                ("cost", local_cost, c["agent_api_cost_usd"], "USD"))):
+            for ax, (name, lv, av, unit) in zip(
+                axes[2 * row : 2 * row + 2],
+                (("time", local, c["agent_api_s"], "s"), ("cost", local_cost, c["agent_api_cost_usd"], "USD")),
+                strict=False,
+            ):
                 ratio = np.log10((lv / av).transpose("input_len", "output_len").values.astype(float))
                 ratio = np.where(np.isfinite(ratio), ratio, 3.0)  # does not fit locally: API
                 image = ax.imshow(ratio, origin="lower", aspect="auto", cmap="RdBu_r", vmin=-2, vmax=2)
                 ax.contourf(ratio > 0, levels=[0.5, 1.5], hatches=["//"], colors="none")
-                ax.set_xticks(range(len(ds["output_len"])), [str(int(x)) for x in ds["output_len"].values], rotation=90, fontsize=6)
+                ax.set_xticks(
+                    range(len(ds["output_len"])),
+                    [str(int(x)) for x in ds["output_len"].values],
+                    rotation=90,
+                    fontsize=6,
+                )
                 ax.set_yticks(range(len(ds["input_len"])), [str(int(x)) for x in ds["input_len"].values], fontsize=6)
                 ax.set_xlabel("output length O (tokens)")
                 ax.set_ylabel("input length I (tokens)")
                 ax.set_title(f"{agent}: local / API {name}\n{m} on {g}", fontsize=8)
                 fig.colorbar(image, ax=ax, label=f"log10(local / API {name}, {unit})", shrink=0.8)
-        out.append(Figure(f"agent_{agent}", f"Agent graph {agent!s}: local replica vs API", fig,
-                          "Blue: local wins; red and hatched: the API wins (faster or cheaper). Prices illustrative, dated "
-                          f"{ds['agent_local_cost_usd'].attrs.get('price_date', '')}."))
+        out.append(
+            Figure(
+                f"agent_{agent}",
+                f"Agent graph {agent!s}: local replica vs API",
+                fig,
+                "Blue: local wins; red and hatched: the API wins (faster or cheaper). Prices illustrative, dated "
+                f"{ds['agent_local_cost_usd'].attrs.get('price_date', '')}.",
+            )
+        )
     return out
 
 
@@ -322,7 +399,7 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         ok_rates = order[np.isfinite(rates[order])]
         models = list(ds["model"].values)
         fig, axes = _grid(len(models), 5.0, 3.6)
-        for ax, m in zip(axes, models):
+        for ax, m in zip(axes, models, strict=False):
             c = w.sel(model=m)
             cost = c["cost_per_mtok"].where(c["feasible"]).min("batch")  # (rate, gpu, tp)
             failing = []
@@ -331,24 +408,45 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
                 for ni, n in enumerate(ds["tp"].values):
                     y = cost.sel(gpu=g, tp=n).values[ok_rates]
                     if np.isfinite(y).any():
-                        ax.plot(rates[ok_rates], y, color=PALETTE[gi % len(PALETTE)], ls=styles[ni % len(styles)], lw=1,
-                                marker=".", label=f"{g} TP {int(n)}")
+                        ax.plot(
+                            rates[ok_rates],
+                            y,
+                            color=PALETTE[gi % len(PALETTE)],
+                            ls=styles[ni % len(styles)],
+                            lw=1,
+                            marker=".",
+                            label=f"{g} TP {int(n)}",
+                        )
                     else:
                         reason = int(c["infeasible_reason"].sel(gpu=g, tp=n).max())
                         failing.append(f"{g} TP {int(n)}: {REASON_WORDS.get(reason, 'infeasible')}")
             best = c["best_cost_per_mtok"].values[ok_rates]
             ax.plot(rates[ok_rates], best, color="black", lw=3, alpha=0.35, label="cheapest feasible")
             if failing:
-                ax.text(1.02, 0.0, "infeasible:\n" + "\n".join(failing[:8]) + ("\n…" if len(failing) > 8 else ""),
-                        transform=ax.transAxes, fontsize=6, color="0.5", va="bottom")
+                ax.text(
+                    1.02,
+                    0.0,
+                    "infeasible:\n" + "\n".join(failing[:8]) + ("\n…" if len(failing) > 8 else ""),
+                    transform=ax.transAxes,
+                    fontsize=6,
+                    color="0.5",
+                    va="bottom",
+                )
             ax.set_xscale("log" if _spans_decades(rates[ok_rates]) else "linear")
             ax.set_yscale("log")
             ax.set_xlabel("total rate Λ (requests/s)")
             ax.set_ylabel("cost (USD per million tokens)")
             ax.set_title(f"{wl}: {m}", fontsize=9)
             ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        out.append(Figure(f"procurement_{wl}", f"Cost per million tokens vs rate — {wl}", fig,
-                          f"Each GPU × TP at its cheapest batch limit; prices illustrative, dated {ds.attrs.get('price_date', '')}."))
+        out.append(
+            Figure(
+                f"procurement_{wl}",
+                f"Cost per million tokens vs rate — {wl}",
+                fig,
+                f"Each GPU × TP at its cheapest batch limit; prices illustrative, dated "
+                f"{ds.attrs.get('price_date', '')}.",
+            )
+        )
     return out
 
 
@@ -363,11 +461,18 @@ def procurement_table(ds: xr.Dataset) -> pd.DataFrame:
             for m in ds["model"].values:
                 c = ds.sel(workload=wl, rate=r, model=m)
                 gpu = str(c["best_gpu"].values)
-                rows.append({"workload": wl, "rate": f"{r} ({total:.3g}/s)", "model": m,
-                             "choice": f"{int(c['best_gpus'])} × {gpu} (TP {int(c['best_tp'])}, B ≤ {int(c['best_batch'])})"
-                             if gpu else f"none feasible ({REASON_WORDS.get(int(c['binding_reason']), '')})",
-                             "$/hour": f"{float(c['best_cost_per_hour']):,.2f}" if gpu else "—",
-                             "$/Mtok": f"{float(c['best_cost_per_mtok']):,.3f}" if gpu else "—"})
+                rows.append(
+                    {
+                        "workload": wl,
+                        "rate": f"{r} ({total:.3g}/s)",
+                        "model": m,
+                        "choice": f"{int(c['best_gpus'])} × {gpu} (TP {int(c['best_tp'])}, B ≤ {int(c['best_batch'])})"
+                        if gpu
+                        else f"none feasible ({REASON_WORDS.get(int(c['binding_reason']), '')})",
+                        "$/hour": f"{float(c['best_cost_per_hour']):,.2f}" if gpu else "—",
+                        "$/Mtok": f"{float(c['best_cost_per_mtok']):,.3f}" if gpu else "—",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -391,7 +496,14 @@ def calibration_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("in-sample MAPE (%)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    return [Figure("calibration_mape", "Calibration: in-sample error per group", fig, "From the store's mape_throughput and mape_e2e.")]
+    return [
+        Figure(
+            "calibration_mape",
+            "Calibration: in-sample error per group",
+            fig,
+            "From the store's mape_throughput and mape_e2e.",
+        )
+    ]
 
 
 def calibration_table(ds: xr.Dataset) -> pd.DataFrame:
@@ -414,12 +526,27 @@ def validation_figures(pred: pd.DataFrame, at=None) -> list[Figure]:
     for k, m in enumerate(methods):
         g = pred[pred["method"] == m]
         colour = PALETTE[k % len(PALETTE)]
-        which = next((w for w in ("_transfer", "") if f"pred_throughput{w}_lo" in g and g[f"pred_throughput{w}_lo"].notna().any()), None)
+        which = next(
+            (
+                w
+                for w in ("_transfer", "")
+                if f"pred_throughput{w}_lo" in g and g[f"pred_throughput{w}_lo"].notna().any()
+            ),
+            None,
+        )
         if which is not None:
             lo, hi = g[f"pred_throughput{which}_lo"], g[f"pred_throughput{which}_hi"]
-            ax1.errorbar(g["throughput"], g["pred_throughput"], yerr=[g["pred_throughput"] - lo, hi - g["pred_throughput"]],
-                         fmt="o", ms=3, color=colour, alpha=0.6, elinewidth=0.6,
-                         label=f"{m} (90 % {'transfer ' if which else ''}interval)")
+            ax1.errorbar(
+                g["throughput"],
+                g["pred_throughput"],
+                yerr=[g["pred_throughput"] - lo, hi - g["pred_throughput"]],
+                fmt="o",
+                ms=3,
+                color=colour,
+                alpha=0.6,
+                elinewidth=0.6,
+                label=f"{m} (90 % {'transfer ' if which else ''}interval)",
+            )
         else:
             ax1.scatter(g["throughput"], g["pred_throughput"], s=9, color=colour, alpha=0.6, label=m)
         resid = g["pred_throughput"] / g["throughput"] - 1

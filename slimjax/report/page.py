@@ -39,7 +39,9 @@ def _open(path: Path):
             raise SlimjaxError(str(path), f"not a CSV slimjax can read ({e})") from None
         missing = [c for c in F.VALIDATION_COLUMNS if c not in frame.columns]
         if missing:
-            raise SlimjaxError(str(path), f"not a `slimjax validate --out` CSV: no column {', '.join(map(repr, missing))}")
+            raise SlimjaxError(
+                str(path), f"not a `slimjax validate --out` CSV: no column {', '.join(map(repr, missing))}"
+            )
         return "validation", frame
     if not path.exists():
         raise SlimjaxError(str(path), "not found")
@@ -55,7 +57,9 @@ def _open(path: Path):
         return "calibration", ds
     if "slim_throughput" in ds:
         return "sweep", ds
-    raise SlimjaxError(str(path), "holds nothing slimjax reports on (no sweep, procurement, agent or calibration variables)")
+    raise SlimjaxError(
+        str(path), "holds nothing slimjax reports on (no sweep, procurement, agent or calibration variables)"
+    )
 
 
 def figures_for(kind: str, obj, at=None) -> tuple[list, list[tuple[str, pd.DataFrame]]]:
@@ -91,15 +95,19 @@ def write_report(paths, out_dir, *, at: tuple[int, int] | None = None, quiet: bo
         if kind != "validation" and isinstance(obj, xr.Dataset):
             n_pairs = obj.sizes.get("model", 1) * obj.sizes.get("gpu", 1)
             if kind == "sweep" and n_pairs > F.MAX_PANELS:
-                blocks.append(f"<p class='note'>{F.MAX_PANELS} of {n_pairs} model × GPU pairs are drawn, models and GPUs "
-                              "spread evenly through the store; report a smaller store for others.</p>")
+                blocks.append(
+                    f"<p class='note'>{F.MAX_PANELS} of {n_pairs} model × GPU pairs are drawn, models and GPUs "
+                    "spread evenly through the store; report a smaller store for others.</p>"
+                )
         for fig in figs:
             png = _png(fig.figure)
             stem = f"{path.name.removesuffix('.zarr').removesuffix('.csv')}_{fig.key}"
             (out / f"{stem}.png").write_bytes(png)
             data = base64.b64encode(png).decode()
-            blocks.append(f"<figure><figcaption><b>{html.escape(fig.title)}</b> — {html.escape(fig.caption)}</figcaption>"
-                          f"<img alt='{html.escape(fig.title)}' src='data:image/png;base64,{data}'></figure>")
+            blocks.append(
+                f"<figure><figcaption><b>{html.escape(fig.title)}</b> — {html.escape(fig.caption)}</figcaption>"
+                f"<img alt='{html.escape(fig.title)}' src='data:image/png;base64,{data}'></figure>"
+            )
         for title, frame in tables:
             blocks.append(f"<h3>{html.escape(title)}</h3>{_table(frame)}")
         if not figs and not tables:
@@ -116,8 +124,8 @@ def write_report(paths, out_dir, *, at: tuple[int, int] | None = None, quiet: bo
 figure{{margin:1em 0 2em 0}}figcaption{{margin-bottom:.4em}}table.t{{border-collapse:collapse;font-size:13px}}
 table.t td,table.t th{{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}}.note{{color:#666}}</style></head>
 <body><h1>slimjax report</h1><p class="note">slimjax {html.escape(__version__)}; {len(loaded)} input(s):
-{html.escape(', '.join(os.fspath(p) for p, _, _ in loaded))}</p>
-{''.join(f'<section>{s}</section>' for s in sections)}
+{html.escape(", ".join(os.fspath(p) for p, _, _ in loaded))}</p>
+{"".join(f"<section>{s}</section>" for s in sections)}
 </body></html>
 """)
     return page

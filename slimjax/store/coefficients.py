@@ -18,8 +18,17 @@ import xarray as xr
 
 from ..errors import SlimjaxError
 from ..inputs.coefficients import StoredCoefficients, StoreRef, check_coefficients
-from ..model.intervals import (EXTRAPOLATION, GPU, INTERVAL_LEVEL, LENGTH, MODEL, extrapolation_form_error, extrapolation_label,
-                               form_errors, form_score)
+from ..model.intervals import (
+    EXTRAPOLATION,
+    GPU,
+    INTERVAL_LEVEL,
+    LENGTH,
+    MODEL,
+    extrapolation_form_error,
+    extrapolation_label,
+    form_errors,
+    form_score,
+)
 from ..model.specs import SLIM_PARAMS
 from .sink import open_store
 
@@ -29,10 +38,30 @@ RESIDUAL_VARIANCE, BOOTSTRAP = "residual_variance", "bootstrap_log_coefficients"
 TRANSFER_LOG_RATIO, TRANSFER_LOG_SD, TRANSFER_KIND = "transfer_log_ratio", "transfer_log_sd", "transfer_kind"
 
 
-def coefficient_dataset(group_by: Sequence[str], levels: dict, params: Sequence[str], where: tuple, *, theta, se, cov,
-                        identified, converged, iterations, loss, mape_throughput, mape_e2e, mape_ttft, n_points,
-                        residual_variance, z, z_boot=None, ranges: dict | None = None, fitted_sets: dict | None = None,
-                        attrs: dict) -> xr.Dataset:
+def coefficient_dataset(
+    group_by: Sequence[str],
+    levels: dict,
+    params: Sequence[str],
+    where: tuple,
+    *,
+    theta,
+    se,
+    cov,
+    identified,
+    converged,
+    iterations,
+    loss,
+    mape_throughput,
+    mape_e2e,
+    mape_ttft,
+    n_points,
+    residual_variance,
+    z,
+    z_boot=None,
+    ranges: dict | None = None,
+    fitted_sets: dict | None = None,
+    attrs: dict,
+) -> xr.Dataset:
     """The store's Dataset from per-fitted-group arrays (leading axis: fitted groups, placed at
     ``where`` in the dense group grid; groups absent from the data are NaN with n_points 0)."""
     shape = tuple(len(levels[c]) for c in group_by)
@@ -46,43 +75,92 @@ def coefficient_dataset(group_by: Sequence[str], levels: dict, params: Sequence[
     gdims = tuple(group_by)
     variables = {
         COEFFICIENTS: (gdims + ("param",), dense(theta, (p,)), {"long_name": "SLIM coefficients θ (MODEL.md §1)"}),
-        "standard_error": (gdims + ("param",), dense(se, (p,)), {"long_name": "Gauss–Newton standard error of θ (NaN: not identified)"}),
+        "standard_error": (
+            gdims + ("param",),
+            dense(se, (p,)),
+            {"long_name": "Gauss–Newton standard error of θ (NaN: not identified)"},
+        ),
         COVARIANCE: (gdims + ("param", "param_"), dense(cov, (p, p)), {"long_name": "Gauss–Newton covariance of θ"}),
-        "identified": (gdims + ("param",), dense(identified, (p,), False, bool), {"long_name": "the data identify this coefficient"}),
+        "identified": (
+            gdims + ("param",),
+            dense(identified, (p,), False, bool),
+            {"long_name": "the data identify this coefficient"},
+        ),
         "converged": (gdims, dense(converged, fill=False, dtype=bool)),
         "iterations": (gdims, dense(iterations, fill=0, dtype=np.int64), {"long_name": "accepted solver steps"}),
         "loss": (gdims, dense(loss), {"long_name": "sum of squared relative throughput residuals"}),
         "mape_throughput": (gdims, dense(mape_throughput), {"units": "%"}),
         "mape_e2e": (gdims, dense(mape_e2e), {"units": "%"}),
-        "mape_ttft": (gdims, dense(mape_ttft), {"units": "%", "long_name": "MAPE of T_pre against measured TTFT (NaN: none)"}),
-        "n_points": (gdims, dense(n_points, fill=0, dtype=np.int64), {"long_name": "residuals fitted (throughput and TTFT)"}),
-        RESIDUAL_VARIANCE: (gdims, dense(residual_variance), {"long_name": "σ² = loss / (n_points − identified coefficients)"}),
-        LOG_COEFFICIENTS: (gdims + ("param",), dense(z, (p,)), {"long_name": "fit parameters z at the optimum (θ = exp(z); η_c = σ(z), bounded to (0, 1))"}),
+        "mape_ttft": (
+            gdims,
+            dense(mape_ttft),
+            {"units": "%", "long_name": "MAPE of T_pre against measured TTFT (NaN: none)"},
+        ),
+        "n_points": (
+            gdims,
+            dense(n_points, fill=0, dtype=np.int64),
+            {"long_name": "residuals fitted (throughput and TTFT)"},
+        ),
+        RESIDUAL_VARIANCE: (
+            gdims,
+            dense(residual_variance),
+            {"long_name": "σ² = loss / (n_points − identified coefficients)"},
+        ),
+        LOG_COEFFICIENTS: (
+            gdims + ("param",),
+            dense(z, (p,)),
+            {"long_name": "fit parameters z at the optimum (θ = exp(z); η_c = σ(z), bounded to (0, 1))"},
+        ),
     }
     for name, values in (ranges or {}).items():  # e.g. batch_min: the smallest batch the group was fitted on
         variables[name] = (gdims, dense(values), {"long_name": f"{name.replace('_', ' ')} of the fitted rows"})
     coords = {}
     for col, (names, member) in (fitted_sets or {}).items():  # which models / GPUs each group saw
         dim = f"fitted_{col}"
-        variables[dim + "s"] = (gdims + (dim,), dense(member, (len(names),), False, bool),
-                                {"long_name": f"the group was fitted on rows of this {col}"})
+        variables[dim + "s"] = (
+            gdims + (dim,),
+            dense(member, (len(names),), False, bool),
+            {"long_name": f"the group was fitted on rows of this {col}"},
+        )
         coords[dim] = [str(n) for n in names]
     if z_boot is not None:
         replicates = z_boot.shape[0]
-        variables[BOOTSTRAP] = (gdims + ("replicate", "param"), dense(np.moveaxis(z_boot, 0, 1), (replicates, p)),
-                                {"long_name": "z of the wild-bootstrap refits"})
-    return xr.Dataset(variables, coords={**{c: levels[c] for c in group_by}, "param": list(params), "param_": list(params), **coords},
-                      attrs=attrs)
+        variables[BOOTSTRAP] = (
+            gdims + ("replicate", "param"),
+            dense(np.moveaxis(z_boot, 0, 1), (replicates, p)),
+            {"long_name": "z of the wild-bootstrap refits"},
+        )
+    return xr.Dataset(
+        variables,
+        coords={**{c: levels[c] for c in group_by}, "param": list(params), "param_": list(params), **coords},
+        attrs=attrs,
+    )
 
 
 def transfer_variables(log_ratio, log_sd, kinds) -> dict:
     """The held-out residuals transfer intervals are calibrated from (``calibrate(intervals="transfer")``)."""
     dims = ("held_out",)
-    return {TRANSFER_LOG_RATIO: (dims, np.asarray(log_ratio, float), {"long_name": "log(T_meas / T_pred) of a validation fold's held-out row"}),
-            TRANSFER_LOG_SD: (dims, np.asarray(log_sd, float), {"long_name": "the fold fit's log-scale sd of that prediction"}),
-            TRANSFER_KIND: (dims, np.asarray(kinds, np.int64), {"long_name": "kind of extrapolation of the fold",
-                                                                 "flag_values": list(range(len(EXTRAPOLATION))),
-                                                                 "flag_meanings": " ".join(EXTRAPOLATION)})}
+    return {
+        TRANSFER_LOG_RATIO: (
+            dims,
+            np.asarray(log_ratio, float),
+            {"long_name": "log(T_meas / T_pred) of a validation fold's held-out row"},
+        ),
+        TRANSFER_LOG_SD: (
+            dims,
+            np.asarray(log_sd, float),
+            {"long_name": "the fold fit's log-scale sd of that prediction"},
+        ),
+        TRANSFER_KIND: (
+            dims,
+            np.asarray(kinds, np.int64),
+            {
+                "long_name": "kind of extrapolation of the fold",
+                "flag_values": list(range(len(EXTRAPOLATION))),
+                "flag_meanings": " ".join(EXTRAPOLATION),
+            },
+        ),
+    }
 
 
 def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
@@ -95,9 +173,12 @@ def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
     for d in dims:  # name the value the store lacks (and what it has), not only that a lookup failed
         absent = sorted({str(v) for v in points[d].unique()} - {str(v) for v in coeffs[d].values})
         if absent:
-            raise SlimjaxError(f"points.{d}", f"{absent[0]!r} has no coefficients in the store (its {d}: "
-                                              f"{', '.join(map(str, coeffs[d].values))}); calibrate on rows of it or "
-                                              f"group without {d}")
+            raise SlimjaxError(
+                f"points.{d}",
+                f"{absent[0]!r} has no coefficients in the store (its {d}: "
+                f"{', '.join(map(str, coeffs[d].values))}); calibrate on rows of it or "
+                f"group without {d}",
+            )
     sel = {d: xr.DataArray(points[d].to_numpy(), dims="point") for d in dims}
     try:
         out = dict(
@@ -107,11 +188,14 @@ def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
         )
     except KeyError as e:
         raise SlimjaxError("points", f"no coefficients for {e}") from None
-    out["z_boot"] = (coeffs[BOOTSTRAP].sel(sel).transpose("replicate", "point", "param").values
-                     if BOOTSTRAP in coeffs else None)
+    out["z_boot"] = (
+        coeffs[BOOTSTRAP].sel(sel).transpose("replicate", "point", "param").values if BOOTSTRAP in coeffs else None
+    )
     out["transfer"] = TRANSFER_LOG_RATIO in coeffs
     if out["transfer"]:
-        out["ranges"] = {f"{a}_{e}": coeffs[f"{a}_{e}"].sel(sel).values for a in ("input_len", "output_len") for e in ("min", "max")}
+        out["ranges"] = {
+            f"{a}_{e}": coeffs[f"{a}_{e}"].sel(sel).values for a in ("input_len", "output_len") for e in ("min", "max")
+        }
         for col in ("model", "gpu"):
             out[f"new_{col}"] = ~_member(coeffs[f"fitted_{col}s"].sel(sel), f"fitted_{col}", points[col].to_numpy())
     out["variant"] = coeffs.attrs.get("variant", "slim")
@@ -137,13 +221,23 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
     coeffs = stored[COEFFICIENTS]
     for dim, v in select.items():
         if dim not in coeffs.dims or v not in coeffs[dim].values:
-            raise SlimjaxError(f"slim.select.{dim}", f"{v!r} not in the store ({dim}: {list(coeffs[dim].values) if dim in coeffs.dims else 'no such dim'})")
+            raise SlimjaxError(
+                f"slim.select.{dim}",
+                f"{v!r} not in the store ({dim}: {list(coeffs[dim].values) if dim in coeffs.dims else 'no such dim'})",
+            )
     extra = [d for d in coeffs.dims if d not in ("model", "gpu", "param") and d not in select]
     for d in extra:
         if coeffs.sizes[d] != 1:
-            raise SlimjaxError("slim.select", f"the store has {coeffs.sizes[d]} values of {d!r}; choose one with select: {{{d}: …}}")
-    n_gpu = (float(select["n_gpu"]) if "n_gpu" in select else
-             float(coeffs["n_gpu"].values[0]) if "n_gpu" in coeffs.dims else None)
+            raise SlimjaxError(
+                "slim.select", f"the store has {coeffs.sizes[d]} values of {d!r}; choose one with select: {{{d}: …}}"
+            )
+    n_gpu = (
+        float(select["n_gpu"])
+        if "n_gpu" in select
+        else float(coeffs["n_gpu"].values[0])
+        if "n_gpu" in coeffs.dims
+        else None
+    )
 
     def at(name: str, m: str, g: str):
         da = stored[name]
@@ -162,7 +256,7 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
     for m in models:
         for g in gpus:
             c = at(COEFFICIENTS, m, g)
-            values = dict(zip(c["param"].values.tolist(), c.values.tolist()))
+            values = dict(zip(c["param"].values.tolist(), c.values.tolist(), strict=False))
             if any(not np.isfinite(v) for v in values.values()):
                 raise SlimjaxError("slim", f"the coefficient store has no fit for {m} on {g}")
             table[(m, g)] = check_coefficients(values, f"slim ({path}: {m}, {g})")
@@ -176,7 +270,8 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
                 problems.append("did not converge")
             if "identified" in stored:
                 ident = at("identified", m, g)
-                missing = [p for p, ok in zip(ident["param"].values.tolist(), ident.values.tolist()) if not ok]
+                pairs = zip(ident["param"].values.tolist(), ident.values.tolist(), strict=True)
+                missing = [p for p, ok in pairs if not ok]
                 if missing:
                     problems.append(f"left {', '.join(missing)} unidentified")
             if problems:
@@ -190,11 +285,22 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
                 for col, label, bit in (("model", m, MODEL), ("gpu", g, GPU)):
                     if not _member(at(f"fitted_{col}s", m, g).expand_dims("point"), f"fitted_{col}", [label])[0]:
                         bits |= bit
-                inside, beyond = np.asarray(extrapolation_form_error(np.array([bits, bits | LENGTH]), transfer_form(stored)))
+                inside, beyond = np.asarray(
+                    extrapolation_form_error(np.array([bits, bits | LENGTH]), transfer_form(stored))
+                )
                 form[(m, g)] = (float(inside), float(beyond), extrapolation_label(bits))
     beta = stored.attrs.get("bandwidth_exponent")
-    return StoredCoefficients(table, uncertainty, f"calibrated store {path}", notes, ranges, n_gpu, form, variant,
-                              None if beta is None else float(beta))
+    return StoredCoefficients(
+        table,
+        uncertainty,
+        f"calibrated store {path}",
+        notes,
+        ranges,
+        n_gpu,
+        form,
+        variant,
+        None if beta is None else float(beta),
+    )
 
 
 def transfer_form(stored: xr.Dataset, level: float = INTERVAL_LEVEL) -> np.ndarray:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 
-
 from ..config import float64_scope
 from ..engine.grid import evaluate_blocks
 from ..engine.plan import BlockPlan
@@ -53,15 +52,20 @@ def check_address(address: str, timeout_s: float = 3.0) -> None:
     try:
         socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
     except OSError as e:
-        raise SlimjaxError("--dask-address", f"no Dask scheduler answers at {address!r} ({e.strerror or e}); start one "
-                                             "(dask scheduler) or leave --dask-address out for a local cluster") from None
+        raise SlimjaxError(
+            "--dask-address",
+            f"no Dask scheduler answers at {address!r} ({e.strerror or e}); start one "
+            "(dask scheduler) or leave --dask-address out for a local cluster",
+        ) from None
 
 
 def _client(workers: int | None, address: str | None):
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
-        raise SlimjaxError("scheduler", "dask is not installed: pip install 'slimjax[dask]' (dask[distributed])") from None
+        raise SlimjaxError(
+            "scheduler", "dask is not installed: pip install 'slimjax[dask]' (dask[distributed])"
+        ) from None
     if address:
         return Client(address), None
     n = workers or max(1, (os.cpu_count() or 2))
@@ -69,8 +73,16 @@ def _client(workers: int | None, address: str | None):
     return Client(cluster), cluster
 
 
-def evaluate_on_dask(sweep: Sweep, block_plan: BlockPlan, sink: ZarrSink, *, workers: int | None = None,
-                     address: str | None = None, progress=None, tasks_per_worker: int = 4) -> None:
+def evaluate_on_dask(
+    sweep: Sweep,
+    block_plan: BlockPlan,
+    sink: ZarrSink,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    progress=None,
+    tasks_per_worker: int = 4,
+) -> None:
     """Every block not yet journaled in ``sink``, as tasks of a few blocks each, on a Dask cluster."""
     from dask.distributed import as_completed
 
@@ -79,7 +91,7 @@ def evaluate_on_dask(sweep: Sweep, block_plan: BlockPlan, sink: ZarrSink, *, wor
         n_workers = max(1, len(client.scheduler_info().get("workers", {})) or (workers or 1))
         todo = [k for k in range(block_plan.n_blocks) if k not in sink.done]
         per_task = max(1, math.ceil(len(todo) / (n_workers * tasks_per_worker)))
-        groups = [todo[i:i + per_task] for i in range(0, len(todo), per_task)]
+        groups = [todo[i : i + per_task] for i in range(0, len(todo), per_task)]
         if progress is not None:
             progress.total = len(todo)
         remote = client.scatter(sweep, broadcast=True)
@@ -93,4 +105,3 @@ def evaluate_on_dask(sweep: Sweep, block_plan: BlockPlan, sink: ZarrSink, *, wor
         client.close()
         if cluster is not None:
             cluster.close()
-

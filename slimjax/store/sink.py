@@ -2,7 +2,8 @@
 
 A sweep is written into ``NAME.partial`` (kept on failure, so ``resume`` can continue it; a journal inside
 records each block once its data is written) and renamed into place only when complete. Other stores are
-written into a temporary sibling folder (``NAME.tmp-PID``) and renamed into place only when complete. An existing store it replaces is first renamed aside (``NAME.old-PID``), the new one renamed in,
+written into a temporary sibling folder (``NAME.tmp-PID``) and renamed into place only when complete. An existing
+store it replaces is first renamed aside (``NAME.old-PID``), the new one renamed in,
 and only then the old one deleted, so a kill at any step leaves either the old store or the new one under
 the target's name, never a half-deleted one. Siblings left by a run that was killed (its PID is gone) are
 cleaned by the next run for the same target: temp stores removed, an old store put back if the target is
@@ -97,11 +98,16 @@ def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) 
     have no atomic rename): it is complete once its block journal is sealed (``slimjax_blocks.json``)."""
     if is_url(out):
         store = _Folder(out)
-        complete = (store / f"{JOURNAL}.json").exists() or ((store / "zarr.json").exists() and not (store / JOURNAL).exists())
+        complete = (store / f"{JOURNAL}.json").exists() or (
+            (store / "zarr.json").exists() and not (store / JOURNAL).exists()
+        )
         partial = (store / JOURNAL).exists() and not complete
         if partial and not resume and not overwrite:
-            raise SlimjaxError("out", f"an interrupted sweep's partial store {out!r} exists: pass resume=True / --resume to "
-                                      "continue it, or overwrite=True / --overwrite to discard it")
+            raise SlimjaxError(
+                "out",
+                f"an interrupted sweep's partial store {out!r} exists: pass resume=True / --resume to "
+                "continue it, or overwrite=True / --overwrite to discard it",
+            )
         if complete and resume:
             raise SlimjaxError("resume", f"{out!r} is complete; there is nothing to resume")
         if complete and not overwrite:
@@ -112,8 +118,11 @@ def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) 
         warnings.warn(line, RuntimeWarning, stacklevel=2)
     partial = partial_path(path)
     if partial.exists() and not resume and not overwrite:
-        raise SlimjaxError("out", f"an interrupted sweep's partial store {str(partial)!r} exists: pass resume=True / --resume "
-                                  "to continue it, or overwrite=True / --overwrite to discard it")
+        raise SlimjaxError(
+            "out",
+            f"an interrupted sweep's partial store {str(partial)!r} exists: pass resume=True / --resume "
+            "to continue it, or overwrite=True / --overwrite to discard it",
+        )
     if resume and not partial.exists() and path.exists():
         raise SlimjaxError("resume", f"{str(path)!r} is complete; there is nothing to resume")
     if path.exists() and not overwrite and not resume:
@@ -259,10 +268,20 @@ class ZarrSink:
     ``blocks_in_flight`` blocks are held), records each block in a journal once its writes have returned,
     and renames the store into place on :meth:`commit`. On failure the partial store stays for ``resume``."""
 
-    def __init__(self, out: Path, coords: dict[str, np.ndarray], coord_attrs: dict[str, dict],
-                 variables: dict[str, tuple[tuple[str, ...], np.dtype, tuple[int, ...], dict]], attrs: dict, *,
-                 shards: dict[str, tuple[int, ...]] | None = None,
-                 compression: str = "none", resume: bool = False, writers: int = 4, blocks_in_flight: int = 4):
+    def __init__(
+        self,
+        out: Path,
+        coords: dict[str, np.ndarray],
+        coord_attrs: dict[str, dict],
+        variables: dict[str, tuple[tuple[str, ...], np.dtype, tuple[int, ...], dict]],
+        attrs: dict,
+        *,
+        shards: dict[str, tuple[int, ...]] | None = None,
+        compression: str = "none",
+        resume: bool = False,
+        writers: int = 4,
+        blocks_in_flight: int = 4,
+    ):
         if compression not in COMPRESSIONS:
             raise SlimjaxError("compression", f"must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
         self.out = out
@@ -274,9 +293,12 @@ class ZarrSink:
             self.group = open_group(self.tmp, "r+")
             theirs = self.group.attrs.get("sweep_hash")
             if theirs != attrs.get("sweep_hash"):
-                raise SlimjaxError("resume", f"{str(self.tmp)!r} was started by a different sweep (resolved sweep, block plan "
-                                             "or slimjax version differ); rerun that sweep with --resume, or start over "
-                                             "with --overwrite")
+                raise SlimjaxError(
+                    "resume",
+                    f"{str(self.tmp)!r} was started by a different sweep (resolved sweep, block plan "
+                    "or slimjax version differ); rerun that sweep with --resume, or start over "
+                    "with --overwrite",
+                )
             self.done = {int(n.removesuffix(".json")) for n in self.journal.json_names()}
             self.arrays = {name: self.group[name] for name in variables}
         else:
@@ -287,8 +309,11 @@ class ZarrSink:
             self.group.attrs.update(attrs)
             for name, values in coords.items():
                 arr = self.group.create_array(
-                    name, shape=values.shape, dtype=str if values.dtype.kind == "U" else values.dtype,
-                    dimension_names=(name,), attributes=coord_attrs.get(name, {}),
+                    name,
+                    shape=values.shape,
+                    dtype=str if values.dtype.kind == "U" else values.dtype,
+                    dimension_names=(name,),
+                    attributes=coord_attrs.get(name, {}),
                     fill_value=None if values.dtype.kind != "U" else "",
                 )
                 arr[:] = values
@@ -298,8 +323,14 @@ class ZarrSink:
                 fill = np.nan if np.dtype(dtype).kind == "f" else 0
                 shard = (shards or {}).get(name)
                 self.arrays[name] = self.group.create_array(
-                    name, shape=shape, chunks=chunks, shards=shard if shard != chunks else None, dtype=dtype,
-                    dimension_names=dims, attributes=var_attrs, fill_value=fill,
+                    name,
+                    shape=shape,
+                    chunks=chunks,
+                    shards=shard if shard != chunks else None,
+                    dtype=dtype,
+                    dimension_names=dims,
+                    attributes=var_attrs,
+                    fill_value=fill,
                     compressors=ZstdCodec(level=1) if compression == "zstd" else None,
                 )
             self.journal.mkdir()
@@ -349,7 +380,7 @@ class ZarrSink:
             if name in self.arrays:
                 array = self.arrays[name]
                 step = max(1, array.chunks[0])
-                total = sum(int(np.count_nonzero(array[i:i + step])) for i in range(0, array.shape[0], step))
+                total = sum(int(np.count_nonzero(array[i : i + step])) for i in range(0, array.shape[0], step))
                 array.attrs.update({"nonzero": total, "cells": int(np.prod(array.shape))})
         names = sorted(self.journal.json_names(), key=lambda n: int(n.removesuffix(".json")))
         records = {n.removesuffix(".json"): self.journal.read_json(n)["crc32"] for n in names}
@@ -389,8 +420,11 @@ def verify(path: str | os.PathLike) -> dict:
         records = {int(k): v for k, v in store.read_json(f"{JOURNAL}.json")["blocks"].items()}
     else:
         journal = store / JOURNAL
-        records = {int(n.removesuffix(".json")): journal.read_json(n)["crc32"] for n in journal.json_names()} \
-            if journal.exists() else {}
+        records = (
+            {int(n.removesuffix(".json")): journal.read_json(n)["crc32"] for n in journal.json_names()}
+            if journal.exists()
+            else {}
+        )
     blocked = list(plan["block"])
     starts = [range(0, plan["sizes"][d], plan["block"][d]) for d in blocked]
     missing, corrupt = [], []
@@ -400,7 +434,8 @@ def verify(path: str | os.PathLike) -> dict:
         if k not in records:
             missing.append(k)
             continue
-        slices = {d: slice(s, min(s + plan["block"][d], plan["sizes"][d])) for d, s in zip(blocked, combo)}
+        pairs = zip(blocked, combo, strict=True)
+        slices = {d: slice(s, min(s + plan["block"][d], plan["sizes"][d])) for d, s in pairs}
         for name, crc in records[k].items():
             array = group[name]
             dims = array.metadata.dimension_names
@@ -408,8 +443,13 @@ def verify(path: str | os.PathLike) -> dict:
             if _crc(np.asarray(values)) != crc:
                 corrupt.append((k, name))
     n = math.prod(len(r) for r in starts)
-    return {"blocks": n, "recorded": len(records), "missing": missing, "corrupt": corrupt,
-            "ok": not missing and not corrupt}
+    return {
+        "blocks": n,
+        "recorded": len(records),
+        "missing": missing,
+        "corrupt": corrupt,
+        "ok": not missing and not corrupt,
+    }
 
 
 def open_store(path: str | os.PathLike) -> xr.Dataset:

@@ -55,7 +55,9 @@ def measured_curves(data_dir: str | Path) -> pd.DataFrame:
     for name, rows in SOURCES.items():
         path = Path(data_dir) / "measured" / name
         if not path.is_file():
-            raise SlimjaxError("data", f"{path} not found (the advisor study reads it; set SLIMJAX_DATA to the shared data folder)")
+            raise SlimjaxError(
+                "data", f"{path} not found (the advisor study reads it; set SLIMJAX_DATA to the shared data folder)"
+            )
         df = rows(load_traces(path))
         df = df.assign(source=name.removesuffix(".csv"))
         frames.append(df)
@@ -72,8 +74,9 @@ def measured_curves(data_dir: str | Path) -> pd.DataFrame:
     with float64_scope():
         m = stack(ModelSpec, [models[x] for x in df["model"]])
         g = stack(GPUSpec, [gpus[x] for x in df["gpu"]])
-        df["max_seqs"] = default_max_seqs(m, g, df["n_gpu"].to_numpy(float), df["input_len"].to_numpy(float),
-                                          df["output_len"].to_numpy(float))
+        df["max_seqs"] = default_max_seqs(
+            m, g, df["n_gpu"].to_numpy(float), df["input_len"].to_numpy(float), df["output_len"].to_numpy(float)
+        )
     return df
 
 
@@ -115,14 +118,20 @@ def _affine_fit(curves: list[pd.DataFrame], k: int) -> np.ndarray:
         return e / (a + s * b) - 1.0  # T_pred/T_meas − 1
 
     with float64_scope():
-        z, *_ = fit_batched(residuals, jnp.asarray(start)[:, None, :], (jnp.asarray(batch), jnp.asarray(e2e)),
-                            LevenbergMarquardt(iterations=40))
+        z, *_ = fit_batched(
+            residuals,
+            jnp.asarray(start)[:, None, :],
+            (jnp.asarray(batch), jnp.asarray(e2e)),
+            LevenbergMarquardt(iterations=40),
+        )
         return np.exp(np.asarray(z)).reshape(n, 2)
 
 
 @dataclasses.dataclass(frozen=True)
 class AdviseResult:
-    per_curve: pd.DataFrame  # one row per (curve, SLO, method); plateau: the measured T/(B·T(1)) ≤ ε at the recommendation
+    per_curve: (
+        pd.DataFrame
+    )  # one row per (curve, SLO, method); plateau: the measured T/(B·T(1)) ≤ ε at the recommendation
     summary: pd.DataFrame  # one row per (SLO, method)
     knees: pd.DataFrame  # one row per (curve, method): measured and predicted knee
 
@@ -137,7 +146,7 @@ def evaluate(data_dir: str | Path, epsilon: float = DEFAULT_EPSILON) -> AdviseRe
         ab = _affine_fit(curves, k)
         method = f"profiled k={k} (slim = slim-kv)"
         predictions[method] = []
-        for (a, s), c in zip(ab, curves):
+        for (a, s), c in zip(ab, curves, strict=False):
             b = c["batch"].to_numpy(float)
             e2e = a + s * b
             predictions[method].append((b * (c["input_len"].iloc[0] + c["output_len"].iloc[0]) / e2e, e2e))
@@ -147,7 +156,9 @@ def evaluate(data_dir: str | Path, epsilon: float = DEFAULT_EPSILON) -> AdviseRe
         pred = predict(coeffs, df)
         method = f"global {variant}"
         rows_of = [np.flatnonzero(df["curve"].to_numpy() == i) for i in range(len(curves))]
-        predictions[method] = [(pred["pred_throughput"].to_numpy()[r], pred["pred_e2e_s"].to_numpy()[r]) for r in rows_of]
+        predictions[method] = [
+            (pred["pred_throughput"].to_numpy()[r], pred["pred_e2e_s"].to_numpy()[r]) for r in rows_of
+        ]
         effort[method] = [0.0] * len(curves)
     rows, knees = [], []
     for i, c in enumerate(curves):
@@ -158,27 +169,53 @@ def evaluate(data_dir: str | Path, epsilon: float = DEFAULT_EPSILON) -> AdviseRe
         measured_knee = knee(b, t, epsilon)
         for method, preds in predictions.items():
             t_hat, e_hat = preds[i]
-            knees.append({**key, "method": method, "knee_measured": measured_knee, "knee_predicted": knee(b, t_hat, epsilon)})
+            knees.append(
+                {**key, "method": method, "knee_measured": measured_knee, "knee_predicted": knee(b, t_hat, epsilon)}
+            )
             for slo_name, factor in SLO_FACTORS.items():
                 slo = factor * ref
                 truth = b_cap(b, t, e, slo, epsilon, limit)
                 rec = b_cap(b, t_hat, e_hat, slo, epsilon, limit)
-                pos = lambda x: -1 if x == 0 else int(np.flatnonzero(b == x)[0])  # noqa: E731
+
+                def pos(x, b=b):
+                    return -1 if x == 0 else int(np.flatnonzero(b == x)[0])
+
                 lost = (t[b == rec][0] / t[b == truth][0] - 1.0) if rec and truth else np.nan
-                rows.append({**key, "slo": slo_name, "method": method, "truth": truth, "recommended": rec,
-                             "exact": rec == truth, "within_one": abs(pos(rec) - pos(truth)) <= 1,
-                             "throughput_lost": lost, "slo_violated": bool(rec and e[b == rec][0] > slo),
-                             "plateau": bool(rec and t[b == rec][0] / (rec * t[b == 1][0]) <= epsilon),
-                             "effort": effort[method][i], "max_seqs": limit,
-                             "kv_saving": 1.0 - rec / limit if rec and np.isfinite(limit) and limit > 0 else np.nan})
+                rows.append(
+                    {
+                        **key,
+                        "slo": slo_name,
+                        "method": method,
+                        "truth": truth,
+                        "recommended": rec,
+                        "exact": rec == truth,
+                        "within_one": abs(pos(rec) - pos(truth)) <= 1,
+                        "throughput_lost": lost,
+                        "slo_violated": bool(rec and e[b == rec][0] > slo),
+                        "plateau": bool(rec and t[b == rec][0] / (rec * t[b == 1][0]) <= epsilon),
+                        "effort": effort[method][i],
+                        "max_seqs": limit,
+                        "kv_saving": 1.0 - rec / limit if rec and np.isfinite(limit) and limit > 0 else np.nan,
+                    }
+                )
     per_curve = pd.DataFrame(rows)
     per_curve["shortfall"] = np.minimum(per_curve["throughput_lost"], 0.0)  # a gain in the plateau is not a saving
-    summary = per_curve.groupby(["slo", "method"], sort=False).agg(
-        curves=("exact", "size"), exact_match=("exact", "mean"), within_one_step=("within_one", "mean"),
-        throughput_lost_mean=("throughput_lost", "mean"), throughput_shortfall_mean=("shortfall", "mean"),
-        throughput_lost_worst=("throughput_lost", "min"),
-        slo_violations=("slo_violated", "mean"), in_plateau=("plateau", "mean"), profiling_effort=("effort", "mean"), kv_saving_mean=("kv_saving", "mean"),
-    ).reset_index()
+    summary = (
+        per_curve.groupby(["slo", "method"], sort=False)
+        .agg(
+            curves=("exact", "size"),
+            exact_match=("exact", "mean"),
+            within_one_step=("within_one", "mean"),
+            throughput_lost_mean=("throughput_lost", "mean"),
+            throughput_shortfall_mean=("shortfall", "mean"),
+            throughput_lost_worst=("throughput_lost", "min"),
+            slo_violations=("slo_violated", "mean"),
+            in_plateau=("plateau", "mean"),
+            profiling_effort=("effort", "mean"),
+            kv_saving_mean=("kv_saving", "mean"),
+        )
+        .reset_index()
+    )
     return AdviseResult(per_curve, summary, pd.DataFrame(knees))
 
 
@@ -190,7 +227,13 @@ def knee_summary(knees: pd.DataFrame) -> pd.DataFrame:
         inside = g[np.isfinite(g["knee_measured"])]
         both = inside[np.isfinite(inside["knee_predicted"])]
         err = np.abs(np.log2(both["knee_predicted"] / both["knee_measured"]))
-        out.append({"method": method, "measured_knees": len(inside), "predicted_inside": len(both),
-                    "median_abs_log2_error": float(np.median(err)) if len(err) else np.nan,
-                    "within_2x": float(np.mean(err <= 1.0)) if len(err) else np.nan})
+        out.append(
+            {
+                "method": method,
+                "measured_knees": len(inside),
+                "predicted_inside": len(both),
+                "median_abs_log2_error": float(np.median(err)) if len(err) else np.nan,
+                "within_2x": float(np.mean(err <= 1.0)) if len(err) else np.nan,
+            }
+        )
     return pd.DataFrame(out)

@@ -40,7 +40,7 @@ REASON_TEXT = {
 def _axes(x, *positions, ndim=7):
     """Reshape an array whose axes are the layout positions ``positions`` to broadcast in the 7-d layout."""
     shape = [1] * ndim
-    for p, n in zip(positions, np.shape(x)):
+    for p, n in zip(positions, np.shape(x), strict=False):
         shape[p] = n
     return jnp.reshape(x, shape)
 
@@ -59,7 +59,9 @@ def batch_buckets(batch) -> tuple[tuple[int, int, int], ...]:
 
 
 @functools.partial(jax.jit, static_argnames=("steps", "buckets"))
-def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix_weight, total_rate, slo, steps, buckets):
+def _evaluate(
+    model, gpu, serving, measured, tp, batch, class_in, class_out, mix_weight, total_rate, slo, steps, buckets
+):
     """The candidate grid. Shapes: model leaves (M,), gpu (G,), serving and measured (M, G, N), tp (N,),
     batch (B,), class_in/out (W, K), mix_weight (W, X, K), total_rate (W, R)."""
     G, N = gpu.flops_per_s.shape[0], tp.shape[0]
@@ -82,15 +84,33 @@ def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix
     itl, service = per_class["itl_s"], per_class["service_s"]
     mean_service = proc.mixture_mean(w, service)  # S̄
     max_batch = buckets[-1][2]
-    lam = jnp.concatenate([  # slots ≤ B, so each batch bucket's queue runs to its own bound
-        proc.max_rate_per_replica(w, slots[..., a:b], mean_service[..., a:b], ttft[..., a:b, :], itl[..., a:b, :],
-                                  service[..., a:b, :], slo["ttft_s"], slo["itl_s"], slo["e2e_s"], slo["quantile"], steps, bound)
-        for a, b, bound in buckets], axis=-1)
+    lam = jnp.concatenate(
+        [  # slots ≤ B, so each batch bucket's queue runs to its own bound
+            proc.max_rate_per_replica(
+                w,
+                slots[..., a:b],
+                mean_service[..., a:b],
+                ttft[..., a:b, :],
+                itl[..., a:b, :],
+                service[..., a:b, :],
+                slo["ttft_s"],
+                slo["itl_s"],
+                slo["e2e_s"],
+                slo["quantile"],
+                steps,
+                bound,
+            )
+            for a, b, bound in buckets
+        ],
+        axis=-1,
+    )
 
     itl_w, ttft_w, service_w = (proc.worst_class(w, x) for x in (itl, ttft, service))
     reason = jnp.select(
         [~divides, slots < 1, itl_w > slo["itl_s"], ttft_w > slo["ttft_s"], service_w > slo["e2e_s"], lam <= 0],
-        [1, 2, 3, 4, 5, 6], 0)
+        [1, 2, 3, 4, 5, 6],
+        0,
+    )
 
     # ---- the mixture (mix row 0) at each total rate: dims (W, R, M, G, N, B)
     def row0(x):
@@ -108,21 +128,30 @@ def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix
     tokens = jnp.sum(mix_weight[:, 0] * (class_in + class_out), axis=-1)[:, None, None, None, None, None]
     per_replica = jnp.where(feasible, rate / jnp.where(feasible, replicas, 1.0), jnp.nan)
     w0 = w[:, 0][:, None]
-    ttft_p, e2e_mean, utilization = proc.latency_at_rate(w0, slots0, mean_s0, row0(ttft), row0(service), per_replica,
-                                                        slo["quantile"], max_batch)
+    ttft_p, e2e_mean, utilization = proc.latency_at_rate(
+        w0, slots0, mean_s0, row0(ttft), row0(service), per_replica, slo["quantile"], max_batch
+    )
     out = dict(
-        slots=slots[:, 0], service_s=jnp.where(slots[:, 0] >= 1, mean_service[:, 0], jnp.nan),
-        max_rate_per_replica=lam[:, 0], itl_s=jnp.where(slots[:, 0] >= 1, itl_w[:, 0], jnp.nan),
+        slots=slots[:, 0],
+        service_s=jnp.where(slots[:, 0] >= 1, mean_service[:, 0], jnp.nan),
+        max_rate_per_replica=lam[:, 0],
+        itl_s=jnp.where(slots[:, 0] >= 1, itl_w[:, 0], jnp.nan),
         ttft_unloaded_s=jnp.where(slots[:, 0] >= 1, ttft_w[:, 0], jnp.nan),
         e2e_unloaded_s=jnp.where(slots[:, 0] >= 1, service_w[:, 0], jnp.nan),
         infeasible_reason=reason[:, 0],
         weights_bytes=jnp.broadcast_to(cell["weights_bytes"][0, 0, ..., 0, 0], pool.shape[2:5]),
         kv_pool_bytes=pool[0, 0, ..., 0],
         fits=divides[:, 0, ..., 0] & (memory.max_concurrent_seqs(pool[:, 0, ..., 0], footprint[:, 0, ..., 0]) >= 1),
-        memory_headroom=jnp.where(slots[:, 0] >= 1, proc.memory_headroom(slots[:, 0], footprint[:, 0], pool[:, 0]), jnp.nan),
-        feasible=feasible, replicas=replicas, gpus_total=gpus_total, cost_per_hour=cost,
+        memory_headroom=jnp.where(
+            slots[:, 0] >= 1, proc.memory_headroom(slots[:, 0], footprint[:, 0], pool[:, 0]), jnp.nan
+        ),
+        feasible=feasible,
+        replicas=replicas,
+        gpus_total=gpus_total,
+        cost_per_hour=cost,
         cost_per_mtok=proc.cost_per_mtok(cost, rate, tokens),
-        ttft_p_s=jnp.where(feasible, ttft_p, jnp.nan), e2e_mean_s=jnp.where(feasible, e2e_mean, jnp.nan),
+        ttft_p_s=jnp.where(feasible, ttft_p, jnp.nan),
+        e2e_mean_s=jnp.where(feasible, e2e_mean, jnp.nan),
         utilization=jnp.where(feasible, utilization, jnp.nan),
     )
 
@@ -151,18 +180,25 @@ def _evaluate(model, gpu, serving, measured, tp, batch, class_in, class_out, mix
     best_k, any_k = choose(cost_k, replicas_k * n_k, feasible_k)  # (W, R, M, K)
     present = weight_k[:, None, None, :] > 0
     pick = lambda x, idx: jnp.take_along_axis(x.reshape(*x.shape[:-3], -1), idx[..., None], axis=-1)[..., 0]  # noqa: E731
-    cost_k_best = jnp.where(any_k & present, pick(jnp.broadcast_to(cost_k, (*best_k.shape, G, N, batch.shape[0])), best_k), jnp.nan)
+    cost_k_best = jnp.where(
+        any_k & present, pick(jnp.broadcast_to(cost_k, (*best_k.shape, G, N, batch.shape[0])), best_k), jnp.nan
+    )
     mix_ok = jnp.all(any_k | ~present, axis=-1)
     mix_cost = jnp.where(mix_ok, jnp.nansum(jnp.where(present, cost_k_best, 0.0), axis=-1), jnp.nan)
     full = lambda x: jnp.broadcast_to(x, (*best.shape, G, N, batch.shape[0]))  # noqa: E731
     out.update(
-        choice_index=best, choice_any=any_feasible,
+        choice_index=best,
+        choice_any=any_feasible,
         best_replicas=jnp.where(any_feasible, pick(full(replicas), best), jnp.nan),
         best_cost_per_hour=jnp.where(any_feasible, pick(full(cost), best), jnp.nan),
         best_cost_per_mtok=jnp.where(any_feasible, pick(full(out["cost_per_mtok"]), best), jnp.nan),
-        mix_index=best_k, mix_any=any_k & present,
-        mix_replicas=jnp.where(any_k & present, pick(jnp.broadcast_to(replicas_k, (*best_k.shape, G, N, batch.shape[0])), best_k), jnp.nan),
-        mix_class_cost_per_hour=cost_k_best, mix_cost_per_hour=mix_cost,
+        mix_index=best_k,
+        mix_any=any_k & present,
+        mix_replicas=jnp.where(
+            any_k & present, pick(jnp.broadcast_to(replicas_k, (*best_k.shape, G, N, batch.shape[0])), best_k), jnp.nan
+        ),
+        mix_class_cost_per_hour=cost_k_best,
+        mix_cost_per_hour=mix_cost,
         reason_first=reason[:, 0, :, :, :, 0],  # at the smallest batch: what stops each (GPU, TP)
     )
     return out
@@ -182,7 +218,11 @@ VARIABLES = {
     "class_weight": (("workload", "class"), "1", "class weight w_k = n_k/N (0: no such class)"),
     "weights_bytes": (("model", "gpu", "tp"), "bytes", "weights M_W of the group"),
     "kv_pool_bytes": (("model", "gpu", "tp"), "bytes", "KV pool u·M − M_W − M_R of the group"),
-    "fits": (("workload", "model", "gpu", "tp"), "1", "the group holds its weights and one mixture sequence (max_seqs ≥ 1, TP divides H_q)"),
+    "fits": (
+        ("workload", "model", "gpu", "tp"),
+        "1",
+        "the group holds its weights and one mixture sequence (max_seqs ≥ 1, TP divides H_q)",
+    ),
     "slots": (_CANDIDATE, "sequences", "slots m = min(B, ⌊pool / F̄⌋)"),
     "service_s": (_CANDIDATE, "s", "mixture service time S̄ = Σ w_k S_k(m)"),
     "max_rate_per_replica": (_CANDIDATE, "requests/s", "λ*, the largest per-replica rate meeting every SLO (0: none)"),
@@ -215,8 +255,15 @@ VARIABLES = {
     "mix_replicas": (_MIX, "replica groups", "class k's replicas"),
     "mix_class_cost_per_hour": (_MIX, "USD/hour", "class k's cost (illustrative)"),
 }
-_PRICED = {"cost_per_hour", "cost_per_mtok", "best_cost_per_hour", "best_cost_per_mtok", "mix_cost_per_hour",
-           "mix_saving_per_hour", "mix_class_cost_per_hour"}
+_PRICED = {
+    "cost_per_hour",
+    "cost_per_mtok",
+    "best_cost_per_hour",
+    "best_cost_per_mtok",
+    "mix_cost_per_hour",
+    "mix_saving_per_hour",
+    "mix_class_cost_per_hour",
+}
 _REASON_CODED = {"infeasible_reason", "binding_reason"}
 
 
@@ -225,7 +272,11 @@ def _inputs(study: Study):
     class_in, class_out, weight = np.ones((W, K)), np.ones((W, K)), np.zeros((W, K))
     for i, wl in enumerate(study.workloads):
         k = len(wl.classes.count)
-        class_in[i, :k], class_out[i, :k], weight[i, :k] = wl.classes.input_len, wl.classes.output_len, wl.classes.weight
+        class_in[i, :k], class_out[i, :k], weight[i, :k] = (
+            wl.classes.input_len,
+            wl.classes.output_len,
+            wl.classes.weight,
+        )
     mix = np.zeros((W, K + 1, K))
     mix[:, 0] = weight
     for k in range(K):
@@ -238,8 +289,21 @@ def evaluate(study: Study, steps: int = proc.BISECTION_STEPS) -> xr.Dataset:
     """The study's Dataset (dims workload, rate, model, gpu, tp, batch, class; float64)."""
     class_in, class_out, weight, mix, slo = _inputs(study)
     with float64_scope():
-        raw = _evaluate(study.model, study.gpu, study.serving, study.measured, study.tp, study.batch, class_in, class_out,
-                        mix, study.total_rate, slo, steps, batch_buckets(study.batch))
+        raw = _evaluate(
+            study.model,
+            study.gpu,
+            study.serving,
+            study.measured,
+            study.tp,
+            study.batch,
+            class_in,
+            class_out,
+            mix,
+            study.total_rate,
+            slo,
+            steps,
+            batch_buckets(study.batch),
+        )
         raw = {k: np.asarray(v) for k, v in raw.items()}
     N, B = len(study.tp), len(study.batch)
     gpu_of = lambda i: np.asarray(study.gpus)[i // (N * B)]  # noqa: E731
@@ -249,19 +313,48 @@ def evaluate(study: Study, steps: int = proc.BISECTION_STEPS) -> xr.Dataset:
     n_choice = np.where(ok, tp_of(raw["choice_index"]), 0.0)
     furthest = raw["infeasible_reason"].max(axis=(2, 3, 4))  # (W, M): the deepest check any candidate reached
     data = dict(
-        total_rate=study.total_rate, class_input_len=class_in * (weight > 0), class_output_len=class_out * (weight > 0),
-        class_weight=weight, **{k: raw[k] for k in ("weights_bytes", "kv_pool_bytes", "fits", "slots", "service_s", "max_rate_per_replica", "itl_s",
-                                                    "ttft_unloaded_s", "e2e_unloaded_s", "infeasible_reason",
-                                                    "memory_headroom", "feasible", "replicas", "gpus_total", "cost_per_hour",
-                                                    "cost_per_mtok", "ttft_p_s", "e2e_mean_s", "utilization")},
-        best_gpu=np.where(ok, gpu_of(raw["choice_index"]), ""), best_tp=n_choice,
-        best_batch=np.where(ok, b_of(raw["choice_index"]), 0.0), best_replicas=raw["best_replicas"],
-        best_gpus=raw["best_replicas"] * n_choice, best_cost_per_hour=raw["best_cost_per_hour"],
+        total_rate=study.total_rate,
+        class_input_len=class_in * (weight > 0),
+        class_output_len=class_out * (weight > 0),
+        class_weight=weight,
+        **{
+            k: raw[k]
+            for k in (
+                "weights_bytes",
+                "kv_pool_bytes",
+                "fits",
+                "slots",
+                "service_s",
+                "max_rate_per_replica",
+                "itl_s",
+                "ttft_unloaded_s",
+                "e2e_unloaded_s",
+                "infeasible_reason",
+                "memory_headroom",
+                "feasible",
+                "replicas",
+                "gpus_total",
+                "cost_per_hour",
+                "cost_per_mtok",
+                "ttft_p_s",
+                "e2e_mean_s",
+                "utilization",
+            )
+        },
+        best_gpu=np.where(ok, gpu_of(raw["choice_index"]), ""),
+        best_tp=n_choice,
+        best_batch=np.where(ok, b_of(raw["choice_index"]), 0.0),
+        best_replicas=raw["best_replicas"],
+        best_gpus=raw["best_replicas"] * n_choice,
+        best_cost_per_hour=raw["best_cost_per_hour"],
         best_cost_per_mtok=raw["best_cost_per_mtok"],
         binding_reason=np.where(ok, 0, np.where(np.isnan(study.total_rate)[:, :, None], 0, furthest[:, None, :])),
-        mix_cost_per_hour=raw["mix_cost_per_hour"], mix_saving_per_hour=raw["best_cost_per_hour"] - raw["mix_cost_per_hour"],
-        mix_gpu=np.where(mix_ok, gpu_of(raw["mix_index"]), ""), mix_tp=np.where(mix_ok, tp_of(raw["mix_index"]), 0.0),
-        mix_batch=np.where(mix_ok, b_of(raw["mix_index"]), 0.0), mix_replicas=raw["mix_replicas"],
+        mix_cost_per_hour=raw["mix_cost_per_hour"],
+        mix_saving_per_hour=raw["best_cost_per_hour"] - raw["mix_cost_per_hour"],
+        mix_gpu=np.where(mix_ok, gpu_of(raw["mix_index"]), ""),
+        mix_tp=np.where(mix_ok, tp_of(raw["mix_index"]), 0.0),
+        mix_batch=np.where(mix_ok, b_of(raw["mix_index"]), 0.0),
+        mix_replicas=raw["mix_replicas"],
         mix_class_cost_per_hour=raw["mix_class_cost_per_hour"],
     )
     variables = {}
@@ -277,24 +370,41 @@ def evaluate(study: Study, steps: int = proc.BISECTION_STEPS) -> xr.Dataset:
         elif name in _REASON_CODED:
             value = value.astype(np.int8)
         variables[name] = xr.Variable(dims, value, attrs)
-    coords = dict(workload=[w.name for w in study.workloads], rate=study.rate_labels, model=study.models, gpu=study.gpus,
-                  tp=study.tp.astype(np.int64), batch=study.batch.astype(np.int64), **{"class": np.arange(study.n_classes)})
+    coords = dict(
+        workload=[w.name for w in study.workloads],
+        rate=study.rate_labels,
+        model=study.models,
+        gpu=study.gpus,
+        tp=study.tp.astype(np.int64),
+        batch=study.batch.astype(np.int64),
+        **{"class": np.arange(study.n_classes)},
+    )
     attrs = {
-        "slimjax_version": __version__, "kind": "procurement", "study_file": study.source,
+        "slimjax_version": __version__,
+        "kind": "procurement",
+        "study_file": study.source,
         "slo": json.dumps({k: (None if np.isinf(v) else v) for k, v in study.slo.items()}),
-        "workloads": json.dumps({w.name: {"source": w.source, "requests": w.requests, "trace_rate": w.trace_rate}
-                                 for w in study.workloads}),
-        "serving": json.dumps(study.serving_table, default=float), "price_date": PRICE_DATE,
-        "prices": json.dumps({g: {"usd_per_gpu_hour": float(study.gpu.price_per_hour[i]), "source": study.price_source[g]}
-                              for i, g in enumerate(study.gpus)}),
+        "workloads": json.dumps(
+            {w.name: {"source": w.source, "requests": w.requests, "trace_rate": w.trace_rate} for w in study.workloads}
+        ),
+        "serving": json.dumps(study.serving_table, default=float),
+        "price_date": PRICE_DATE,
+        "prices": json.dumps(
+            {
+                g: {"usd_per_gpu_hour": float(study.gpu.price_per_hour[i]), "source": study.price_source[g]}
+                for i, g in enumerate(study.gpus)
+            }
+        ),
         "prices_note": f"illustrative prices, dated {PRICE_DATE}; override per GPU under prices:",
-        "ttft_note": "TTFT is MODEL.md §8's per-request screen t_pre,k + ITL_k(m) plus the wait quantile, not §4's batch screen",
+        "ttft_note": "TTFT is MODEL.md §8's per-request screen t_pre,k + ITL_k(m) plus the wait quantile, not "
+        "§4's batch screen",
         "bisection_steps": steps,
     }
     return xr.Dataset(variables, coords=coords, attrs=attrs)
 
 
 # ----------------------------------------------------------------------------------- the tables
+
 
 def _money(x: float) -> str:
     return f"${x:,.2f}" if x < 1000 else f"${x:,.0f}"
@@ -318,7 +428,8 @@ def _why(ds: xr.Dataset, at: xr.Dataset, slo: dict) -> str:
     if name == "memory":
         pool, weights = float(at["kv_pool_bytes"]), float(at["weights_bytes"])
         if pool <= 0:
-            return f"does not fit: weights {weights / 2**30:,.0f} GiB exceed the usable {(pool + weights) / 2**30:,.0f} GiB"
+            usable = (pool + weights) / 2**30
+            return f"does not fit: weights {weights / 2**30:,.0f} GiB exceed the usable {usable:,.0f} GiB"
         return f"does not fit: the KV pool ({pool / 2**30:,.1f} GiB) holds no mixture sequence"
     return REASON_TEXT[name]
 
@@ -331,15 +442,21 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
 
     slo = {k: (np.inf if v is None else v) for k, v in json.loads(ds.attrs["slo"]).items()}
     prices = json.loads(ds.attrs["prices"])
-    lines = [f"Prices: illustrative $/GPU-hour, dated {ds.attrs['price_date']} — "
-             + ", ".join(f"{g} {p['usd_per_gpu_hour']:g}" for g, p in prices.items()),
-             "SLOs: " + ", ".join(f"{k} {_ms(v)}" for k, v in slo.items() if k != "quantile" and np.isfinite(v))
-             + f" (TTFT at p{slo['quantile'] * 100:g}, per-request screen of MODEL.md §8)"]
+    lines = [
+        f"Prices: illustrative $/GPU-hour, dated {ds.attrs['price_date']} — "
+        + ", ".join(f"{g} {p['usd_per_gpu_hour']:g}" for g, p in prices.items()),
+        "SLOs: "
+        + ", ".join(f"{k} {_ms(v)}" for k, v in slo.items() if k != "quantile" and np.isfinite(v))
+        + f" (TTFT at p{slo['quantile'] * 100:g}, per-request screen of MODEL.md §8)",
+    ]
     q = f"TTFT p{slo['quantile'] * 100:g}"
     for wl in ds["workload"].values:
         w = ds.sel(workload=wl)
         present = w["class_weight"].values > 0
-        classes = ", ".join(f"{int(i)}/{int(o)}" for i, o in zip(w["class_input_len"].values[present], w["class_output_len"].values[present]))
+        classes = ", ".join(
+            f"{int(i)}/{int(o)}"
+            for i, o in zip(w["class_input_len"].values[present], w["class_output_len"].values[present], strict=False)
+        )
         for rate in ds["rate"].values:
             total = float(w["total_rate"].sel(rate=rate))
             if not np.isfinite(total):
@@ -359,12 +476,21 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                         gpus = np.where(feas, cand["gpus_total"].values, np.inf)
                         i = int(np.lexsort((ds["batch"].values, gpus, cost))[0])
                         pick = cand.isel(batch=i)
-                        rows.append({"GPU": g, "TP": int(n), "batch": int(ds["batch"].values[i]),
-                                     "replicas": int(pick["replicas"]), "GPUs": int(pick["gpus_total"]),
-                                     "$/hour": float(pick["cost_per_hour"]), "$/Mtok": float(pick["cost_per_mtok"]),
-                                     q: _ms(float(pick["ttft_p_s"])), "ITL": _ms(float(pick["itl_s"])),
-                                     "util": f"{float(pick['utilization']):.0%}",
-                                     "KV headroom": f"{float(pick['memory_headroom']):.0%}"})
+                        rows.append(
+                            {
+                                "GPU": g,
+                                "TP": int(n),
+                                "batch": int(ds["batch"].values[i]),
+                                "replicas": int(pick["replicas"]),
+                                "GPUs": int(pick["gpus_total"]),
+                                "$/hour": float(pick["cost_per_hour"]),
+                                "$/Mtok": float(pick["cost_per_mtok"]),
+                                q: _ms(float(pick["ttft_p_s"])),
+                                "ITL": _ms(float(pick["itl_s"])),
+                                "util": f"{float(pick['utilization']):.0%}",
+                                "KV headroom": f"{float(pick['memory_headroom']):.0%}",
+                            }
+                        )
                 if rows:
                     table = pd.DataFrame(rows).sort_values(["$/hour", "GPUs", "TP", "batch"], kind="stable").head(top)
                     table["$/hour"] = table["$/hour"].map(_money)
@@ -380,7 +506,14 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                         cand = c.sel(gpu=g, tp=n)
                         if cand["feasible"].values.any():
                             continue
-                        failing.append((int(n) * prices[g]["usd_per_gpu_hour"], int(n), g, _why(ds, w.sel(model=model, gpu=g, tp=n), slo)))
+                        failing.append(
+                            (
+                                int(n) * prices[g]["usd_per_gpu_hour"],
+                                int(n),
+                                g,
+                                _why(ds, w.sel(model=model, gpu=g, tp=n), slo),
+                            )
+                        )
                 if failing:
                     lines.append("cheapest infeasible:")
                     for per_group, n, g, why in sorted(failing)[:infeasible]:
@@ -392,10 +525,16 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                         if not present[k]:
                             continue
                         mk = c.sel({"class": k})
-                        parts.append(f"{int(w['class_input_len'][k])}/{int(w['class_output_len'][k])} → {str(mk['mix_gpu'].values)} "
-                                     f"TP {int(mk['mix_tp'])} B {int(mk['mix_batch'])} ×{int(mk['mix_replicas'])}")
+                        parts.append(
+                            f"{int(w['class_input_len'][k])}/{int(w['class_output_len'][k])} → "
+                            f"{str(mk['mix_gpu'].values)} "
+                            f"TP {int(mk['mix_tp'])} B {int(mk['mix_batch'])} ×{int(mk['mix_replicas'])}"
+                        )
                     if len(parts) > 1:
                         saving = float(c["mix_saving_per_hour"])
-                        lines.append(f"mix: {'; '.join(parts)} = {_money(mix)}/hour "
-                                     f"({'saves' if saving > 0 else 'costs'} {_money(abs(saving))}/hour vs the best single choice)")
+                        lines.append(
+                            f"mix: {'; '.join(parts)} = {_money(mix)}/hour "
+                            f"({'saves' if saving > 0 else 'costs'} {_money(abs(saving))}/hour vs the best "
+                            f"single choice)"
+                        )
     return "\n".join(lines)
