@@ -62,7 +62,10 @@ def numpy_reference(sw):
     dt = np.float32
     m = {k: np.asarray(getattr(sw.model, k), dt).reshape(-1, 1, 1, 1, 1) for k in sw.model.__dataclass_fields__}
     g = {k: np.asarray(getattr(sw.gpu, k), dt).reshape(1, -1, 1, 1, 1) for k in sw.gpu.__dataclass_fields__}
-    c = {k: np.asarray(getattr(sw.coeffs, k), dt)[:, :, None, None, None] for k in sw.coeffs.__dataclass_fields__}
+    c = {
+        k: np.asarray(getattr(sw.slim.coeffs, k), dt)[:, :, None, None, None]
+        for k in sw.slim.coeffs.__dataclass_fields__
+    }
     B = sw.batch.astype(dt).reshape(1, 1, -1, 1, 1)
     I = sw.input_len.astype(dt).reshape(1, 1, 1, -1, 1)
     O = sw.output_len.astype(dt).reshape(1, 1, 1, 1, -1)

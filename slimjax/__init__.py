@@ -11,49 +11,51 @@ the HTML page) < ``api`` / ``cli``.
 """
 
 from ._version import __version__
-from .api import (
-    advise,
-    agent,
-    agent_cards,
-    capacity,
-    capacity_cards,
-    make_report,
-    parse,
-    point,
-    procure,
-    procure_tables,
-    summary,
-    sweep,
-)
-from .config import configure
-from .errors import SlimjaxError
-from .fit.roofline import calibrate_roofline
-from .fit.slim import calibrate, predict
-from .inputs.traces import load_traces
-from .model.specs import GPUSpec, ModelSpec, ServingSpec, SlimCoeffs
 
-__all__ = [
-    "configure",
-    "calibrate",
-    "calibrate_roofline",
-    "predict",
-    "load_traces",
-    "sweep",
-    "parse",
-    "point",
-    "summary",
-    "capacity",
-    "capacity_cards",
-    "procure",
-    "procure_tables",
-    "advise",
-    "agent",
-    "agent_cards",
-    "make_report",
-    "SlimjaxError",
-    "ModelSpec",
-    "GPUSpec",
-    "ServingSpec",
-    "SlimCoeffs",
-    "__version__",
-]
+# What ``slimjax.X`` resolves to, imported on first use: importing slimjax (or the JAX-free
+# ``slimjax.constants`` the command line reads) loads no floor and starts no JAX.
+_EXPORTS = {
+    "configure": "config",
+    "calibrate": "fit.slim",
+    "calibrate_roofline": "fit.roofline",
+    "predict": "fit.slim",
+    "load_traces": "inputs.traces",
+    "sweep": "api",
+    "parse": "api",
+    "point": "api",
+    "summary": "api",
+    "capacity": "api",
+    "capacity_cards": "api",
+    "procure": "api",
+    "procure_tables": "api",
+    "advise": "api",
+    "agent": "api",
+    "agent_cards": "api",
+    "make_report": "api",
+    "SlimjaxError": "errors",
+    "ModelSpec": "model.specs",
+    "GPUSpec": "model.specs",
+    "ServingSpec": "model.specs",
+    "SlimCoeffs": "model.specs",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    try:  # a floor or module: slimjax.api, slimjax.config, …
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+def __dir__():
+    return sorted([*globals(), *_EXPORTS])

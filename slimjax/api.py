@@ -17,6 +17,7 @@ from .engine.groups import variable_names
 from .engine.schema import DIMS, VARIABLES
 from .errors import SlimjaxError
 from .inputs import procurefile, sweepfile
+from .inputs.axes import on_grid_lengths
 from .inputs.sweepfile import Sweep
 from .store import coefficients as coefficient_store
 from .store import sink as store
@@ -256,15 +257,7 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
     names each model whose context (max_position_embeddings) I + O exceeds.
     """
 
-    def nearest(axis: str, target: float) -> int:
-        values = ds[axis].values
-        return int(values[np.argmin(np.abs(np.log(values) - np.log(target)))])
-
-    i = nearest("input_len", 1024) if input_len is None else int(input_len)
-    o = nearest("output_len", 256) if output_len is None else int(output_len)
-    for axis, v in (("input_len", i), ("output_len", o)):
-        if v not in ds[axis].values:
-            raise SlimjaxError(axis, f"{v} is not on the grid ({', '.join(map(str, ds[axis].values))})")
+    i, o = on_grid_lengths(ds["input_len"].values, ds["output_len"].values, input_len, output_len)
     at = ds.sel(input_len=i, output_len=o)
     tput = at["slim_throughput"].load()
     models, gpus = list(ds["model"].values), list(ds["gpu"].values)
@@ -511,7 +504,7 @@ API_LIMIT_NAMES = ("spacing", "parallelism", "service")
 
 def agent_cards(result: Mapping) -> list[tuple[str, str]]:
     """(label, text) cards of :func:`agent`'s result (MODEL.md §6); +inf reads "does not fit"."""
-    from .inputs.agents import API_PRICE_DATE
+    from .constants import PRICE_DATE
 
     at, flips = result["at"], result["flips"]
     local_fits = np.isfinite(at["agent_local_s"])
@@ -551,7 +544,7 @@ def agent_cards(result: Mapping) -> list[tuple[str, str]]:
                 else f"between {f[0]:g} and {f[1]:g} {unit}: {f[2]} from there on",
             )
         )
-    cards.append(("Prices", f"illustrative, dated {API_PRICE_DATE} (GPU catalog, API defaults; editable)"))
+    cards.append(("Prices", f"illustrative, dated {PRICE_DATE} (GPU catalog, API defaults; editable)"))
     return cards
 
 

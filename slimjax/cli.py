@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 
 import click
+
+from . import constants as C
 
 _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -19,6 +22,45 @@ def _bytes(ctx, param, value: str) -> float:
     if size <= 0:
         raise click.BadParameter(f"{value!r} must be positive")
     return size
+
+
+def _reports_errors(words=None, also: tuple = ()):
+    """Run a command; a SlimjaxError (or one of ``also``) is one line on stderr in the command line's words
+    (``words``, default :func:`_cli_words`) and exit status 2."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            from .errors import SlimjaxError
+
+            try:
+                return fn(*args, **kwargs)
+            except (SlimjaxError, *also) as e:
+                click.echo(f"error: {(words or _cli_words)(e)}", err=True)
+                sys.exit(2)
+
+        return run
+
+    return wrap
+
+
+def _at(ctx, param, value: str | None):
+    """``--at IL,OL`` → (IL, OL), or None."""
+    if value is None:
+        return None
+    try:
+        return C.parse_at(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--at") from None
+
+
+_TYPICAL = ",".join(map(str, C.TYPICAL_REQUEST))
+
+
+def _at_option(what: str):
+    return click.option(
+        "--at", "at", default=None, callback=_at, help=f"IL,OL of {what} (default: grid values nearest {_TYPICAL})."
+    )
 
 
 @click.group()
@@ -41,24 +83,24 @@ def main() -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
 @click.option(
     "--memory-budget",
-    default="256MiB",
+    default=C.DEFAULT_MEMORY_BUDGET,
     show_default=True,
     callback=_bytes,
     help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).",
 )
-@click.option("--at", "at", default=None, help="IL,OL of the summary table (default: grid values nearest 1024,256).")
+@_at_option("the summary table")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep from its OUT.partial store.")
 @click.option(
     "--compression",
-    type=click.Choice(["none", "zstd"]),
-    default="none",
+    type=click.Choice(C.COMPRESSIONS),
+    default=C.COMPRESSIONS[0],
     show_default=True,
     help="Chunk compression of the store.",
 )
 @click.option(
     "--scheduler",
-    type=click.Choice(["local", "dask"]),
-    default="local",
+    type=click.Choice(C.SCHEDULERS),
+    default=C.SCHEDULERS[0],
     show_default=True,
     help="Run blocks in this process, or on a Dask cluster whose workers write to the store.",
 )
@@ -73,13 +115,14 @@ def main() -> None:
     type=click.Path(file_okay=False),
     help="Write the report (PNGs, index.html) here.",
 )
+@_reports_errors()
 def sweep(
     sweep_file: str,
     out: str,
     overwrite: bool,
     quiet: bool,
     memory_budget: float,
-    at: str | None,
+    at: tuple[int, int] | None,
     resume: bool,
     compression: str,
     scheduler: str,
@@ -92,48 +135,35 @@ def sweep(
 
     import slimjax
     from slimjax.api import summary
+    from slimjax.inputs.axes import on_grid_lengths
 
-    il = ol = None
-    if at is not None:
-        try:
-            il, ol = (int(x) for x in at.split(","))
-        except ValueError:
-            raise click.BadParameter(f"{at!r} is not IL,OL", param_hint="--at") from None
+    il, ol = at if at is not None else (None, None)
     start = time.perf_counter()
-    try:
-        if report_dir is not None:
-            _check_dir(report_dir, "--report")
-        sw = slimjax.parse(sweep_file)
-        for axis, v in (("input_len", il), ("output_len", ol)):  # before any work, not after the store is written
-            if v is not None and v not in getattr(sw, axis):
-                raise slimjax.SlimjaxError(
-                    "--at", f"{axis} {v} is not on the grid ({', '.join(map(str, getattr(sw, axis)))})"
-                )
-        ds = slimjax.sweep(
-            sw,
-            out,
-            overwrite=overwrite,
-            memory_budget_bytes=memory_budget,
-            quiet=True if quiet else None,
-            resume=resume,
-            compression=compression,
-            scheduler=scheduler,
-            workers=workers,
-            dask_address=dask_address,
-        )
-        tables = summary(ds, il, ol)
-    except slimjax.SlimjaxError as e:
-        click.echo(f"error: {_cli_words(e)}", err=True)
-        sys.exit(2)
+    if report_dir is not None:
+        _check_dir(report_dir, "--report")
+    sw = slimjax.parse(sweep_file)
+    if at is not None:  # before any work, not after the store is written
+        on_grid_lengths(sw.input_len, sw.output_len, il, ol, field="--at")
+    ds = slimjax.sweep(
+        sw,
+        out,
+        overwrite=overwrite,
+        memory_budget_bytes=memory_budget,
+        quiet=True if quiet else None,
+        resume=resume,
+        compression=compression,
+        scheduler=scheduler,
+        workers=workers,
+        dask_address=dask_address,
+    )
+    tables = summary(ds, il, ol)
     seconds = time.perf_counter() - start
     points = 1
     for d in ("model", "gpu", "batch", "input_len", "output_len"):
         points *= ds.sizes[d]
     click.echo(f"wrote {out}: {points:,} grid points in {seconds:.1f} s")
     if report_dir is not None:
-        page = slimjax.make_report(
-            [out], report_dir, at=(il, ol) if il is not None else None, quiet=True if quiet else None
-        )
+        page = slimjax.make_report([out], report_dir, at=at, quiet=True if quiet else None)
         click.echo(f"wrote {page}")
     if quiet:
         return
@@ -146,37 +176,24 @@ def sweep(
 @click.option(
     "--out", "out", required=True, type=click.Path(file_okay=False), help="Folder for index.html and the PNGs."
 )
-@click.option("--at", "at", default=None, help="IL,OL of the throughput and queue figures (default: nearest 1024,256).")
+@_at_option("the throughput and queue figures")
+@_reports_errors(also=(KeyError,))
 def report(stores: tuple[str, ...], out: str, at: str | None) -> None:
     """PNGs and one self-contained index.html for STORES (sweep, procurement, calibration stores; validate CSVs)."""
     import slimjax
 
-    where = None
-    if at is not None:
-        try:
-            where = tuple(int(x) for x in at.split(","))
-        except ValueError:
-            raise click.BadParameter(f"{at!r} is not IL,OL", param_hint="--at") from None
-    try:
-        page = slimjax.make_report(list(stores), out, at=where)
-    except (slimjax.SlimjaxError, KeyError) as e:
-        click.echo(f"error: {_cli_words(e)}", err=True)
-        sys.exit(2)
+    page = slimjax.make_report(list(stores), out, at=at)
     click.echo(f"wrote {page}")
 
 
 @main.command()
 @click.argument("store_path", type=click.Path())
+@_reports_errors()
 def verify(store_path: str) -> None:
     """Check a sweep store (or its .partial) against its block journal: missing blocks, changed data."""
-    import slimjax
     from slimjax.store.sink import verify as verify_store
 
-    try:
-        report = verify_store(store_path)
-    except slimjax.SlimjaxError as e:
-        click.echo(f"error: {_cli_words(e)}", err=True)
-        sys.exit(2)
+    report = verify_store(store_path)
     click.echo(f"{store_path}: {report['recorded']} of {report['blocks']} blocks recorded")
     if report["missing"]:
         shown = ", ".join(map(str, report["missing"][:20])) + (" …" if len(report["missing"]) > 20 else "")
@@ -201,6 +218,7 @@ def verify(store_path: str) -> None:
     type=click.Path(file_okay=False),
     help="Write the report (PNGs, index.html) here.",
 )
+@_reports_errors()
 def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_dir: str | None) -> None:
     """Size and price a fleet for STUDY_FILE's workloads under its SLOs (MODEL.md §8)."""
     import slimjax
@@ -208,13 +226,9 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_
     if report_dir is not None and out is None:  # before any work
         click.echo("error: --report needs --out (the report is drawn from the store)", err=True)
         sys.exit(2)
-    try:
-        if report_dir is not None:
-            _check_dir(report_dir, "--report")
-        ds = slimjax.procure(study_file, out, overwrite=overwrite)
-    except slimjax.SlimjaxError as e:
-        click.echo(f"error: {_cli_words(e)}", err=True)
-        sys.exit(2)
+    if report_dir is not None:
+        _check_dir(report_dir, "--report")
+    ds = slimjax.procure(study_file, out, overwrite=overwrite)
     click.echo(slimjax.procure_tables(ds, top=top))
     if out is not None:
         click.echo(f"\nwrote {out}")
@@ -238,18 +252,15 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_
     type=click.Path(dir_okay=False),
     help="CSV of every curve's truth and recommendations.",
 )
+@_reports_errors()
 def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
     """Evaluate the batch-capacity advisor on measured curves as the SLIM paper does (§VII-B)."""
     import slimjax
     from slimjax.studies.advise import knee_summary
 
-    try:
-        if out is not None:
-            _check_file(out)
-        result = slimjax.advise(data_dir, epsilon=epsilon)
-    except slimjax.SlimjaxError as e:
-        click.echo(f"error: {_cli_words(e)}", err=True)
-        sys.exit(2)
+    if out is not None:
+        _check_file(out)
+    result = slimjax.advise(data_dir, epsilon=epsilon)
     s = result.summary
     n = int(s["curves"].iloc[0])
     click.echo(f"B_cap on {n} measured curves (ε = {epsilon:g}; SLO = factor × the curve's measured E2E at B = 32)")
@@ -280,7 +291,25 @@ def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
         click.echo(f"\nwrote {out}")
 
 
-_MEASURED_OPTIONS = (("batch", int), ("request_rate", float), ("ttft_s", float), ("itl_s", float))
+# the agents command's API flags: API key -> (flag after --api-, what it sets); defaults from constants
+_API_FLAGS = {
+    "rpm": ("rpm", "API requests per minute"),
+    "tpm": ("tpm", "API tokens per minute"),
+    "service_s": ("service-s", "API service time per call, s"),
+    "parallelism": ("parallelism", "API calls in flight"),
+    "price_in_per_mtok": ("price-in", "API USD per million input tokens"),
+    "price_out_per_mtok": ("price-out", "API USD per million output tokens"),
+}
+
+
+def _api_options(fn):
+    for key, (flag, what) in reversed(_API_FLAGS.items()):
+        help_text = f"{what} (default {C.API_DEFAULTS[key]:,g})."
+        fn = click.option(f"--api-{flag}", f"api_{key}", type=float, default=None, help=help_text)(fn)
+    return fn
+
+
+_MEASURED_OPTIONS = tuple((k, int if k == "batch" else float) for k in C.MEASURED_KEYS)
 _MEASURED_HELP = {
     "batch": "measured mode: the calibration concurrency B_cal",
     "request_rate": "measured completed requests/s at B_cal",
@@ -344,6 +373,7 @@ class _ServingCommand(click.Command):
     "(configs/roofline/default.yaml) instead of the plain roofline.",
 )
 @_options(_MEASURED_OPTIONS, prefix="measured_")
+@_reports_errors(words=lambda e: _as_flags(e))
 def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated, **options) -> None:
     """The capacity calculator's cards at one operating point (same functions as the sweep)."""
     import slimjax
@@ -353,20 +383,9 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated,
     if calibrated:
         serving["efficiency"] = "calibrated"
     measured = {k: options["measured_" + k] for k, _ in _MEASURED_OPTIONS if options["measured_" + k] is not None}
-    try:
-        result = slimjax.capacity(
-            model,
-            gpu,
-            input_len,
-            output_len,
-            batch,
-            arrival_rate=arrival_rate,
-            serving=serving,
-            measured=measured or None,
-        )
-    except slimjax.SlimjaxError as e:
-        click.echo(f"error: {_as_flags(e)}", err=True)
-        sys.exit(2)
+    result = slimjax.capacity(
+        model, gpu, input_len, output_len, batch, arrival_rate=arrival_rate, serving=serving, measured=measured or None
+    )
     click.echo(
         f"{model} on {gpu}: I={input_len}, O={output_len}, B={batch}"
         + (f", λ={arrival_rate:g} requests/s" if arrival_rate is not None else "")
@@ -388,13 +407,9 @@ def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated,
 @click.option("--parallelism", type=int, default=None, help="Calls requested at once (default: all of a stage).")
 @click.option("--tool-delay-s", type=float, default=0.0, show_default=True, help="Tool delay between stages, s.")
 @click.option("--batch", type=int, default=None, help="Local slot limit (default: the parallelism).")
-@click.option("--api-rpm", type=float, default=None, help="API requests per minute (default 500).")
-@click.option("--api-tpm", type=float, default=None, help="API tokens per minute (default 2,000,000).")
-@click.option("--api-service-s", type=float, default=None, help="API service time per call, s (default 4).")
-@click.option("--api-parallelism", type=float, default=None, help="API calls in flight (default 16).")
-@click.option("--api-price-in", type=float, default=None, help="API USD per million input tokens (default 3).")
-@click.option("--api-price-out", type=float, default=None, help="API USD per million output tokens (default 15).")
+@_api_options
 @click.option("--calibrated", is_flag=True, help="Calibrated roofline efficiencies (configs/roofline/default.yaml).")
+@_reports_errors(words=lambda e: _as_flags(e))
 def agents(
     model,
     gpu,
@@ -406,12 +421,6 @@ def agents(
     tool_delay_s,
     batch,
     calibrated,
-    api_rpm,
-    api_tpm,
-    api_service_s,
-    api_parallelism,
-    api_price_in,
-    api_price_out,
     **options,
 ) -> None:
     """One agent graph on a local replica vs a rate-limited API (MODEL.md §6), with where the winner flips."""
@@ -421,29 +430,14 @@ def agents(
     serving = {k: options[k] for k in SERVING if options.get(k) is not None}
     if calibrated:
         serving["efficiency"] = "calibrated"
-    api = {
-        k: v
-        for k, v in (
-            ("rpm", api_rpm),
-            ("tpm", api_tpm),
-            ("service_s", api_service_s),
-            ("parallelism", api_parallelism),
-            ("price_in_per_mtok", api_price_in),
-            ("price_out_per_mtok", api_price_out),
-        )
-        if v is not None
-    }
+    api = {k: options[f"api_{k}"] for k in _API_FLAGS if options.get(f"api_{k}") is not None}
     graph = {
         "stages": stages,
         "calls_per_stage": calls_per_stage,
         "tool_delay_s": tool_delay_s,
         **({"parallelism": parallelism} if parallelism is not None else {}),
     }
-    try:
-        result = slimjax.agent(model, gpu, input_len, output_len, graph, api=api, batch=batch, serving=serving)
-    except slimjax.SlimjaxError as e:
-        click.echo(f"error: {_as_flags(e)}", err=True)
-        sys.exit(2)
+    result = slimjax.agent(model, gpu, input_len, output_len, graph, api=api, batch=batch, serving=serving)
     click.echo(f"{model} on {gpu}: {stages} stage(s) × {calls_per_stage} call(s), I={input_len}, O={output_len}")
     for label, value in slimjax.agent_cards(result):
         click.echo(f"  {label:<36} {value}")
@@ -455,19 +449,19 @@ def agents(
 @click.option(
     "--group-by", default="model,gpu,n_gpu,framework", show_default=True, help="Comma-separated trace columns."
 )
-@click.option("--solver", type=click.Choice(["lm", "adam"]), default="lm", show_default=True)
+@click.option("--solver", type=click.Choice(C.SOLVER_NAMES), default=C.SOLVER_NAMES[0], show_default=True)
 @click.option(
     "--variant",
-    type=click.Choice(["slim", "slim-kv", "recommended"]),
-    default="slim",
+    type=click.Choice(C.VARIANT_CHOICES),
+    default=C.SLIM_VARIANTS[0],
     show_default=True,
     help="slim: MODEL.md §1 (the contract); slim-kv: the optional variant; recommended: the one "
     "configs/slim/default.yaml names from validate's transfer scenarios (slim-kv). Sweeps evaluate the store's.",
 )
 @click.option(
     "--loss",
-    type=click.Choice(["squared", "cauchy"]),
-    default="squared",
+    type=click.Choice(C.LOSSES),
+    default=C.LOSSES[0],
     show_default=True,
     help="squared relative errors, or the robust Cauchy loss for traces with outlying runs.",
 )
@@ -480,14 +474,15 @@ def agents(
 )
 @click.option(
     "--intervals",
-    type=click.Choice(["fit", "transfer"]),
-    default="fit",
+    type=click.Choice(C.INTERVAL_KINDS),
+    default=C.INTERVAL_KINDS[0],
     show_default=True,
     help="fit: the fit's own intervals; transfer: widened per kind of extrapolation (new length, model, GPU) "
     "by the validation scenarios' held-out errors on these traces.",
 )
 @click.option("--out", required=True, type=click.Path(), help="zarr store for the coefficients.")
 @click.option("--overwrite", is_flag=True)
+@_reports_errors()
 def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals, out, overwrite) -> None:
     """Fit SLIM's coefficients per group of the measured TRACES, all groups in one batched solve."""
     import pandas as pd
@@ -495,26 +490,22 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
     import slimjax
     from slimjax.store import sink as store
 
-    try:
-        target = store.check_target(out, overwrite)
-        frames = [slimjax.load_traces(t, format=fmt) for t in traces]
-        for t, f in zip(traces, frames, strict=False):
-            click.echo(_read_line(t, f))
-        combined = pd.concat(frames, ignore_index=True)
-        combined.attrs["dropped"] = _merged_dropped(frames)
-        ds = slimjax.calibrate(
-            combined,
-            group_by=[g.strip() for g in group_by.split(",")],
-            solver=solver,
-            variant=variant,
-            loss=loss,
-            bootstrap=bootstrap,
-            intervals=intervals,
-        )
-        store.write_dataset(ds, target)
-    except slimjax.SlimjaxError as e:
-        click.echo(f"error: {_cli_words(e)}", err=True)
-        sys.exit(2)
+    target = store.check_target(out, overwrite)
+    frames = [slimjax.load_traces(t, format=fmt) for t in traces]
+    for t, f in zip(traces, frames, strict=True):
+        click.echo(_read_line(t, f))
+    combined = pd.concat(frames, ignore_index=True)
+    combined.attrs["dropped"] = _merged_dropped(frames)
+    ds = slimjax.calibrate(
+        combined,
+        group_by=[g.strip() for g in group_by.split(",")],
+        solver=solver,
+        variant=variant,
+        loss=loss,
+        bootstrap=bootstrap,
+        intervals=intervals,
+    )
+    store.write_dataset(ds, target)
     table = ds[["n_points", "mape_throughput", "mape_e2e", "converged"]].to_dataframe()
     table = table[table.n_points > 0]
     click.echo(f"wrote {out}: {len(table)} groups fitted")
@@ -531,18 +522,17 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
 @main.command()
 @click.argument("traces", nargs=-1, type=click.Path(exists=True))
 @click.option("--format", "fmt", default=None, help="Trace format (default: detected).")
-@click.option(
-    "--methods", default=",".join(("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")), show_default=True
-)
+@click.option("--methods", default=",".join(C.VALIDATION_METHODS), show_default=True)
 @click.option(
     "--scenarios",
-    default=",".join(("same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined")),
+    default=",".join(C.SCENARIOS),
     show_default=True,
 )
 @click.option(
     "--exclude", multiple=True, help="Pandas query over trace columns; matching rows leave the study (repeatable)."
 )
 @click.option("--out", type=click.Path(), default=None, help="CSV of every held-out prediction.")
+@_reports_errors()
 def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     """The SLIM paper's generalization study on measured TRACES (default: llm_inference_bench.csv and
     its TTFT table under $SLIMJAX_DATA or ../shared/data): MAPE of throughput / E2E per scenario and method."""
@@ -553,22 +543,18 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     from slimjax.fit.validate import validate as run
 
     paths = list(traces) or default_trace_paths()
-    try:
-        if out:
-            _check_file(out)
-        for p in paths:
-            if not os.path.exists(p):
-                raise slimjax.SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
-        frames = [slimjax.load_traces(p, format=fmt) for p in paths]
-        for p, f in zip(paths, frames, strict=False):
-            click.echo(_read_line(p, f))
-        frame = pd.concat(frames, ignore_index=True)
-        result = run(frame, methods=_list(methods), scenarios=_list(scenarios), exclude=exclude)
-        if out:
-            result.predictions.to_csv(out, index=False)
-    except slimjax.SlimjaxError as e:
-        click.echo(f"error: {_cli_words(e)}", err=True)
-        sys.exit(2)
+    if out:
+        _check_file(out)
+    for p in paths:
+        if not os.path.exists(p):
+            raise slimjax.SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
+    frames = [slimjax.load_traces(p, format=fmt) for p in paths]
+    for p, f in zip(paths, frames, strict=True):
+        click.echo(_read_line(p, f))
+    frame = pd.concat(frames, ignore_index=True)
+    result = run(frame, methods=_list(methods), scenarios=_list(scenarios), exclude=exclude)
+    if out:
+        result.predictions.to_csv(out, index=False)
     click.echo(
         f"MAPE % of throughput / E2E on held-out rows ({', '.join(map(str, paths))}"
         + (f"; excluding {' | '.join(exclude)}" if exclude else "")
@@ -633,7 +619,7 @@ def _as_flags(error) -> str:
         "output_len": "--output-len",
         "arrival_rate": "--arrival-rate",
         **{f"serving.{k}": row.flag for k, row in SERVING.items()},
-        **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in ("batch", "request_rate", "ttft_s", "itl_s")},
+        **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in C.MEASURED_KEYS},
         # the agents command's graph "g" and its API block
         **{
             f"agents.g.{k}": f"--{flag}"
@@ -644,17 +630,7 @@ def _as_flags(error) -> str:
                 ("tool_delay_s", "tool-delay-s"),
             )
         },
-        **{
-            f"agents.api.{k}": f"--api-{flag}"
-            for k, flag in (
-                ("rpm", "rpm"),
-                ("tpm", "tpm"),
-                ("service_s", "service-s"),
-                ("parallelism", "parallelism"),
-                ("price_in_per_mtok", "price-in"),
-                ("price_out_per_mtok", "price-out"),
-            )
-        },
+        **{f"agents.api.{k}": f"--api-{flag}" for k, (flag, _) in _API_FLAGS.items()},
     }
     for prefix in sorted(names, key=len, reverse=True):
         if field == prefix or field.startswith(prefix + "[") or field.startswith(prefix + "."):

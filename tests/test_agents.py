@@ -10,7 +10,8 @@ import pytest
 
 import slimjax
 from slimjax.config import float64_scope
-from slimjax.inputs.agents import API_PRICE_DATE, agents_block
+from slimjax.constants import PRICE_DATE
+from slimjax.inputs.agents import agents_block
 from slimjax.model import agents as ag
 
 
@@ -175,7 +176,7 @@ def test_what_does_not_fit_has_no_local_figure_and_the_api_wins(swept):
 
 def test_attrs_carry_the_price_date_and_flag_meanings(swept):
     for name in ("agent_local_cost_usd", "agent_api_cost_usd", "agent_cheaper"):
-        assert swept[name].attrs["price_date"] == API_PRICE_DATE == "2026-10-27"
+        assert swept[name].attrs["price_date"] == PRICE_DATE == "2026-10-27"
     assert swept.agent_api_limit.attrs["flag_meanings"] == "spacing parallelism service"
     assert swept.agent_faster.attrs["flag_meanings"] == "local api"
     assert list(swept.agent_local_s.dims) == ["model", "gpu", "batch", "input_len", "output_len", "agent"]

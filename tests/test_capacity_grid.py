@@ -185,7 +185,7 @@ def test_slim_uses_serving_n_gpu_and_kv_dtype():
     one.update(
         models=["Llama-3.1-8B"], gpus=["L40S"], batch=[1, 16], input_len=[700], output_len=[150], slim_variant="slim"
     )
-    theta = parse(one).coeffs_table["L40S"]
+    theta = parse(one).slim.table["L40S"]
     arch = dict(resolve_model("Llama-3.1-8B")[1], kv_dtype_bytes=1.0)
     l40s = resolve_gpu("L40S")[1]
     want = ref.slim(arch, l40s, theta, 16, 700, 150, n_gpu=2)

@@ -52,7 +52,7 @@ def test_every_point_matches_loop_reference(ds, spec):
     sw = parse(spec)
     for m, g in itertools.product(spec["models"], spec["gpus"]):
         arch, gpu = resolve_model(m)[1], resolve_gpu(g)[1]
-        theta = sw.coeffs_table[g]
+        theta = sw.slim.table[g]
         for B, I, O in itertools.product(spec["batch"], spec["input_len"], spec["output_len"]):
             want = ref.slim_floored(arch, gpu, theta, B, I, O)
             at = ds.sel(model=m, gpu=g, batch=B, input_len=I, output_len=O)
@@ -66,7 +66,7 @@ def test_b_cap_matches_enumeration(ds, spec):
     n_nonzero = 0
     for m, g in itertools.product(spec["models"], spec["gpus"]):
         arch, gpu = resolve_model(m)[1], resolve_gpu(g)[1]
-        theta = sw.coeffs_table[g]
+        theta = sw.slim.table[g]
         ref_e2e = ref.slim_floored(arch, gpu, theta, 32, 2, 128, masked=False)["slim_e2e_s"]
         assert slo[m][g] == pytest.approx(4 * ref_e2e, rel=1e-12)
         for I, O in itertools.product(spec["input_len"], spec["output_len"]):
@@ -145,7 +145,7 @@ def test_absolute_slo_and_epsilon(spec):
     m, g = "Llama-3.1-8B", "H100-SXM"
     arch, gpu = resolve_model(m)[1], resolve_gpu(g)[1]
     for I, O in itertools.product(spec["input_len"], spec["output_len"]):
-        want = ref.b_cap(arch, gpu, sw.coeffs_table[g], spec["batch"], I, O, 5.0, 0.9)
+        want = ref.b_cap(arch, gpu, sw.slim.table[g], spec["batch"], I, O, 5.0, 0.9)
         assert int(out.b_cap.sel(model=m, gpu=g, input_len=I, output_len=O)) == want
 
 

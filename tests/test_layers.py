@@ -24,7 +24,7 @@ from slimjax.model.specs import ModelSpec, stack
 
 PACKAGE = Path(slimjax.__file__).parent
 FLOORS = {"model": 0, "inputs": 1, "engine": 2, "store": 3, "fit": 4, "studies": 5, "report": 6, "api": 7, "cli": 7}
-BASE = {"errors", "config", "_version", "__init__"}
+BASE = {"errors", "config", "_version", "__init__", "constants"}
 
 
 def _floor(parts: list[str]) -> int | None:
@@ -105,6 +105,40 @@ def test_importing_slimjax_changes_no_process_setting():
     before, after, x64, devices = _fresh_python(code)
     assert before is None and after is None and x64 is False and devices == -1
     assert _fresh_python(code, XLA_FLAGS="--xla_dump_to=/tmp/nowhere")[1] == "--xla_dump_to=/tmp/nowhere"
+
+
+def test_the_command_line_offers_the_tables_own_choices_and_help_starts_no_jax():
+    """Every choice and default the CLI shows is read from the table that owns it (slimjax.constants, which
+    the owning floors import), so the CLI cannot drift from the library; and --help imports no JAX."""
+    import click
+
+    from slimjax import constants
+    from slimjax.fit import solver, validate
+    from slimjax.fit.folds import SCENARIOS
+    from slimjax.inputs import agents, catalog, coefficients, measured
+
+    def option(command, name):
+        return next(p for p in main.commands[command].params if p.name == name)
+
+    assert tuple(option("calibrate", "variant").type.choices) == (*coefficients.VARIANTS, "recommended")
+    assert tuple(option("calibrate", "solver").type.choices) == tuple(solver.SOLVERS)
+    assert tuple(option("calibrate", "loss").type.choices) == solver.LOSSES
+    assert option("validate", "methods").default.split(",") == list(validate.METHODS)
+    assert option("validate", "scenarios").default.split(",") == list(SCENARIOS)
+    measured_flags = {
+        p.name[len("measured_") :] for p in main.commands["capacity"].params if p.name.startswith("measured_")
+    }
+    assert measured_flags == set(measured.MEASURED_KEYS)
+    for key, (default, _, _) in agents.API_KEYS.items():
+        assert f"default {default:,g}" in option("agents", f"api_{key}").help
+    assert catalog.PRICE_DATE == constants.PRICE_DATE
+    assert isinstance(option("sweep", "compression").type, click.Choice)
+    assert tuple(option("sweep", "compression").type.choices) == constants.COMPRESSIONS
+    assert set(constants.API_DEFAULTS) == set(agents.API_KEYS)
+    code = "import sys, json; import slimjax.cli; print(json.dumps([m for m in sys.modules if m.startswith('jax')]))"
+    assert _fresh_python(code) == []
+    help_text = subprocess.run([sys.executable, "-m", "slimjax.cli", "--help"], capture_output=True, text=True)
+    assert help_text.returncode == 0
 
 
 def test_entry_points_work_without_configure_and_warn_on_one_device():

@@ -42,14 +42,14 @@ def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
     trees = (
         sweep.model,
         sweep.gpu,
-        sweep.coeffs,
+        sweep.slim.coeffs,
         sweep.serving,
         sweep.measured,
         sweep.arrival_rate,
         sweep.tp_to_fit,
-        sweep.coeffs_log_cov,
-        sweep.coeffs_scatter,
-        sweep.coeffs_form,
+        sweep.slim.log_cov,
+        sweep.slim.scatter,
+        sweep.slim.form,
         None if sweep.agents is None else sweep.agents.spec,
     )
     for leaf in jax.tree_util.tree_leaves(trees):
@@ -65,8 +65,8 @@ def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
         )
     )
     h.update(repr((advisor, sweep.precision, block_plan.dims, sorted(block_plan.block.items()))).encode())
-    if sweep.slim_variant != "slim":  # (a §1 sweep keeps the hash it had before variants existed)
-        h.update(f"{sweep.slim_variant} {sweep.slim_bandwidth_exponent!r}".encode())
+    if sweep.slim.variant != "slim":  # (a §1 sweep keeps the hash it had before variants existed)
+        h.update(f"{sweep.slim.variant} {sweep.slim.bandwidth_exponent!r}".encode())
     return h.hexdigest()
 
 
@@ -86,11 +86,11 @@ def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
         "slimjax_version": __version__,
         "sweep_file": sweep.source,
         "sweep_spec": yaml.safe_dump(sweep.spec, sort_keys=False),
-        "slim_coefficients": json.dumps(sweep.coeffs_table),
-        "slim_coefficients_source": sweep.coeffs_source,
-        "slim_variant": sweep.slim_variant,
-        **({"slim_bandwidth_exponent": sweep.slim_bandwidth_exponent} if sweep.slim_variant != "slim" else {}),
-        "slim_coefficients_warnings": json.dumps(sweep.coeffs_notes),
+        "slim_coefficients": json.dumps(sweep.slim.table),
+        "slim_coefficients_source": sweep.slim.source,
+        "slim_variant": sweep.slim.variant,
+        **({"slim_bandwidth_exponent": sweep.slim.bandwidth_exponent} if sweep.slim.variant != "slim" else {}),
+        "slim_coefficients_warnings": json.dumps(sweep.slim.notes),
         "advisor": json.dumps(advisor),
         "serving": json.dumps(sweep.serving_table),
         "measured": json.dumps(

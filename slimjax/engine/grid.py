@@ -150,7 +150,7 @@ def static_facts(sweep: Sweep) -> tuple[tuple[str, int], ...]:
     """What the groups may use as compile-time constants: with a queue, a bound on its m from the largest
     batch (only then: it is part of the compile key); with the slim-kv variant, a flag."""
     facts = (("max_batch", queue_bound(sweep.batch)),) if sweep.arrival_rate is not None else ()
-    return facts + ((("slim_kv", 1),) if sweep.slim_variant == "slim-kv" else ())
+    return facts + ((("slim_kv", 1),) if sweep.slim.variant == "slim-kv" else ())
 
 
 def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):

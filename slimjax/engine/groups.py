@@ -92,13 +92,13 @@ def _slim_inputs(sweep: Sweep) -> dict:
     out = {
         "model": (("model",), astype(sweep.model, dt)),
         "gpu": (("gpu",), astype(sweep.gpu, dt)),
-        "coeffs": (("model", "gpu"), astype(sweep.coeffs, dt)),
+        "coeffs": (("model", "gpu"), astype(sweep.slim.coeffs, dt)),
         **_coordinates(sweep),
         # tensor parallel, the KV dtype and the physical floor's group come from the serving settings
         "serving": (("model", "gpu"), astype(sweep.serving, np.float64)),
     }
-    if sweep.slim_variant == "slim-kv":
-        out["bandwidth_exponent"] = ((), np.asarray(sweep.slim_bandwidth_exponent, dt))
+    if sweep.slim.variant == "slim-kv":
+        out["bandwidth_exponent"] = ((), np.asarray(sweep.slim.bandwidth_exponent, dt))
     return out
 
 
@@ -171,7 +171,7 @@ def _slim_attrs(sweep: Sweep, name: str) -> dict:
         }
     if name in ("slim_prefill_s", "slim_decode_s", "slim_e2e_s", "slim_throughput"):
         return {
-            "slim_variant": sweep.slim_variant,
+            "slim_variant": sweep.slim.variant,
             "physical_floor": "each time is at least the 100 %-of-peak roofline "
             "of its group (slim_at_floor says where it binds)",
         }
@@ -336,11 +336,11 @@ register_group(
 def _interval_inputs(sweep: Sweep) -> dict:
     dt = sweep.dtype
     out = {
-        "log_cov": (("model", "gpu"), sweep.coeffs_log_cov.astype(dt)),  # (M, G, 6, 6)
-        "scatter": (("model", "gpu"), sweep.coeffs_scatter.astype(dt)),
+        "log_cov": (("model", "gpu"), sweep.slim.log_cov.astype(dt)),  # (M, G, 6, 6)
+        "scatter": (("model", "gpu"), sweep.slim.scatter.astype(dt)),
     }
-    if sweep.coeffs_form is not None:  # transfer intervals: (M, G, 6)
-        out["form"] = (("model", "gpu"), sweep.coeffs_form.astype(dt))
+    if sweep.slim.form is not None:  # transfer intervals: (M, G, 6)
+        out["form"] = (("model", "gpu"), sweep.slim.form.astype(dt))
     return out
 
 
@@ -353,13 +353,13 @@ def _transfer_sd(x: dict, sd):
 
 
 def _interval_attrs(sweep: Sweep, name: str) -> dict:
-    if sweep.coeffs_interval_kind is None:
+    if sweep.slim.interval_kind is None:
         return {"intervals": "fit (coefficient covariance and residual scatter)"}
     return {
         "intervals": "transfer (widened by the form error of each prediction's kind of extrapolation; +length "
         "where input_len or output_len leaves the fitted range; NaN where the store has no form error "
         "for the kind)",
-        "interval_kind": json.dumps(sweep.coeffs_interval_kind),
+        "interval_kind": json.dumps(sweep.slim.interval_kind),
     }
 
 
@@ -383,7 +383,7 @@ def _interval_batch(x: dict, cells: dict, out: dict) -> dict:
 register_group(
     Group(
         "intervals",
-        active=lambda sw: sw.coeffs_log_cov is not None,
+        active=lambda sw: sw.slim.log_cov is not None,
         inputs=_interval_inputs,
         batch=_interval_batch,
         attrs=_interval_attrs,
@@ -402,14 +402,18 @@ def reference_e2e(sweep: Sweep) -> np.ndarray:
     m = jax.tree_util.tree_map(lambda x: x[:, None], astype(sweep.model, dt))
     g = jax.tree_util.tree_map(lambda x: x[None, :], astype(sweep.gpu, dt))
     B, I, O = (np.asarray(ref[k], dt) for k in ("batch", "input_len", "output_len"))
-    slim_kv = sweep.slim_variant == "slim-kv"
+    slim_kv = sweep.slim.variant == "slim-kv"
 
     def e2e(m, g, c, serving, beta):
         cell = slim_cell(m, g, c, serving, I, O, slim_kv, beta)
         return slim_terms(cell, c, B, I, O, slim_kv)["slim_e2e_s"]
 
     out = jax.jit(e2e)(
-        m, g, astype(sweep.coeffs, dt), astype(sweep.serving, np.float64), np.asarray(sweep.slim_bandwidth_exponent, dt)
+        m,
+        g,
+        astype(sweep.slim.coeffs, dt),
+        astype(sweep.serving, np.float64),
+        np.asarray(sweep.slim.bandwidth_exponent, dt),
     )
     return np.asarray(out)
 
@@ -524,7 +528,7 @@ def _agent_batch(x: dict, cells: dict, out: dict) -> dict:
 
 
 def _agent_attrs(sweep: Sweep, name: str) -> dict:
-    from ..inputs.agents import API_PRICE_DATE
+    from ..constants import PRICE_DATE
 
     attrs = {}
     if name == "agent_api_limit":
@@ -532,7 +536,7 @@ def _agent_attrs(sweep: Sweep, name: str) -> dict:
     if name in ("agent_faster", "agent_cheaper"):
         attrs.update(flag_values=list(range(len(agents_mod.WINNERS))), flag_meanings=" ".join(agents_mod.WINNERS))
     if name in ("agent_local_cost_usd", "agent_api_cost_usd", "agent_cheaper"):
-        attrs["price_date"] = API_PRICE_DATE
+        attrs["price_date"] = PRICE_DATE
         attrs["prices"] = "illustrative, editable (GPU catalog / agents.api)"
     if name in ("agent_api_s", "agent_api_cost_usd", "agent_api_limit"):
         attrs["agents"] = json.dumps(sweep.agents.table, default=float)

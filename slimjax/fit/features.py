@@ -8,7 +8,8 @@ import pandas as pd
 
 from ..errors import SlimjaxError
 from ..inputs.physics import row_specs
-from ..inputs.serving import default_max_seqs as serving_default_max_seqs
+from ..inputs.serving import default_serving
+from ..model.calculator import max_seqs
 
 
 def row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -27,8 +28,9 @@ def row_features(traces: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 def default_max_seqs(m, g, n_gpu, input_len, output_len):
-    """max_seqs (MODEL.md §3) at the serving defaults, per row (:func:`slimjax.inputs.serving.default_max_seqs`)."""
-    return np.asarray(serving_default_max_seqs(m, g, n_gpu, input_len, output_len))
+    """max_seqs (MODEL.md §3, :func:`slimjax.model.calculator.max_seqs`) per row at the serving defaults with the
+    row's ``n_gpu``: the concurrency the slim-kv variant takes where a calibration has no serving settings."""
+    return np.asarray(max_seqs(m, g, default_serving(m, n_gpu=n_gpu), input_len, output_len))
 
 
 def workload_tokens(traces: pd.DataFrame) -> np.ndarray:

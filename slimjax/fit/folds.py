@@ -24,10 +24,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from .. import constants
 from ..errors import SlimjaxError
 from ..inputs.catalog import resolve_gpu, resolve_model
 
-SCENARIOS = ("same-curve", "model-transfer", "length-transfer", "gpu-transfer", "combined")
+SCENARIOS = constants.SCENARIOS
 SETTING = ("framework", "n_gpu")
 PRE_KNEE = 3  # batch sizes per curve the same-curve scenario fits
 FULL_CURVES = 8  # scored rows a (setting, GPU, model) needs to be held out as a model

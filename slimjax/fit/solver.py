@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .. import constants
 from ..engine.dispatch import compute_devices, pipelined
 from ..errors import SlimjaxError
 
@@ -135,7 +136,7 @@ def coefficient_slopes(z, params, bounded):
     return np.where(mask, theta * (1.0 - theta), theta)
 
 
-SOLVERS = {"lm": LevenbergMarquardt, "adam": Adam}
+SOLVERS = dict(zip(constants.SOLVER_NAMES, (LevenbergMarquardt, Adam), strict=True))
 
 
 def solver_options(solver, iterations: int | None = None):
@@ -147,7 +148,7 @@ def solver_options(solver, iterations: int | None = None):
     return SOLVERS[solver]() if iterations is None else SOLVERS[solver](iterations=iterations)
 
 
-LOSSES = ("squared", "cauchy")
+LOSSES = constants.LOSSES
 CAUCHY_SCALE = 0.1  # relative error at which the Cauchy loss starts to discount a residual
 
 

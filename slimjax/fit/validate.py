@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .. import constants
 from ..config import uses_float64
 from ..errors import SlimjaxError, suggest
 from ..model.intervals import (
@@ -44,7 +45,7 @@ from .roofline import roofline_service_at
 from .slim import calibrate, predict
 from .transfer import fold_bits, held_out_scores, kind_codes
 
-METHODS = ("slim", "slim-kv", "llmvisor-agg", "imai-ood-lr", "roofline")
+METHODS = constants.VALIDATION_METHODS
 SLIM_FITS = {"slim": "squared", "slim-kv": "cauchy"}  # method → calibration loss
 METRICS = ("mape_throughput", "mape_e2e", "coverage_90", "coverage_transfer", "width_transfer")
 BANDWIDTH_EXPONENTS = (

@@ -1,6 +1,6 @@
 """The sweep file's ``agents`` block (MODEL.md §6): named fork-join graphs and the API they are compared
 with. ``api`` sets the API for every graph; a graph may override any API key (flat, or under its own
-``api``). API defaults are illustrative, editable and dated (:data:`API_PRICE_DATE`)."""
+``api``). API defaults are illustrative, editable and dated (:data:`slimjax.constants.PRICE_DATE`)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,32 @@ from typing import Any
 
 import numpy as np
 
+from .. import constants
 from ..errors import SlimjaxError, suggest
 from ..model.specs import AgentSpec
 from .checks import is_integer
 
-API_PRICE_DATE = "2026-10-27"
 # name -> (default, rule, what the rule says); rpm/tpm/parallelism may be .inf (no limit)
+_API = constants.API_DEFAULTS
 API_KEYS = {
-    "rpm": (500.0, lambda v: v > 0, "a positive number of requests per minute (.inf: no limit)"),
-    "tpm": (2_000_000.0, lambda v: v > 0, "a positive number of tokens per minute (.inf: no limit)"),
-    "service_s": (4.0, lambda v: v > 0 and np.isfinite(v), "a positive number of seconds"),
-    "parallelism": (16.0, lambda v: v >= 1 and (np.isinf(v) or is_integer(v)), "an integer ≥ 1 (.inf: no limit)"),
-    "price_in_per_mtok": (3.0, lambda v: v >= 0 and np.isfinite(v), "a non-negative USD per million input tokens"),
-    "price_out_per_mtok": (15.0, lambda v: v >= 0 and np.isfinite(v), "a non-negative USD per million output tokens"),
+    "rpm": (_API["rpm"], lambda v: v > 0, "a positive number of requests per minute (.inf: no limit)"),
+    "tpm": (_API["tpm"], lambda v: v > 0, "a positive number of tokens per minute (.inf: no limit)"),
+    "service_s": (_API["service_s"], lambda v: v > 0 and np.isfinite(v), "a positive number of seconds"),
+    "parallelism": (
+        _API["parallelism"],
+        lambda v: v >= 1 and (np.isinf(v) or is_integer(v)),
+        "an integer ≥ 1 (.inf: no limit)",
+    ),
+    "price_in_per_mtok": (
+        _API["price_in_per_mtok"],
+        lambda v: v >= 0 and np.isfinite(v),
+        "a non-negative USD per million input tokens",
+    ),
+    "price_out_per_mtok": (
+        _API["price_out_per_mtok"],
+        lambda v: v >= 0 and np.isfinite(v),
+        "a non-negative USD per million output tokens",
+    ),
 }
 GRAPH_KEYS = {
     "stages": (None, lambda v: v >= 1 and is_integer(v), "an integer ≥ 1"),

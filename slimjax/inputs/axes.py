@@ -75,3 +75,27 @@ def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
         i = int(np.argmax(np.diff(arr) <= 0)) + 1
         raise SlimjaxError(f"{field}[{i}]", f"values must be strictly increasing, got {arr[i - 1]:g} then {arr[i]:g}")
     return arr
+
+
+def on_grid_lengths(
+    input_values, output_values, input_len: int | None = None, output_len: int | None = None, field: str | None = None
+) -> tuple[int, int]:
+    """The (I, O) a summary, card or figure shows: each given length checked on its grid axis, each missing
+    one the axis value nearest (in log) to :data:`slimjax.constants.TYPICAL_REQUEST`. Errors name ``field``
+    (e.g. ``--at``), else the axis."""
+    from ..constants import TYPICAL_REQUEST
+
+    out = []
+    for axis, values, given, typical in (
+        ("input_len", input_values, input_len, TYPICAL_REQUEST[0]),
+        ("output_len", output_values, output_len, TYPICAL_REQUEST[1]),
+    ):
+        values = np.asarray(values)
+        if given is None:
+            out.append(int(values[np.argmin(np.abs(np.log(values) - np.log(typical)))]))
+            continue
+        if int(given) not in values:
+            shown = ", ".join(str(int(x)) for x in values)
+            raise SlimjaxError(field or axis, f"{axis} {given} is not on the grid ({shown})")
+        out.append(int(given))
+    return out[0], out[1]

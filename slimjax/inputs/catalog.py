@@ -15,10 +15,11 @@ from typing import Any
 
 import yaml
 
+from .. import constants
 from ..errors import SlimjaxError, suggest
 from .checks import checked_number, positive_number
 
-PRICE_DATE = "2026-10-27"
+PRICE_DATE = constants.PRICE_DATE
 
 _DTYPE_BYTES = {
     "float32": 4,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from .. import constants
 from ..errors import SlimjaxError, suggest
 from ..model.specs import SLIM_PARAMS, SlimCoeffs
 from .catalog import configs_dir
@@ -55,9 +56,19 @@ class SweepCoefficients:
     log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ
     scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
     stored: StoredCoefficients | None = None  # what a calibrated store said about its fits
-    form: np.ndarray | None = None  # (M, G, 6) see Sweep.coeffs_form
-    variant: str = "slim"
+    # (M, G, 6) transfer intervals: form error inside / beyond the fitted lengths, then the fitted input_len
+    # min, max and output_len min, max; None: the fit's own intervals
+    form: np.ndarray | None = None
+    variant: str = "slim"  # "slim" (MODEL.md §1) or "slim-kv" (the optional variant)
     bandwidth_exponent: float = 1.0  # slim-kv's β (1 for §1, which has none)
+    notes: dict = dataclasses.field(default_factory=dict)  # "model/gpu" -> what is wrong with the fit a sweep uses
+
+    @property
+    def interval_kind(self) -> dict | None:
+        """ "model/gpu" -> the kind of extrapolation inside the fitted lengths (transfer intervals only)."""
+        if self.form is None:
+            return None
+        return {f"{m}/{g}": v[2] for (m, g), v in self.stored.form.items()}
 
 
 StoreReader = Callable[[StoreRef, list, list], StoredCoefficients]
@@ -151,7 +162,7 @@ def store_ref(value: Any) -> StoreRef | None:
     return None
 
 
-VARIANTS = ("slim", "slim-kv")  # MODEL.md §1, and the optional variant of slimjax.model.slim_kv
+VARIANTS = constants.SLIM_VARIANTS  # MODEL.md §1, and the optional variant of slimjax.model.slim_kv
 
 
 def shipped_bandwidth_exponent(variant: str) -> float:

@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import constants
 from ..errors import SlimjaxError
 from ..model.specs import MeasuredSpec
 from .checks import positive_number, split_keyed_block
 
-MEASURED_KEYS = ("batch", "request_rate", "ttft_s", "itl_s")
+MEASURED_KEYS = constants.MEASURED_KEYS
 
 
 def _check_measured(block: Mapping, field: str) -> dict[str, float]:

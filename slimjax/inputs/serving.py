@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
-from ..model.calculator import TP_DEGREES, kv_capacity, replicated_kv, smallest_fitting_tp
+from ..model.calculator import TP_DEGREES, replicated_kv, smallest_fitting_tp
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .catalog import dtype_bytes
 from .checks import checked_number, is_integer, split_keyed_block
@@ -247,12 +247,6 @@ def default_serving(model, **overrides) -> ServingSpec:
         else:
             fields[row.field] = row.to_base(row.default) * one
     return ServingSpec(**fields)
-
-
-def default_max_seqs(model, gpu, n_gpu, input_len, output_len):
-    """max_seqs (MODEL.md §3) at the serving defaults with ``n_gpu``: the concurrency the KV cache holds, as the
-    slim-kv variant takes it where no serving settings are given (calibration, sweeps without ``serving``)."""
-    return kv_capacity(model, gpu, default_serving(model, n_gpu=n_gpu), input_len, output_len)["max_seqs"]
 
 
 def _resolve(merged: dict, where: dict, arch: Mapping, ctx: Callable[[dict], AutoContext]) -> dict[str, float]:

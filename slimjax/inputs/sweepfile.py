@@ -14,12 +14,12 @@ import yaml
 from ..config import float64_scope
 from ..errors import SlimjaxError, suggest
 from ..model.calculator import smallest_fitting_tp
-from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, SlimCoeffs, stack
+from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
 from . import catalog
 from .advisor import Advisor, advisor_block
 from .agents import Agents, agents_block
 from .axes import parse_axis
-from .coefficients import StoreReader, coefficients_block
+from .coefficients import StoreReader, SweepCoefficients, coefficients_block
 from .measured import measured_block
 from .serving import serving_block
 
@@ -37,16 +37,7 @@ class Sweep:
     gpus: list[str]
     model: ModelSpec  # leaves (M,)
     gpu: GPUSpec  # leaves (G,)
-    coeffs: SlimCoeffs  # leaves (M, G)
-    coeffs_table: dict[str, dict[str, float]]  # GPU label -> coefficients, for attrs
-    coeffs_source: str
-    slim_variant: str  # "slim" (MODEL.md §1, the default) or "slim-kv" (the optional variant)
-    slim_bandwidth_exponent: float  # slim-kv's β (see slimjax.model.slim_kv); 1 for §1
-    coeffs_log_cov: np.ndarray | None  # (M, G, 6, 6) covariance of log θ from a calibrated store
-    coeffs_scatter: np.ndarray | None  # (M, G) residual variance of the fit (relative², per point)
-    coeffs_form: np.ndarray | None  # (M, G, 6) transfer intervals: form error inside / beyond the fitted
-    # lengths, then the fitted input_len min, max and output_len min, max; None: the fit's own intervals
-    coeffs_interval_kind: dict | None  # "model/gpu" -> kind of extrapolation inside the fitted lengths
+    slim: SweepCoefficients  # SLIM coefficients per (model, GPU), their variant, source and uncertainty
     batch: np.ndarray
     input_len: np.ndarray
     output_len: np.ndarray
@@ -59,7 +50,6 @@ class Sweep:
         bool  # the roofline timing of the calculator (§4) is on (serving, measured, arrival_rate or agents given);
     )
     # memory (§3) and the fit check are always on
-    coeffs_notes: dict  # "model/gpu" -> what a calibrated store says is wrong with the fit the sweep uses
     measured: MeasuredSpec | None  # leaves (M, G), NaN where a pair has no measurement
     arrival_rate: np.ndarray | None  # requests/s; None: no queue variables
     agents: Agents | None  # fork-join graphs (MODEL.md §6); None: no agent variables
@@ -225,16 +215,8 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     tp_to_fit = _smallest_tp(model, gpu, serving, serving_table, max_tokens, 1.0)
     return Sweep(
         roofline=roofline,
-        coeffs_notes=coefficient_notes,
+        slim=dataclasses.replace(coefficients, notes=coefficient_notes),
         tp_to_fit=tp_to_fit,
-        coeffs_log_cov=coefficients.log_cov,
-        coeffs_scatter=coefficients.scatter,
-        coeffs_form=coefficients.form,
-        coeffs_interval_kind=(
-            {f"{m}/{g}": v[2] for (m, g), v in coefficients.stored.form.items()}
-            if coefficients.form is not None
-            else None
-        ),
         serving=serving,
         serving_table=serving_table,
         measured=measured,
@@ -246,11 +228,6 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
         gpus=gpu_names,
         model=model,
         gpu=gpu,
-        coeffs=coefficients.coeffs,
-        coeffs_table=coefficients.table,
-        slim_variant=coefficients.variant,
-        slim_bandwidth_exponent=coefficients.bandwidth_exponent,
-        coeffs_source=coefficients.source,
         advisor=advisor_block(data.get("advisor"), axes["batch"]),
         precision=precision,
         source=source,

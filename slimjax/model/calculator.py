@@ -21,6 +21,12 @@ def roofline_variant(model) -> str:
     return "+".join(name for name, on in (("moe", model["moe"]), ("mla", model["mla"])) if on)
 
 
+def max_seqs(model, gpu, serving, input_len, output_len):
+    """max_seqs = ⌊pool / footprint(I + O)⌋ (§3): the concurrent sequences of I + O tokens the KV pool holds
+    (0 where the weights leave no pool)."""
+    return kv_capacity(model, gpu, serving, input_len, output_len)["max_seqs"]
+
+
 def kv_capacity(model, gpu, serving, input_len, output_len):
     """Memory (§3): e_kv, weights, KV pool, per-sequence footprint of I + O tokens, max_seqs."""
     e_kv = memory.model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)

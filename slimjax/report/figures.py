@@ -16,6 +16,8 @@ import pandas as pd
 import xarray as xr
 from matplotlib.figure import Figure as MplFigure
 
+from ..inputs.axes import on_grid_lengths
+
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 MAX_PANELS = 12  # small multiples per figure (the first pairs; the page says which were left out)
 
@@ -56,18 +58,9 @@ def _pairs(ds: xr.Dataset) -> list[tuple[str, str]]:
 
 
 def nearest_io(ds: xr.Dataset, at: tuple[int, int] | None) -> tuple[int, int]:
-    """(I, O) on the grid: ``at`` if given, else the values nearest (in log) to I = 1024, O = 256 (the summary's)."""
-    if at is not None:
-        for axis, v in zip(("input_len", "output_len"), at, strict=False):
-            if int(v) not in ds[axis].values:
-                from ..errors import SlimjaxError
-
-                raise SlimjaxError(
-                    "at", f"{axis} {v} is not on the grid ({', '.join(str(int(x)) for x in ds[axis].values)})"
-                )
-        return int(at[0]), int(at[1])
-    pick = lambda axis, target: int(ds[axis].values[np.argmin(np.abs(np.log(ds[axis].values) - np.log(target)))])  # noqa: E731
-    return pick("input_len", 1024), pick("output_len", 256)
+    """(I, O) on the grid: ``at`` if given, else the values nearest the typical request (the summary's rule)."""
+    i, o = (None, None) if at is None else at
+    return on_grid_lengths(ds["input_len"].values, ds["output_len"].values, i, o, field="at")
 
 
 def _epsilon(ds: xr.Dataset) -> float:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .. import constants
 from ..config import float64_scope
 from ..errors import SlimjaxError
 from ..fit.features import default_max_seqs
@@ -40,7 +41,7 @@ SLO_FACTORS = {"tight": 2.0, "loose": 4.0}
 REFERENCE_BATCH = 32
 DEFAULT_EPSILON = 0.5
 PROFILED_K = (2, 3)
-VARIANTS = ("slim", "slim-kv")
+VARIANTS = constants.SLIM_VARIANTS
 SOURCES = {  # measured file → which rows are curves of the study
     "llm_inference_bench.csv": lambda df: df[df["framework"].str.lower() == "vllm"],
     "splitwise_perf_model.csv": lambda df: df,
