@@ -21,7 +21,6 @@ from .inputs.axes import on_grid_lengths
 from .inputs.sweepfile import Sweep
 from .store import coefficients as coefficient_store
 from .store import sink as store
-from .studies import procure as procurement
 
 DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
 COUNTED = ("slim_at_floor",)  # flags whose set cells a sweep counts into the variable's attrs (nonzero, cells)
@@ -68,9 +67,8 @@ def result_bytes(sw: Sweep) -> float:
     sizes = {d: len(v) for d, v in sw.coords.items()}
     total = 0.0
     for n in variable_names(sw):
-        total += (
-            float(np.prod([sizes[d] for d in VARIABLES[n].dims], dtype=float)) * grid.variable_dtype(sw, n).itemsize
-        )
+        dims = grid.schema(sw)[n].dims
+        total += float(np.prod([sizes[d] for d in dims], dtype=float)) * grid.variable_dtype(sw, n).itemsize
     return total
 
 
@@ -129,6 +127,44 @@ def sweep(
     processes, or the scheduler at ``dask_address`` — whose workers write their regions straight into the
     store (a path every worker can open); same store, same journal, same resume, identical values.
     """
+    given = spec if isinstance(spec, Sweep) else None
+    return _evaluate(given, lambda: parse(spec), out, **_engine_options(locals()))
+
+
+_ENGINE_OPTIONS = (
+    "overwrite",
+    "memory_budget_bytes",
+    "quiet",
+    "resume",
+    "compression",
+    "scheduler",
+    "workers",
+    "dask_address",
+)
+
+
+def _engine_options(arguments: dict) -> dict:
+    """An entry point's engine options (its keyword arguments of those names), for :func:`_evaluate`."""
+    return {k: arguments[k] for k in _ENGINE_OPTIONS}
+
+
+def _evaluate(
+    given,
+    parse_it,
+    out,
+    *,
+    overwrite: bool,
+    memory_budget_bytes: float,
+    quiet: bool | None,
+    resume: bool,
+    compression: str,
+    scheduler: str,
+    workers: int | None,
+    dask_address: str | None,
+) -> xr.Dataset:
+    """Any kind of evaluation (a Sweep, a procurement Study) through the engine: the block plan under the
+    memory budget, in memory or to a journaled store (resume, verify), locally or on Dask; one Dataset
+    builder and one attrs path. ``given`` is the parsed input, or None to ``parse_it()`` (inside float64)."""
     if scheduler not in ("local", "dask"):
         raise SlimjaxError("scheduler", f"must be 'local' or 'dask', got {scheduler!r}")
     if scheduler == "dask" and out is None:
@@ -141,7 +177,7 @@ def sweep(
         check_address(dask_address)  # before any store is made: a failed connect leaves nothing behind
     target = store.check_target(out, overwrite, resume) if out is not None else None
     with float64_scope():
-        sw = spec if isinstance(spec, Sweep) else parse(spec)
+        sw = given if given is not None else parse_it()
         _check_room(sw, target)
         names = variable_names(sw)
         block_plan = grid.plan(sw, memory_budget_bytes)
@@ -161,7 +197,12 @@ def sweep(
                         }
                 return dataset.in_memory_dataset(sw, sink.arrays, attrs, var_attrs)
             variables = {
-                n: (VARIABLES[n].dims, grid.variable_dtype(sw, n), block_plan.chunks(VARIABLES[n].dims), var_attrs[n])
+                n: (
+                    grid.schema(sw)[n].dims,
+                    grid.variable_dtype(sw, n),
+                    block_plan.chunks(grid.schema(sw)[n].dims),
+                    var_attrs[n],
+                )
                 for n in names
             }
             with store.sigterm_as_exit():
@@ -173,7 +214,7 @@ def sweep(
                     attrs,
                     compression=compression,
                     resume=resume,
-                    shards={n: block_plan.shards(VARIABLES[n].dims) for n in names},
+                    shards={n: block_plan.shards(grid.schema(sw)[n].dims) for n in names},
                 )
                 try:
                     if scheduler == "dask":
@@ -188,7 +229,7 @@ def sweep(
                     import warnings
 
                     warnings.warn(
-                        f"sweep interrupted; its partial store {str(kept)!r} is kept: rerun with resume=True / "
+                        f"{sw.kind} interrupted; its partial store {str(kept)!r} is kept: rerun with resume=True / "
                         "--resume to continue it",
                         RuntimeWarning,
                         stacklevel=2,
@@ -205,22 +246,29 @@ def procure(
     out: str | os.PathLike | None = None,
     *,
     overwrite: bool = False,
+    memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET,
+    quiet: bool | None = True,
+    resume: bool = False,
+    compression: str = "none",
+    scheduler: str = "local",
+    workers: int | None = None,
+    dask_address: str | None = None,
 ) -> xr.Dataset:
     """A procurement study (MODEL.md §8) from a procurement file (path), mapping or parsed
     :class:`~slimjax.inputs.procurefile.Study`: every (GPU, TP, batch limit) candidate per workload,
-    rate and model, the cheapest feasible choice and the per-class mix. With ``out`` the Dataset is
-    also written to a zarr store (atomically; an existing one replaced only with ``overwrite``).
+    rate and model, the cheapest feasible choice and the per-class mix. It runs through the same engine
+    as :func:`sweep` — block plan under ``memory_budget_bytes``, a journaled store at ``out`` (atomic,
+    ``resume`` after an interruption, ``slimjax verify``), ``scheduler="dask"`` — with the same options.
     Print it with :func:`procure_tables`."""
-    target = store.check_target(out, overwrite) if out is not None else None
-    with float64_scope():
-        study = spec if isinstance(spec, procurefile.Study) else procurefile.parse(spec)
-        ds = procurement.evaluate(study)
-    if target is not None:
-        store.write_dataset(ds, target)
-    return ds
+    given = spec if isinstance(spec, procurefile.Study) else None
+    return _evaluate(given, lambda: procurefile.parse(spec), out, **_engine_options(locals()))
 
 
-procure_tables = procurement.ranked_tables
+def procure_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
+    """The study's ranked tables as text (:func:`slimjax.report.tables.ranked_tables`)."""
+    from .report.tables import ranked_tables
+
+    return ranked_tables(ds, top=top, infeasible=infeasible)
 
 
 def make_report(paths, out_dir: str | os.PathLike, *, at: tuple[int, int] | None = None, quiet: bool | None = None):

@@ -63,6 +63,43 @@ def _at_option(what: str):
     )
 
 
+_ENGINE_OPTIONS = (
+    click.option(
+        "--memory-budget",
+        default=C.DEFAULT_MEMORY_BUDGET,
+        show_default=True,
+        callback=_bytes,
+        help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).",
+    ),
+    click.option("--resume", is_flag=True, help="Continue an interrupted run from its OUT.partial store."),
+    click.option(
+        "--compression",
+        type=click.Choice(C.COMPRESSIONS),
+        default=C.COMPRESSIONS[0],
+        show_default=True,
+        help="Chunk compression of the store.",
+    ),
+    click.option(
+        "--scheduler",
+        type=click.Choice(C.SCHEDULERS),
+        default=C.SCHEDULERS[0],
+        show_default=True,
+        help="Run blocks in this process, or on a Dask cluster whose workers write to the store.",
+    ),
+    click.option(
+        "--workers", type=click.IntRange(1), default=None, help="Dask LocalCluster worker processes (default: cores)."
+    ),
+    click.option("--dask-address", default=None, help="An existing Dask scheduler, tcp://HOST:PORT."),
+)
+
+
+def _engine_options(fn):
+    """The engine's options, shared by every command that runs an evaluation (sweep, procure)."""
+    for option in reversed(_ENGINE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
 @click.group()
 @click.version_option(package_name="slimjax")
 def main() -> None:
@@ -81,33 +118,8 @@ def main() -> None:
 @click.option("--out", "out", required=True, type=click.Path(), help="zarr store to write (STORE.zarr).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
-@click.option(
-    "--memory-budget",
-    default=C.DEFAULT_MEMORY_BUDGET,
-    show_default=True,
-    callback=_bytes,
-    help="Working memory for one block of the grid (e.g. 512MiB, 4GiB).",
-)
 @_at_option("the summary table")
-@click.option("--resume", is_flag=True, help="Continue an interrupted sweep from its OUT.partial store.")
-@click.option(
-    "--compression",
-    type=click.Choice(C.COMPRESSIONS),
-    default=C.COMPRESSIONS[0],
-    show_default=True,
-    help="Chunk compression of the store.",
-)
-@click.option(
-    "--scheduler",
-    type=click.Choice(C.SCHEDULERS),
-    default=C.SCHEDULERS[0],
-    show_default=True,
-    help="Run blocks in this process, or on a Dask cluster whose workers write to the store.",
-)
-@click.option(
-    "--workers", type=click.IntRange(1), default=None, help="Dask LocalCluster worker processes (default: cores)."
-)
-@click.option("--dask-address", default=None, help="An existing Dask scheduler, tcp://HOST:PORT.")
+@_engine_options
 @click.option(
     "--report",
     "report_dir",
@@ -218,8 +230,21 @@ def verify(store_path: str) -> None:
     type=click.Path(file_okay=False),
     help="Write the report (PNGs, index.html) here.",
 )
+@_engine_options
 @_reports_errors()
-def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_dir: str | None) -> None:
+def procure(
+    study_file: str,
+    out: str | None,
+    overwrite: bool,
+    top: int,
+    report_dir: str | None,
+    memory_budget: float,
+    resume: bool,
+    compression: str,
+    scheduler: str,
+    workers: int | None,
+    dask_address: str | None,
+) -> None:
     """Size and price a fleet for STUDY_FILE's workloads under its SLOs (MODEL.md §8)."""
     import slimjax
 
@@ -228,7 +253,17 @@ def procure(study_file: str, out: str | None, overwrite: bool, top: int, report_
         sys.exit(2)
     if report_dir is not None:
         _check_dir(report_dir, "--report")
-    ds = slimjax.procure(study_file, out, overwrite=overwrite)
+    ds = slimjax.procure(
+        study_file,
+        out,
+        overwrite=overwrite,
+        memory_budget_bytes=memory_budget,
+        resume=resume,
+        compression=compression,
+        scheduler=scheduler,
+        workers=workers,
+        dask_address=dask_address,
+    )
     click.echo(slimjax.procure_tables(ds, top=top))
     if out is not None:
         click.echo(f"\nwrote {out}")

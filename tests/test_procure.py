@@ -377,7 +377,7 @@ def test_an_infeasible_study_says_why(tmp_path):
 
 
 def proc_reason(name):
-    from slimjax.studies.procure import REASONS
+    from slimjax.engine.schema import REASONS
 
     return REASONS.index(name)
 

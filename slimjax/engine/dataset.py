@@ -13,15 +13,21 @@ import yaml
 from .._version import __version__
 from ..inputs.catalog import PRICE_DATE
 from ..inputs.sweepfile import Sweep
-from .grid import variable_dtype
+from .grid import schema, variable_dtype
 from .groups import GROUPS
 from .plan import BlockPlan
-from .schema import DIMS, VARIABLES
+from .schema import DIMS, SCHEMAS
 
 
-def variable_attrs(sweep: Sweep, name: str) -> dict:
-    var = VARIABLES[name]
+def variable_attrs(sweep, name: str) -> dict:
+    """A variable's attrs: units and long name, the price date of what prices make, a coded variable's
+    flags, and whatever its group adds."""
+    var = schema(sweep)[name]
     attrs = {"units": var.units, "long_name": var.long_name}
+    if var.priced:
+        attrs["price_date"] = PRICE_DATE
+    if var.flags:
+        attrs.update(flag_values=list(range(len(var.flags))), flag_meanings=" ".join(var.flags))
     group = GROUPS[var.group]
     if group.attrs is not None:
         attrs.update(group.attrs(sweep, name))
@@ -70,7 +76,61 @@ def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
     return h.hexdigest()
 
 
-def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
+def study_hash(study, block_plan: BlockPlan) -> str:
+    """SHA-256 of the resolved procurement study (coordinates, every spec leaf, serving and measured per
+    candidate, classes, rates, SLOs), the block plan and the slimjax version: what a resumed run must match."""
+    import hashlib
+
+    import jax
+
+    h = hashlib.sha256(f"{__version__} procurement".encode())
+    for k, v in study.coords.items():
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(v).astype(str if v.dtype.kind == "U" else v.dtype).tobytes())
+    trees = (study.model, study.gpu, study.serving, study.measured, study.class_arrays(), study.total_rate)
+    for leaf in jax.tree_util.tree_leaves(trees):
+        h.update(np.ascontiguousarray(np.asarray(leaf, np.float64)).tobytes())
+    h.update(repr((sorted(study.slo.items()), block_plan.dims, sorted(block_plan.block.items()))).encode())
+    return h.hexdigest()
+
+
+def study_attrs(study, block_plan: BlockPlan) -> dict:
+    """A procurement Dataset's attrs: the study file, SLOs, workloads, serving, prices (dated), notes."""
+    from .procurement import _static
+
+    static = dict(_static(study))
+    return {
+        "slimjax_version": __version__,
+        "kind": "procurement",
+        "study_file": study.source,
+        "slo": json.dumps({k: (None if np.isinf(v) else v) for k, v in study.slo.items()}),
+        "workloads": json.dumps(
+            {w.name: {"source": w.source, "requests": w.requests, "trace_rate": w.trace_rate} for w in study.workloads}
+        ),
+        "serving": json.dumps(study.serving_table, default=float),
+        "price_date": PRICE_DATE,
+        "prices": json.dumps(
+            {
+                g: {"usd_per_gpu_hour": float(study.gpu.price_per_hour[i]), "source": study.price_source[g]}
+                for i, g in enumerate(study.gpus)
+            }
+        ),
+        "prices_note": f"illustrative prices, dated {PRICE_DATE}; override per GPU under prices:",
+        "ttft_note": "TTFT is MODEL.md §8's per-request screen t_pre,k + ITL_k(m) plus the wait quantile, "
+        "not §4's batch screen",
+        "bisection_steps": static["bisection_steps"],
+        "block_plan": block_plan.to_attrs(),
+        "sweep_hash": study_hash(study, block_plan),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def dataset_attrs(x, block_plan: BlockPlan) -> dict:
+    """The Dataset's attrs for its kind of evaluation (a sweep's or a procurement study's)."""
+    return study_attrs(x, block_plan) if x.kind == "procurement" else sweep_attrs(x, block_plan)
+
+
+def sweep_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
     advisor = (
         None
         if sweep.advisor is None
@@ -117,20 +177,20 @@ def dataset_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
 class MemorySink:
     """Result arrays in memory, written block by block."""
 
-    def __init__(self, sweep: Sweep, names: list[str]):
-        coords = sweep.coords
+    def __init__(self, x, names: list[str]):
+        coords = x.coords
         self.arrays = {
-            n: np.empty(tuple(len(coords[d]) for d in VARIABLES[n].dims), dtype=variable_dtype(sweep, n)) for n in names
+            n: np.empty(tuple(len(coords[d]) for d in schema(x)[n].dims), dtype=variable_dtype(x, n)) for n in names
         }
 
     def write(self, name, region, values):
         self.arrays[name][region] = values
 
 
-def in_memory_dataset(sweep: Sweep, arrays: dict, attrs: dict, var_attrs: dict) -> xr.Dataset:
+def in_memory_dataset(x, arrays: dict, attrs: dict, var_attrs: dict) -> xr.Dataset:
     """The Dataset around the sink's arrays (no copies)."""
-    ds = xr.Dataset(coords={k: (k, v, DIMS[k].attrs) for k, v in sweep.coords.items()}, attrs=attrs)
-    return canonical(ds.assign({n: (VARIABLES[n].dims, a, var_attrs[n]) for n, a in arrays.items()}))
+    ds = xr.Dataset(coords={k: (k, v, DIMS[k].attrs) for k, v in x.coords.items()}, attrs=attrs)
+    return canonical(ds.assign({n: (schema(x)[n].dims, a, var_attrs[n]) for n, a in arrays.items()}))
 
 
 def canonical(ds: xr.Dataset) -> xr.Dataset:
@@ -138,5 +198,6 @@ def canonical(ds: xr.Dataset) -> xr.Dataset:
     order = [d for d in DIMS if d in ds.dims]
     out = xr.Dataset(coords={d: ds[d] for d in order}, attrs=ds.attrs)
     out = out.assign_coords({k: v for k, v in ds.coords.items() if k not in order})
-    names = [n for n in VARIABLES if n in ds.data_vars] + [n for n in ds.data_vars if n not in VARIABLES]
+    table = SCHEMAS[ds.attrs.get("kind", "sweep")]
+    names = [n for n in table if n in ds.data_vars] + [n for n in ds.data_vars if n not in table]
     return out.assign({n: ds[n] for n in names})

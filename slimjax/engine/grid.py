@@ -1,8 +1,9 @@
 """The grid layer: labeled 1-D axes in, one jitted block evaluation, bounded-memory blocks out.
 
-The grid's dims are the sweep's (:attr:`Sweep.coords`); the block plan cuts it along the blockable
-ones. Every block has the same shape (the last ones are padded by repeating the edge) so the
-evaluation compiles once; blocks are dealt to the devices by :func:`.dispatch.pipelined`. What is
+The grid's dims are the evaluation's (:attr:`Sweep.coords`, :attr:`Study.coords`); the block plan cuts
+it along the blockable ones no active group reduces over. Every block has the same shape (the last ones
+are padded by repeating the edge) so the evaluation compiles once; blocks are dealt to the devices by
+:func:`.dispatch.pipelined`. What is
 computed is the active groups' business (:mod:`.groups`): this module only gathers inputs, runs the
 groups' cell then batch terms, and shapes each variable to its own dims.
 """
@@ -11,18 +12,18 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..inputs.sweepfile import Sweep
-from ..model.queue import queue_bound
+from . import procurement  # noqa: F401  (registers the §8 group)
 from .dispatch import compute_devices, pipelined
 from .groups import GROUPS, active_groups, batch_phase, mask_unfit, variable_names
 from .plan import BlockPlan, plan_blocks
-from .schema import DIMS, VARIABLES
+from .schema import DIMS, SCHEMAS
 
 
 class Layout(NamedTuple):
@@ -35,7 +36,9 @@ class Layout(NamedTuple):
     input_dims: tuple[tuple[str, tuple[str, ...]], ...]
     groups: tuple[str, ...]
     dtypes: tuple[tuple[str, str], ...]  # variable -> dtype name
-    static: tuple[tuple[str, int], ...] = ()  # static facts groups may use (e.g. the largest batch)
+    dims: tuple[tuple[str, ...], ...]  # each variable's dims (same order as dtypes)
+    masked: tuple[str, ...]  # the fit-masked variables (schema.Variable.fit_masked)
+    static: tuple[tuple[str, Any], ...] = ()  # static facts groups may use (e.g. the largest batch)
 
 
 # Peak working memory per output byte: the block's outputs, XLA temporaries, one block in flight.
@@ -83,21 +86,23 @@ def _cell_block(inputs, starts, *, layout):
 
 
 @functools.partial(jax.jit, static_argnames=("layout",))
-def _batch_block(x, cells, inputs, *, layout):
+def _batch_block(x, cells, inputs, starts, *, layout):
     grid = layout.grid
+    # a batch-phase input may still run along a blocked dim (a study's serving per (model, gpu, tp))
+    index = {d: s + jnp.arange(n) for d, s, n in zip(layout.blocked, starts, layout.extents, strict=True)}
     x = {
         **x,
-        **{k: _shape_input(inputs[k], dims, grid, {}) for k, dims in layout.input_dims if batch_phase(dims)},
+        **{k: _shape_input(inputs[k], dims, grid, index) for k, dims in layout.input_dims if batch_phase(dims)},
         "dims": grid,
         "static": dict(layout.static),
     }
     out: dict = {}
     for g in layout.groups:
         out.update(GROUPS[g].batch(x, cells, out))
-    out = mask_unfit(out, [name for name, _ in layout.dtypes])
+    out = mask_unfit(out, layout.masked)
     return {
-        name: _to_dims(out[name], VARIABLES[name].dims, grid, layout.shape).astype(dtype)
-        for name, dtype in layout.dtypes
+        name: _to_dims(out[name], dims, grid, layout.shape).astype(dtype)
+        for (name, dtype), dims in zip(layout.dtypes, layout.dims, strict=True)
     }
 
 
@@ -106,30 +111,49 @@ def evaluate_block(inputs: dict, starts, layout):
     device, ``starts`` the block's first index along the blocked dims."""
     x, cells = _cell_block(inputs, starts, layout=layout)
     batch_inputs = {k: inputs[k] for k, dims in layout.input_dims if batch_phase(dims)}
-    return _batch_block(x, cells, batch_inputs, layout=layout)
+    return _batch_block(x, cells, batch_inputs, starts, layout=layout)
 
 
-def variable_dtype(sweep: Sweep, name: str) -> np.dtype:
-    kind = VARIABLES[name].dtype
-    return sweep.dtype if kind == "float" else np.dtype(kind)
+def schema(x) -> dict:
+    """The variable table of ``x``'s kind (a Sweep's or a Study's)."""
+    return SCHEMAS[x.kind]
 
 
-def bytes_per_cell(sweep: Sweep) -> float:
-    """Working memory of one cell of the blockable dims: its outputs (8 bytes each where a group
+def kernel_dtype(x, name: str) -> np.dtype:
+    """The dtype a variable is computed in: "float" is the evaluation's precision."""
+    kind = schema(x)[name].dtype
+    return x.dtype if kind == "float" else np.dtype(kind)
+
+
+def variable_dtype(x, name: str) -> np.dtype:
+    """The dtype a variable is stored in: a label variable as its dim's labels, else as computed."""
+    label = schema(x)[name].label_of
+    return x.coords[label].dtype if label is not None else kernel_dtype(x, name)
+
+
+def whole_dims(x) -> frozenset:
+    """Dims the plan keeps whole: the schema's unblockable ones and any an active group reduces over."""
+    return frozenset(d for d in x.coords if not DIMS[d].blockable) | {d for g in active_groups(x) for d in g.reduces}
+
+
+def bytes_per_cell(x) -> float:
+    """Working memory of one cell of the blocked dims: its outputs (8 bytes each where a group
     computes in float64) times a factor for temporaries and the block in flight."""
-    sizes = {d: len(v) for d, v in sweep.coords.items()}
-    wide = {g.name for g in active_groups(sweep) if g.wide}
+    sizes = {d: len(v) for d, v in x.coords.items()}
+    wide = {g.name for g in active_groups(x) if g.wide}
+    whole = whole_dims(x)
     per = 0
-    for v in variable_names(sweep):
-        var = VARIABLES[v]
-        item = 8 if var.group in wide else sweep.dtype.itemsize
-        per += math.prod(sizes[d] for d in var.dims if not DIMS[d].blockable) * item
+    for v in variable_names(x):
+        var = schema(x)[v]
+        item = 8 if var.group in wide else x.dtype.itemsize
+        per += math.prod(sizes[d] for d in var.dims if d in whole) * item
     return per * _WORKING_FACTOR
 
 
-def plan(sweep: Sweep, memory_budget_bytes: float) -> BlockPlan:
-    """The sweep's block plan under ``memory_budget_bytes`` of working memory per block."""
-    return plan_blocks({d: len(v) for d, v in sweep.coords.items()}, bytes_per_cell(sweep), memory_budget_bytes)
+def plan(x, memory_budget_bytes: float) -> BlockPlan:
+    """The evaluation's block plan under ``memory_budget_bytes`` of working memory per block."""
+    sizes = {d: len(v) for d, v in x.coords.items()}
+    return plan_blocks(sizes, bytes_per_cell(x), memory_budget_bytes, whole=whole_dims(x))
 
 
 def host_inputs(sweep: Sweep) -> tuple[dict, tuple]:
@@ -146,11 +170,19 @@ def host_inputs(sweep: Sweep) -> tuple[dict, tuple]:
     return arrays, tuple(dims.items())
 
 
-def static_facts(sweep: Sweep) -> tuple[tuple[str, int], ...]:
-    """What the groups may use as compile-time constants: with a queue, a bound on its m from the largest
-    batch (only then: it is part of the compile key); with the slim-kv variant, a flag."""
-    facts = (("max_batch", queue_bound(sweep.batch)),) if sweep.arrival_rate is not None else ()
-    return facts + ((("slim_kv", 1),) if sweep.slim.variant == "slim-kv" else ())
+def static_facts(x) -> tuple[tuple[str, Any], ...]:
+    """What the active groups declare as compile-time constants (part of the compile key: e.g. the queue's
+    bound on m from the largest batch, the slim-kv flag, the procurement bisection's steps)."""
+    return tuple(fact for g in active_groups(x) if g.static is not None for fact in g.static(x))
+
+
+def labelled(x, name: str, values: np.ndarray) -> np.ndarray:
+    """A label variable's indices as its dim's labels ('' where -1); any other variable as it is."""
+    label = schema(x)[name].label_of
+    if label is None:
+        return values
+    labels = x.coords[label]
+    return np.where(values >= 0, labels[np.clip(values, 0, len(labels) - 1)], np.asarray("", labels.dtype))
 
 
 def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
@@ -167,7 +199,9 @@ def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
         tuple(block_plan.block.get(d, block_plan.sizes[d]) for d in block_plan.dims),
         input_dims,
         tuple(g.name for g in groups),
-        tuple((n, variable_dtype(sweep, n).name) for n in names),
+        tuple((n, kernel_dtype(sweep, n).name) for n in names),
+        tuple(schema(sweep)[n].dims for n in names),
+        tuple(n for n in names if schema(sweep)[n].fit_masked),
         static_facts(sweep),
     )
     devices = compute_devices(host_callbacks=any(g.host_callbacks for g in groups))
@@ -184,13 +218,13 @@ def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
     for (k, b), result in pipelined(todo, run, devices):
         out = {}
         for name, value in result.items():
-            dims = VARIABLES[name].dims
+            dims = schema(sweep)[name].dims
             if any(b.slices[a].start != 0 for a in block_plan.blocked if a not in dims):
                 continue
             valid = tuple(
                 slice(0, b.slices[d].stop - b.slices[d].start) if d in b.slices else slice(None) for d in dims
             )
-            out[name] = (b.region(dims), np.asarray(value)[valid])
+            out[name] = (b.region(dims), labelled(sweep, name, np.asarray(value)[valid]))
         yield k, out
 
 

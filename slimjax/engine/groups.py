@@ -28,11 +28,12 @@ from ..model import agents as agents_mod
 from ..model.calculator import capacity_cell_terms, kv_capacity, queue_terms, service_terms
 from ..model.floor import FLOOR_FLAGS, floor_inputs, floor_of
 from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
+from ..model.queue import queue_bound
 from ..model.rates import token_throughput
 from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms
 from ..model.slim_kv import slim_kv_batch_terms, slim_kv_cell_terms, slim_kv_log_throughput_sensitivity
 from ..model.specs import astype
-from .schema import DIMS, ROOFLINE_ONLY, SERVICE, VARIABLES
+from .schema import DIMS, ROOFLINE_ONLY, SCHEMAS, SERVICE, VARIABLES
 
 F64 = jnp.float64  # capacity and queue arithmetic: exact max_seqs, accurate Erlang B
 
@@ -47,6 +48,9 @@ class Group:
     attrs: Callable[[Sweep, str], dict] | None = None
     wide: bool = False  # its outputs are budgeted at 8 bytes (float64 arithmetic or temporaries)
     host_callbacks: bool = False  # calls back into the host (run on one device, see dispatch)
+    kind: str = "sweep"  # the kind of evaluation it belongs to (schema.SCHEMAS): a Sweep's or a Study's
+    reduces: tuple[str, ...] = ()  # dims its batch terms reduce over: the block plan keeps them whole
+    static: Callable[[Any], tuple] | None = None  # compile-time facts ((name, value), …) from the parsed input
 
 
 GROUPS: dict[str, Group] = {}
@@ -60,14 +64,15 @@ def register_group(group: Group) -> Group:
     return group
 
 
-def active_groups(sweep: Sweep) -> list[Group]:
-    return [g for g in GROUPS.values() if g.active(sweep)]
+def active_groups(x) -> list[Group]:
+    """The groups of ``x``'s kind (a Sweep's, a Study's) that ``x`` turns on, in registration order."""
+    return [g for g in GROUPS.values() if g.kind == x.kind and g.active(x)]
 
 
-def variable_names(sweep: Sweep) -> list[str]:
-    """The sweep's variables, in schema order."""
-    active = {g.name for g in active_groups(sweep)}
-    return [v.name for v in VARIABLES.values() if v.group in active and all(n in active for n in v.needs)]
+def variable_names(x) -> list[str]:
+    """The evaluation's variables, in its schema's order."""
+    active = {g.name for g in active_groups(x)}
+    return [v.name for v in SCHEMAS[x.kind].values() if v.group in active and all(n in active for n in v.needs)]
 
 
 def batch_phase(dims: tuple[str, ...]) -> bool:
@@ -179,7 +184,15 @@ def _slim_attrs(sweep: Sweep, name: str) -> dict:
 
 
 register_group(
-    Group("slim", active=lambda sw: True, inputs=_slim_inputs, cell=_slim_cell, batch=_slim_batch, attrs=_slim_attrs)
+    Group(
+        "slim",
+        active=lambda sw: True,
+        inputs=_slim_inputs,
+        cell=_slim_cell,
+        batch=_slim_batch,
+        attrs=_slim_attrs,
+        static=lambda sw: (("slim_kv", 1),) if sw.slim.variant == "slim-kv" else (),
+    )
 )
 
 # ------------------------------------------------------------------------- the capacity calculator (§3–§4)
@@ -293,18 +306,18 @@ def mask_unfit(out: dict, names) -> dict:
     where the batch does not fit (B > max_seqs), one with batch but no output_len (the batch's prefill) where
     the B prompts alone do not, one with output_len but no batch where one sequence does not, one with neither
     where one prompt does not."""
+    if "_fit_masks" not in out:  # nothing timed by the sweep's memory check (another kind of evaluation)
+        return out
     masks = out["_fit_masks"]
-    for name in names:
+    for name in names:  # the fit-masked ones
         var = VARIABLES[name]
-        if not var.fit_masked:
-            continue
         key = (
             ("batch" if "output_len" in var.dims else "prompts")
             if "batch" in var.dims
             else ("sequence" if "output_len" in var.dims else "prompt")
         )
         out[name] = jnp.where(masks[key], out[name], jnp.nan)
-    if "slim_at_floor" in names:  # a flag has no NaN: 0 where nothing runs
+    if "slim_at_floor" in out:  # a flag has no NaN: 0 where nothing runs
         out["slim_at_floor"] = jnp.where(masks["batch"], out["slim_at_floor"], 0).astype(jnp.int8)
     return out
 
@@ -327,6 +340,8 @@ register_group(
         batch=_queue_batch,
         attrs=lambda sw, name: _roofline_attrs(sw),
         wide=True,
+        # a bound on the queue's m from the largest batch (a compile-time constant of the recurrence)
+        static=lambda sw: (("max_batch", queue_bound(sw.batch)),),
     )
 )
 

@@ -79,12 +79,14 @@ class BlockPlan:
         )
 
 
-def plan_blocks(sizes: dict[str, int], bytes_per_cell: float, budget_bytes: float) -> BlockPlan:
+def plan_blocks(
+    sizes: dict[str, int], bytes_per_cell: float, budget_bytes: float, whole: frozenset = frozenset()
+) -> BlockPlan:
     """Block extents so one block's working memory fits ``budget_bytes``. ``sizes`` are the grid's
     dims in order; ``bytes_per_cell`` the working memory of one cell of its blockable dims (the
     others whole, e.g. a cell's batch column)."""
     dims = tuple(sizes)
-    block = {d: sizes[d] for d in dims if DIMS[d].blockable}
+    block = {d: sizes[d] for d in dims if DIMS[d].blockable and d not in whole}
     total = lambda: math.prod(block.values()) * bytes_per_cell  # noqa: E731
     for axis in block:
         if total() <= budget_bytes:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,6 +49,9 @@ class Workload:
 class Study:
     """A validated procurement study: labels beside stacked specs (serving and measured per (model, GPU, TP))."""
 
+    kind: ClassVar[str] = "procurement"  # the engine's kind of evaluation (engine.schema.SCHEMAS)
+    precision: ClassVar[str] = "float64"  # λ* by bisection and the queue: exact arithmetic
+
     workloads: list[Workload]
     rate_labels: list[str]
     total_rate: np.ndarray  # (workload, rate) requests/s; NaN where a scale has no trace rate to multiply
@@ -69,6 +72,33 @@ class Study:
     @property
     def n_classes(self) -> int:
         return max(len(w.classes.count) for w in self.workloads)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.precision)
+
+    @property
+    def coords(self) -> dict[str, np.ndarray]:
+        """The study's grid: workload, rate, model, gpu, tp, batch, class (MODEL.md §8)."""
+        return {
+            "workload": np.asarray([w.name for w in self.workloads], dtype=str),
+            "rate": np.asarray(self.rate_labels, dtype=str),
+            "model": np.asarray(self.models, dtype=str),
+            "gpu": np.asarray(self.gpus, dtype=str),
+            "tp": np.asarray(self.tp).astype(np.int64),
+            "batch": np.asarray(self.batch).astype(np.int64),
+            "class": np.arange(self.n_classes),
+        }
+
+    def class_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(I_k, O_k, w_k) per (workload, class); a workload with fewer classes is padded with weight 0."""
+        K, W = self.n_classes, len(self.workloads)
+        class_in, class_out, weight = np.ones((W, K)), np.ones((W, K)), np.zeros((W, K))
+        for i, wl in enumerate(self.workloads):
+            k = len(wl.classes.count)
+            class_in[i, :k], class_out[i, :k] = wl.classes.input_len, wl.classes.output_len
+            weight[i, :k] = wl.classes.weight
+        return class_in, class_out, weight
 
 
 def _path(value: Any, field: str, base_dir: Path | None) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import jax
 import numpy as np
@@ -32,6 +33,8 @@ PRECISIONS = ("float32", "float64")
 @dataclasses.dataclass(frozen=True, eq=False)
 class Sweep:
     """A validated sweep: labels beside stacked spec pytrees, coefficients per (model, GPU)."""
+
+    kind: ClassVar[str] = "sweep"  # the engine's kind of evaluation (engine.schema.SCHEMAS)
 
     models: list[str]
     gpus: list[str]

@@ -259,6 +259,9 @@ def _write_json_atomically(path: Path, payload: dict) -> None:
 
 
 def _crc(values: np.ndarray) -> int:
+    values = np.asarray(values)
+    if values.dtype.kind in "UOT":  # labels: their text, however numpy or zarr holds the strings
+        return zlib.crc32("\0".join(str(v) for v in values.ravel().tolist()).encode())
     return zlib.crc32(np.ascontiguousarray(values).view(np.uint8).reshape(-1))
 
 
@@ -320,14 +323,15 @@ class ZarrSink:
             self.arrays = {}
             for name, (dims, dtype, chunks, var_attrs) in variables.items():
                 shape = tuple(len(coords[d]) for d in dims)
-                fill = np.nan if np.dtype(dtype).kind == "f" else 0
+                kind = np.dtype(dtype).kind
+                fill = np.nan if kind == "f" else ("" if kind == "U" else 0)
                 shard = (shards or {}).get(name)
                 self.arrays[name] = self.group.create_array(
                     name,
                     shape=shape,
                     chunks=chunks,
                     shards=shard if shard != chunks else None,
-                    dtype=dtype,
+                    dtype=str if kind == "U" else dtype,  # labels as zarr's variable-length strings, like the coords
                     dimension_names=dims,
                     attributes=var_attrs,
                     fill_value=fill,

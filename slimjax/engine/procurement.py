@@ -1,0 +1,245 @@
+"""Procurement (MODEL.md §8) as an engine group: every candidate (GPU, TP degree, batch limit) for every
+workload, rate and model, then the cheapest feasible choice and the per-class mix, as reductions.
+
+The grid is the Study's (:attr:`slimjax.inputs.procurefile.Study.coords`): ``[workload, rate, model, gpu,
+tp, batch, class]``. The choice reduces over (gpu, tp, batch) and the mixture over class, so the plan
+blocks only along workload and model. λ* does not depend on the total rate, so until the sizing the rate
+axis carries the *mix* rows instead: row 0 is the workload's class mixture, row 1 + k serves class k alone
+(the §8 mix), and one bisection gives λ* for both.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..model import memory
+from ..model import procurement as proc
+from ..model.calculator import capacity_cell_terms, service_terms
+from ..model.queue import queue_bound
+from .groups import Group, register_group
+from .schema import REASONS
+
+_REASON_CODE = {name: code for code, name in enumerate(REASONS)}
+
+
+def batch_buckets(batch) -> tuple[tuple[int, int, int], ...]:
+    """(start, stop, static bound on m) over the sorted batch axis, one bucket per power-of-four bound:
+    the queue's recurrence runs to each bucket's own bound, not the largest batch's."""
+    out, start = [], 0
+    bounds = [queue_bound(b) for b in batch]
+    bounds = [max(4, int(4 ** np.ceil(np.log(b) / np.log(4)))) for b in bounds]
+    for i in range(1, len(batch) + 1):
+        if i == len(batch) or bounds[i] != bounds[start]:
+            out.append((start, i, bounds[start]))
+            start = i
+    return tuple(out)
+
+
+def _inputs(study) -> dict:
+    class_in, class_out, weight = study.class_arrays()
+    lead = ("model", "gpu", "tp")
+    return {
+        "model": (("model",), study.model),
+        "gpu": (("gpu",), study.gpu),
+        "serving": (lead, study.serving),
+        "measured": (lead, study.measured),
+        "tp": (("tp",), np.asarray(study.tp, np.float64)),
+        "batch": (("batch",), np.asarray(study.batch, np.float64)),
+        "class_input_len": (("workload", "class"), class_in),
+        "class_output_len": (("workload", "class"), class_out),
+        "class_weight": (("workload", "class"), weight),
+        "total_rate": (("workload", "rate"), np.asarray(study.total_rate, np.float64)),
+        "slo": ((), {k: np.float64(v) for k, v in study.slo.items()}),
+    }
+
+
+def _static(study) -> tuple:
+    return (("bisection_steps", proc.BISECTION_STEPS), ("batch_buckets", batch_buckets(study.batch)))
+
+
+def _choose(cost, gpus, feasible, tp, batch):
+    """Index into the flattened (G, N, B) candidates of the §8 choice (least cost, then fewer GPUs, smaller TP,
+    smaller batch, earlier GPU), and whether any is feasible. ``cost`` etc. end in (G, N, B)."""
+    lead, (G, N, B) = cost.shape[:-3], cost.shape[-3:]
+
+    def flat(x):
+        return jnp.broadcast_to(x, (*lead, G, N, B)).reshape(*lead, -1)
+
+    tp_key = flat(jnp.broadcast_to(tp[:, None], (N, B)))
+    b_key = flat(jnp.broadcast_to(batch[None, :], (N, B)))
+    c = flat(jnp.where(feasible, cost, jnp.inf))
+    g = flat(jnp.where(feasible, gpus, jnp.inf))
+    order = jnp.lexsort((b_key, tp_key, g, c), axis=-1)
+    return order[..., 0], jnp.any(flat(feasible), axis=-1)
+
+
+def _pick(x, index, shape):
+    """x (…, G, N, B) broadcast to ``shape`` + (G, N, B), at the flat candidate ``index`` (…)."""
+    full = jnp.broadcast_to(x, (*shape, *x.shape[-3:]))
+    return jnp.take_along_axis(full.reshape(*shape, -1), index[..., None], axis=-1)[..., 0]
+
+
+def _batch(x: dict, cells: dict, out: dict) -> dict:
+    """Every §8 variable on one block, each shaped to the 7-d grid (size 1 along the dims it drops)."""
+    steps, buckets = x["static"]["bisection_steps"], x["static"]["batch_buckets"]
+    model, gpu, serving, measured, slo = x["model"], x["gpu"], x["serving"], x["measured"], x["slo"]
+    tp, batch = x["tp"].reshape(-1), x["batch"].reshape(-1)
+    N, n_batch = tp.shape[0], batch.shape[0]
+    I, O, weight7 = x["class_input_len"], x["class_output_len"], x["class_weight"]  # (W, 1, 1, 1, 1, 1, K)
+    W, K = weight7.shape[0], weight7.shape[-1]
+    # mix rows in the rate slot: row 0 the mixture, row 1 + k class k alone (where present)
+    one_hot = jnp.eye(K, dtype=weight7.dtype)[None, :, None, None, None, None, :] * (weight7 > 0)
+    w = jnp.concatenate([weight7, one_hot], axis=1)  # (W, X, 1, 1, 1, 1, K)
+    B = batch.reshape(1, 1, 1, 1, 1, -1)
+
+    cell = capacity_cell_terms(model, gpu, serving, I, O)
+    pool = cell["kv_pool_bytes"][..., 0]  # (1, 1, M, G, N, 1)
+    footprint = proc.mixture_mean(w, cell["seq_footprint_bytes"])  # F̄ (W, X, M, G, N, 1)
+    divides = jnp.mod(model.n_heads, serving.n_gpu)[..., 0] == 0
+    slots = jnp.where(divides, proc.mixture_slots(B, pool, footprint), 0.0)  # (W, X, M, G, N, B)
+    per_class = service_terms(cell, measured, jnp.maximum(slots, 1.0)[..., None], I, O)
+    has_measured = ~jnp.isnan(measured.batch)
+    ttft = jnp.where(has_measured, measured.ttft_s, proc.study_ttft(cell["prefill_s"], per_class["itl_s"]))
+    itl, service = per_class["itl_s"], per_class["service_s"]
+    mean_service = proc.mixture_mean(w, service)  # S̄
+    max_batch = buckets[-1][2]
+    lam = jnp.concatenate(  # slots ≤ B, so each batch bucket's queue runs to its own bound
+        [
+            proc.max_rate_per_replica(
+                w,
+                slots[..., a:b],
+                mean_service[..., a:b],
+                ttft[..., a:b, :],
+                itl[..., a:b, :],
+                service[..., a:b, :],
+                slo["ttft_s"],
+                slo["itl_s"],
+                slo["e2e_s"],
+                slo["quantile"],
+                steps,
+                bound,
+            )
+            for a, b, bound in buckets
+        ],
+        axis=-1,
+    )
+
+    itl_w, ttft_w, service_w = (proc.worst_class(w, v) for v in (itl, ttft, service))
+    reason = jnp.select(
+        [~divides, slots < 1, itl_w > slo["itl_s"], ttft_w > slo["ttft_s"], service_w > slo["e2e_s"], lam <= 0],
+        [_REASON_CODE[r] for r in REASONS[1:]],
+        0,
+    )
+
+    def candidate(v):  # mix row 0 of a (W, X, M, G, N, B) term, as (W, 1, M, G, N, B, 1)
+        return v[:, :1, ..., None]
+
+    runs = slots[:, :1] >= 1
+
+    # ---- the mixture (mix row 0) at each total rate: dims (W, R, M, G, N, B)
+    rate = x["total_rate"][..., 0]  # (W, R, 1, 1, 1, 1)
+    lam0, slots0, mean_s0 = lam[:, :1], slots[:, :1], mean_service[:, :1]
+    n_gpu = serving.n_gpu[:, 0, ..., 0][:, None]  # (1, 1, M, G, N, 1)
+    price = gpu.price_per_hour[:, 0, ..., 0][:, None]  # (1, 1, 1, G, 1, 1)
+    feasible = (lam0 > 0) & jnp.isfinite(rate)
+    replicas = jnp.where(feasible, proc.replicas_needed(rate, lam0), jnp.nan)
+    gpus_total = replicas * n_gpu
+    cost = proc.cost_per_hour(replicas, n_gpu, price)
+    weight = weight7.reshape(W, K)
+    tokens = jnp.sum(weight * (I.reshape(W, K) + O.reshape(W, K)), axis=-1).reshape(W, 1, 1, 1, 1, 1)
+    per_replica = jnp.where(feasible, rate / jnp.where(feasible, replicas, 1.0), jnp.nan)
+    ttft_p, e2e_mean, utilization = proc.latency_at_rate(
+        w[:, :1], slots0, mean_s0, ttft[:, :1], service[:, :1], per_replica, slo["quantile"], max_batch
+    )
+    cost_per_mtok = proc.cost_per_mtok(cost, rate, tokens)
+
+    # ---- the choice per (W, R, M), and the mix: class k alone (mix row 1 + k) at w_k·Λ
+    best, any_feasible = _choose(cost, gpus_total, feasible, tp, batch)
+    lam_k = jnp.moveaxis(lam[:, 1:], 1, 2)[:, None]  # (W, 1, M, K, G, N, B)
+    rate_k = (
+        x["total_rate"][..., 0, 0, 0, 0, 0][:, :, None, None, None, None, None]
+        * weight[:, None, None, :, None, None, None]
+    )
+    feasible_k = (lam_k > 0) & (rate_k > 0) & jnp.isfinite(rate_k)
+    replicas_k = jnp.where(feasible_k, proc.replicas_needed(rate_k, lam_k), jnp.nan)
+    n_k, price_k = n_gpu[:, :, :, None], price[:, :, :, None]
+    cost_k = proc.cost_per_hour(replicas_k, n_k, price_k)
+    best_k, any_k = _choose(cost_k, replicas_k * n_k, feasible_k, tp, batch)  # (W, R, M, K)
+    present = weight[:, None, None, :] > 0
+    mix_ok = any_k & present
+    cost_k_best = jnp.where(mix_ok, _pick(cost_k, best_k, best_k.shape), jnp.nan)
+    mix_cost = jnp.where(
+        jnp.all(any_k | ~present, axis=-1), jnp.nansum(jnp.where(present, cost_k_best, 0.0), axis=-1), jnp.nan
+    )
+    best_replicas = jnp.where(any_feasible, _pick(replicas, best, best.shape), jnp.nan)
+    best_cost = jnp.where(any_feasible, _pick(cost, best, best.shape), jnp.nan)
+    best_tp = jnp.where(any_feasible, tp[(best // n_batch) % N], 0.0)
+    furthest = jnp.max(reason[:, 0], axis=(2, 3, 4))[:, None, :]  # (W, 1, M): the deepest check any candidate reached
+    no_rate = jnp.isnan(x["total_rate"][..., 0, 0, 0, 0, 0])[:, :, None]  # (W, R, 1)
+
+    def choice(v):  # (W, R, M) as (W, R, M, 1, 1, 1, 1)
+        return v[..., None, None, None, None]
+
+    def mix(v):  # (W, R, M, K) as (W, R, M, 1, 1, 1, K)
+        return v[:, :, :, None, None, None, :]
+
+    def gpu_of(index):
+        return index // (N * n_batch)
+
+    return dict(
+        total_rate=x["total_rate"],
+        class_input_len=I * (weight7 > 0),
+        class_output_len=O * (weight7 > 0),
+        class_weight=weight7,
+        weights_bytes=jnp.broadcast_to(cell["weights_bytes"][:1, :1, :, :, :, :1, :1], pool[..., None].shape),
+        kv_pool_bytes=pool[..., None],
+        fits=(divides & (memory.max_concurrent_seqs(pool, footprint[:, :1]) >= 1))[..., None],
+        slots=candidate(slots),
+        service_s=candidate(jnp.where(runs, mean_service[:, :1], jnp.nan)),
+        max_rate_per_replica=candidate(lam),
+        itl_s=candidate(jnp.where(runs, itl_w[:, :1], jnp.nan)),
+        ttft_unloaded_s=candidate(jnp.where(runs, ttft_w[:, :1], jnp.nan)),
+        e2e_unloaded_s=candidate(jnp.where(runs, service_w[:, :1], jnp.nan)),
+        infeasible_reason=candidate(reason),
+        memory_headroom=candidate(
+            jnp.where(runs, proc.memory_headroom(slots[:, :1], footprint[:, :1], pool[:, :1]), jnp.nan)
+        ),
+        feasible=feasible[..., None],
+        replicas=replicas[..., None],
+        gpus_total=gpus_total[..., None],
+        cost_per_hour=cost[..., None],
+        cost_per_mtok=cost_per_mtok[..., None],
+        ttft_p_s=jnp.where(feasible, ttft_p, jnp.nan)[..., None],
+        e2e_mean_s=jnp.where(feasible, e2e_mean, jnp.nan)[..., None],
+        utilization=jnp.where(feasible, utilization, jnp.nan)[..., None],
+        best_gpu=choice(jnp.where(any_feasible, gpu_of(best), -1)),
+        best_tp=choice(best_tp),
+        best_batch=choice(jnp.where(any_feasible, batch[best % n_batch], 0.0)),
+        best_replicas=choice(best_replicas),
+        best_gpus=choice(best_replicas * best_tp),
+        best_cost_per_hour=choice(best_cost),
+        best_cost_per_mtok=choice(jnp.where(any_feasible, _pick(cost_per_mtok, best, best.shape), jnp.nan)),
+        binding_reason=choice(jnp.where(any_feasible, 0, jnp.where(no_rate, 0, furthest))),
+        mix_cost_per_hour=choice(mix_cost),
+        mix_saving_per_hour=choice(best_cost - mix_cost),
+        mix_gpu=mix(jnp.where(mix_ok, gpu_of(best_k), -1)),
+        mix_tp=mix(jnp.where(mix_ok, tp[(best_k // n_batch) % N], 0.0)),
+        mix_batch=mix(jnp.where(mix_ok, batch[best_k % n_batch], 0.0)),
+        mix_replicas=mix(jnp.where(mix_ok, _pick(replicas_k, best_k, best_k.shape), jnp.nan)),
+        mix_class_cost_per_hour=mix(cost_k_best),
+    )
+
+
+register_group(
+    Group(
+        "procurement",
+        active=lambda study: True,
+        inputs=_inputs,
+        batch=_batch,
+        wide=True,
+        kind="procurement",
+        reduces=("gpu", "tp", "batch", "class"),
+        static=_static,
+    )
+)

@@ -1,0 +1,154 @@
+"""Procurement studies as text (MODEL.md §8): one ranked table per workload, rate and model, why the cheapest
+infeasible groups fail, and the per-class mix — read from the study's Dataset (a store or in memory)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import xarray as xr
+
+from ..engine.schema import REASONS
+
+REASON_TEXT = {
+    "tp_does_not_divide_heads": "TP degree does not divide the query heads",
+    "memory": "does not fit: weights plus one sequence exceed the group's memory",
+    "itl": "ITL above the SLO",
+    "ttft": "TTFT above the SLO even unloaded",
+    "e2e": "E2E above the SLO even unloaded",
+    "unbounded_queue": "no positive rate keeps the queue within the SLOs",
+}
+
+
+def _money(x: float) -> str:
+    return f"${x:,.2f}" if x < 1000 else f"${x:,.0f}"
+
+
+def _ms(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else (f"{x * 1e3:,.0f} ms" if x < 10 else f"{x:,.1f} s")
+
+
+def _why(ds: xr.Dataset, at: xr.Dataset, slo: dict) -> str:
+    """Why no batch of one (GPU, TP) works, from its furthest-reaching batch, in words and figures."""
+    reasons = at["infeasible_reason"].values
+    code = int(reasons.max())
+    name = REASONS[code]
+    if name == "itl":
+        return f"ITL {_ms(float(np.nanmin(at['itl_s'])))} at best > {_ms(slo['itl_s'])} SLO"
+    if name == "ttft":
+        return f"TTFT {_ms(float(np.nanmin(at['ttft_unloaded_s'])))} unloaded at best > {_ms(slo['ttft_s'])} SLO"
+    if name == "e2e":
+        return f"E2E {_ms(float(np.nanmin(at['e2e_unloaded_s'])))} unloaded at best > {_ms(slo['e2e_s'])} SLO"
+    if name == "memory":
+        pool, weights = float(at["kv_pool_bytes"]), float(at["weights_bytes"])
+        if pool <= 0:
+            usable = (pool + weights) / 2**30
+            return f"does not fit: weights {weights / 2**30:,.0f} GiB exceed the usable {usable:,.0f} GiB"
+        return f"does not fit: the KV pool ({pool / 2**30:,.1f} GiB) holds no mixture sequence"
+    return REASON_TEXT[name]
+
+
+def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
+    """One ranked table per workload, rate and model: the ``top`` cheapest feasible (GPU, TP) groups,
+    each at its own cheapest batch limit (§8 tie order), then why the cheapest infeasible groups fail,
+    then the per-class mix. Prices are marked illustrative with their date."""
+    import pandas as pd
+
+    slo = {k: (np.inf if v is None else v) for k, v in json.loads(ds.attrs["slo"]).items()}
+    prices = json.loads(ds.attrs["prices"])
+    lines = [
+        f"Prices: illustrative $/GPU-hour, dated {ds.attrs['price_date']} — "
+        + ", ".join(f"{g} {p['usd_per_gpu_hour']:g}" for g, p in prices.items()),
+        "SLOs: "
+        + ", ".join(f"{k} {_ms(v)}" for k, v in slo.items() if k != "quantile" and np.isfinite(v))
+        + f" (TTFT at p{slo['quantile'] * 100:g}, per-request screen of MODEL.md §8)",
+    ]
+    q = f"TTFT p{slo['quantile'] * 100:g}"
+    for wl in ds["workload"].values:
+        w = ds.sel(workload=wl)
+        present = w["class_weight"].values > 0
+        classes = ", ".join(
+            f"{int(i)}/{int(o)}"
+            for i, o in zip(w["class_input_len"].values[present], w["class_output_len"].values[present], strict=False)
+        )
+        for rate in ds["rate"].values:
+            total = float(w["total_rate"].sel(rate=rate))
+            if not np.isfinite(total):
+                continue
+            for model in ds["model"].values:
+                c = w.sel(rate=rate, model=model)
+                lines.append("")
+                lines.append(f"== {wl} at {rate} = {total:,.3g} requests/s (classes I/O {classes}) — {model}")
+                rows = []
+                for g in ds["gpu"].values:
+                    for n in ds["tp"].values:
+                        cand = c.sel(gpu=g, tp=n)
+                        feas = cand["feasible"].values
+                        if not feas.any():
+                            continue
+                        cost = np.where(feas, cand["cost_per_hour"].values, np.inf)
+                        gpus = np.where(feas, cand["gpus_total"].values, np.inf)
+                        i = int(np.lexsort((ds["batch"].values, gpus, cost))[0])
+                        pick = cand.isel(batch=i)
+                        rows.append(
+                            {
+                                "GPU": g,
+                                "TP": int(n),
+                                "batch": int(ds["batch"].values[i]),
+                                "replicas": int(pick["replicas"]),
+                                "GPUs": int(pick["gpus_total"]),
+                                "$/hour": float(pick["cost_per_hour"]),
+                                "$/Mtok": float(pick["cost_per_mtok"]),
+                                q: _ms(float(pick["ttft_p_s"])),
+                                "ITL": _ms(float(pick["itl_s"])),
+                                "util": f"{float(pick['utilization']):.0%}",
+                                "KV headroom": f"{float(pick['memory_headroom']):.0%}",
+                            }
+                        )
+                if rows:
+                    table = pd.DataFrame(rows).sort_values(["$/hour", "GPUs", "TP", "batch"], kind="stable").head(top)
+                    table["$/hour"] = table["$/hour"].map(_money)
+                    table["$/Mtok"] = table["$/Mtok"].map(lambda x: f"${x:,.3f}")
+                    table.index = range(1, len(table) + 1)
+                    lines.append(table.to_string())
+                else:
+                    reason = REASONS[int(c["binding_reason"])]
+                    lines.append(f"no feasible candidate: binding reason {reason} ({REASON_TEXT[reason]})")
+                failing = []
+                for g in ds["gpu"].values:
+                    for n in ds["tp"].values:
+                        cand = c.sel(gpu=g, tp=n)
+                        if cand["feasible"].values.any():
+                            continue
+                        failing.append(
+                            (
+                                int(n) * prices[g]["usd_per_gpu_hour"],
+                                int(n),
+                                g,
+                                _why(ds, w.sel(model=model, gpu=g, tp=n), slo),
+                            )
+                        )
+                if failing:
+                    lines.append("cheapest infeasible:")
+                    for per_group, n, g, why in sorted(failing)[:infeasible]:
+                        lines.append(f"  {g} TP {n} ({_money(per_group)}/hour per group): {why}")
+                mix = float(c["mix_cost_per_hour"])
+                if np.isfinite(mix):
+                    parts = []
+                    for k in ds["class"].values:
+                        if not present[k]:
+                            continue
+                        mk = c.sel({"class": k})
+                        parts.append(
+                            f"{int(w['class_input_len'][k])}/{int(w['class_output_len'][k])} → "
+                            f"{str(mk['mix_gpu'].values)} "
+                            f"TP {int(mk['mix_tp'])} B {int(mk['mix_batch'])} ×{int(mk['mix_replicas'])}"
+                        )
+                    if len(parts) > 1:
+                        saving = float(c["mix_saving_per_hour"])
+                        lines.append(
+                            f"mix: {'; '.join(parts)} = {_money(mix)}/hour "
+                            f"({'saves' if saving > 0 else 'costs'} {_money(abs(saving))}/hour vs the best "
+                            f"single choice)"
+                        )
+    return "\n".join(lines)
