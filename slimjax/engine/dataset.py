@@ -76,6 +76,24 @@ def sweep_hash(sweep: Sweep, block_plan: BlockPlan) -> str:
     return h.hexdigest()
 
 
+def resolved_specs(sweep: Sweep) -> dict:
+    """The specs the sweep evaluated, per label, in base units: {"models": {label: ModelSpec fields}, "gpus":
+    {label: GPUSpec fields}, "serving": {model: {gpu: ServingSpec fields}}}. A report recomputes what it draws
+    from these (inline models and GPUs included), never from a catalog lookup by label."""
+
+    def row(spec, index) -> dict:
+        fields = spec.fields() if hasattr(spec, "fields") else {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+        return {f: float(np.asarray(v)[index]) for f, v in fields.items()}
+
+    return {
+        "models": {m: row(sweep.model, i) for i, m in enumerate(sweep.models)},
+        "gpus": {g: row(sweep.gpu, j) for j, g in enumerate(sweep.gpus)},
+        "serving": {
+            m: {g: row(sweep.serving, (i, j)) for j, g in enumerate(sweep.gpus)} for i, m in enumerate(sweep.models)
+        },
+    }
+
+
 def study_hash(study, block_plan: BlockPlan) -> str:
     """SHA-256 of the resolved procurement study (coordinates, every spec leaf, serving and measured per
     candidate, classes, rates, SLOs), the block plan and the slimjax version: what a resumed run must match."""
@@ -144,6 +162,7 @@ def sweep_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
     measured = sweep.measured
     return {
         "slimjax_version": __version__,
+        "kind": "sweep",
         "sweep_file": sweep.source,
         "sweep_spec": yaml.safe_dump(sweep.spec, sort_keys=False),
         "slim_coefficients": json.dumps(sweep.slim.table),
@@ -167,6 +186,7 @@ def sweep_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
             }
         ),
         "precision": sweep.precision,
+        "specs": json.dumps(resolved_specs(sweep)),
         "price_date": PRICE_DATE,
         "block_plan": block_plan.to_attrs(),
         "sweep_hash": sweep_hash(sweep, block_plan),

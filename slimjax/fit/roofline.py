@@ -243,6 +243,7 @@ def calibrate_roofline(
             **{c: ("group", frame[c].to_numpy()) for c in group_by},
         },
         attrs={
+            "kind": "roofline_calibration",
             "solver": solver if isinstance(solver, str) else type(solver).__name__,
             "residual": "ITL_pred/ITL_meas - 1 and TTFT_pred/TTFT_meas - 1",
             "group_by": list(gdims),

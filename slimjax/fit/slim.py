@@ -391,6 +391,7 @@ def _calibrate(traces, group_by, options, spec, variant, loss, bootstrap, seed, 
         ranges=_fitted_ranges(traces, index, valid),
         fitted_sets=_fitted_sets(traces, index, valid),
         attrs={
+            "kind": "calibration",
             "variant": variant,
             "solver": solver_name,
             "loss": loss,

@@ -50,6 +50,18 @@ def attention_flops_coefficient(n_layers, n_heads, head_dim):
     return 4.0 * n_layers * n_heads * head_dim
 
 
+def prefill_pass_work(active_params, attn, weights, kv_per_token, input_len):
+    """(FLOPs, bytes read) of one prompt's prefill as one pass: 2·P_act·I + a·I²/2 and M_W + K·I (§4), with
+    ``attn`` = a_pre and ``kv_per_token`` the KV bytes one token writes over every layer."""
+    return 2.0 * active_params * input_len + attn * input_len**2 / 2.0, weights + kv_per_token * input_len
+
+
+def decode_step_work(batch, active_params, attn, weights, kv_per_token, context):
+    """(FLOPs, bytes read) of one decode step at concurrency B and context T (§4): B·(2·P_act + a·T) and
+    M_W + B·K·T, with ``attn`` = a_dec."""
+    return batch * (2.0 * active_params + attn * context), weights + batch * kv_per_token * context
+
+
 def chunk_count(input_len, chunk_size):
     """K_c = ⌈I/s⌉, one chunk when s = 0 or s ≥ I; and the effective chunk size."""
     s = jnp.where((chunk_size <= 0) | (chunk_size >= input_len), input_len, chunk_size)

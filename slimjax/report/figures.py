@@ -132,68 +132,64 @@ def throughput_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     ]
 
 
+def stored_specs(ds: xr.Dataset, model: str, gpu: str):
+    """(ModelSpec, GPUSpec, ServingSpec) the store evaluated for one pair, rebuilt from its ``specs`` attr (an
+    inline model or GPU as well as a catalog one); None for a store written before specs were recorded."""
+    from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
+
+    specs = json.loads(ds.attrs.get("specs", "null"))
+    if not specs or model not in specs["models"] or gpu not in specs["gpus"]:
+        return None
+    return (
+        stack(ModelSpec, [specs["models"][model]]),
+        stack(GPUSpec, [specs["gpus"][gpu]]),
+        stack(ServingSpec, [specs["serving"][model][gpu]]),
+    )
+
+
 def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     """Arithmetic intensity vs attained FLOP/s for prefill (one prompt) and decode (one step at B) at the store's
-    input lengths, under each GPU's compute and bandwidth ceilings (MODEL.md §4 quantities from the catalog
-    specs; times from the store's prefill_s and itl_s)."""
+    input lengths, under each group's peak compute and bandwidth: the work from the model floor
+    (:func:`slimjax.model.roofline.prefill_pass_work`, :func:`~slimjax.model.roofline.decode_step_work`) on
+    the specs the store recorded, the times the store's prefill_s and itl_s."""
     if "itl_s" not in ds or "prefill_s" not in ds:
         return []
-    from ..inputs import catalog
-    from ..model import experts, memory
+    from ..model.calculator import roofline_terms
+    from ..model.roofline import decode_step_work, prefill_pass_work
 
     i_all = ds["input_len"].values.astype(float)
     _, o = nearest_io(ds, at)
-    serving = json.loads(ds.attrs.get("serving", "null")) or {}
-    pairs = [p for p in _pairs(ds) if int(ds["max_seqs"].sel(model=p[0], gpu=p[1]).max()) >= 1][:6]
+    pairs = [p for p in _pairs(ds) if int(ds["max_seqs"].sel(model=p[0], gpu=p[1]).max()) >= 1]
+    pairs = [p for p in pairs if stored_specs(ds, *p) is not None][:6]
     if not pairs:
         return []
     fig, axes = _grid(len(pairs))
     for ax, (m, g) in zip(axes, pairs, strict=False):
-        try:
-            arch = catalog.resolve_model(m)[1]
-            gpu = catalog.resolve_gpu(g)[1]
-        except Exception:  # noqa: BLE001 - an inline model or GPU the catalog does not know: skip its panel
-            ax.set_visible(False)
-            continue
-        s = serving.get(m, {}).get(g, {})
-        n = float(s.get("n_gpu") or 1.0)
-        b_w = float(s.get("weight_dtype_bytes") or arch["bytes_per_weight"])
-        b_kv = float(s.get("kv_dtype_bytes") or arch["kv_dtype_bytes"])
-        weights = arch["n_params"] * b_w
-        p_act = float(
-            experts.active_params(
-                arch["n_params"],
-                arch["n_moe_layers"],
-                arch["n_experts"],
-                arch["experts_per_token"],
-                experts.expert_params(arch["n_ffn"], arch["hidden"], arch["expert_ffn_dim"]),
-            )
-        )
-        e_kv = float(
-            memory.kv_bytes_per_layer_token(
-                arch["n_kv_heads"], arch["head_dim"], b_kv, arch["mla"], arch["kv_lora_rank"], arch["rope_dim"]
-            )
-        )
-        a = 4 * arch["n_layers"] * arch["n_heads"] * arch["head_dim"]
-        peak, bw = n * gpu["flops_per_s"], n * gpu["bandwidth_bytes_per_s"]
+        model, gpu, serving = stored_specs(ds, m, g)
+        raw, a_pre, a_dec = roofline_terms(model, gpu, serving, at_peak=True)
+        roof = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in raw.items()}
+        a_pre, a_dec = (float(np.asarray(v).reshape(-1)[0]) for v in (a_pre, a_dec))
+        kv_per_token = roof["kv_per_token_full"] + roof["kv_per_token_sliding"]
+        n = float(serving.n_gpu[0])
+        peak, bw = roof["flops"], roof["bandwidth"]
         x = np.logspace(-1, 4, 200)
         ax.plot(x, np.minimum(peak, bw * x), color="0.3", lw=1.5, label="roofline (peak, bandwidth)")
         c = ds.sel(model=m, gpu=g, output_len=o)
-        pre_ops = 2 * p_act * i_all + a * i_all**2 / 2
-        pre_bytes = weights + arch["n_layers"] * e_kv * i_all
+        pre_ops, pre_bytes = prefill_pass_work(roof["active_params"], a_pre, roof["weights"], kv_per_token, i_all)
         pre_t = c["prefill_s"].values.astype(float)
         ax.scatter(
-            pre_ops / pre_bytes,
-            pre_ops / pre_t,
+            np.asarray(pre_ops / pre_bytes),
+            np.asarray(pre_ops / pre_t),
             color=PALETTE[1],
             marker="s",
             label="prefill (one prompt, I)",
             zorder=3,
         )
         b = float(ds["batch"].values[min(len(ds["batch"]) - 1, np.searchsorted(ds["batch"].values, 32))])
-        ctx = i_all + o / 2
-        dec_ops = b * (2 * p_act + a * ctx)
-        dec_bytes = weights + b * arch["n_layers"] * e_kv * ctx
+        dec_ops, dec_bytes = decode_step_work(
+            b, roof["active_params"], a_dec, roof["weights"], kv_per_token, i_all + o / 2
+        )
+        dec_ops, dec_bytes = np.asarray(dec_ops), np.asarray(dec_bytes)
         itl = c["itl_s"].sel(batch=b).values.astype(float)
         ax.scatter(
             dec_ops / dec_bytes,

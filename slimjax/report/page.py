@@ -51,14 +51,15 @@ def _open(path: Path):
         ds = open_store(path)
     except Exception as e:  # noqa: BLE001 - whatever xarray says about a folder that is not a store
         raise SlimjaxError(str(path), f"not a zarr store slimjax can read ({e})") from None
-    if ds.attrs.get("kind") == "procurement":
-        return "procurement", ds
-    if "coefficients" in ds:
-        return "calibration", ds
-    if "slim_throughput" in ds:
-        return "sweep", ds
+    kind = ds.attrs.get("kind")  # every store slimjax writes says what it is
+    if kind in ("sweep", "procurement", "calibration"):
+        return kind, ds
+    if kind == "roofline_calibration":
+        raise SlimjaxError(str(path), "a roofline calibration store: its efficiencies feed sweeps, it has no report")
     raise SlimjaxError(
-        str(path), "holds nothing slimjax reports on (no sweep, procurement, agent or calibration variables)"
+        str(path),
+        "holds nothing slimjax reports on (attrs kind is "
+        f"{kind!r}, not a sweep, procurement or calibration store slimjax wrote)",
     )
 
 
