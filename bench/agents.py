@@ -69,7 +69,7 @@ SPEC = dict(
 def reference_point(sw, ds_values, i, j, b, k, o, a):
     """The agent variables at one (point, graph) by the loops."""
     arch = {f.name: float(getattr(sw.model, f.name)[i]) for f in dataclasses.fields(sw.model)}
-    gpu = {f.name: float(getattr(sw.gpu, f.name)[j]) for f in dataclasses.fields(sw.gpu)}
+    gpu = {k: float(v[j]) for k, v in sw.gpu.fields().items()}
     serving = {name: float(v[i, j]) for name, v in sw.serving.fields().items()}
     B, I, O = int(sw.batch[b]), int(sw.input_len[k]), int(sw.output_len[o])
     g = sw.agents.table[sw.agents.names[a]]

@@ -61,7 +61,7 @@ def numpy_reference(sw):
     """The same formulas as plain numpy broadcasting over the full 5-D grid (float32)."""
     dt = np.float32
     m = {k: np.asarray(getattr(sw.model, k), dt).reshape(-1, 1, 1, 1, 1) for k in sw.model.__dataclass_fields__}
-    g = {k: np.asarray(getattr(sw.gpu, k), dt).reshape(1, -1, 1, 1, 1) for k in sw.gpu.__dataclass_fields__}
+    g = {k: np.asarray(getattr(sw.gpu, k), dt).reshape(1, -1, 1, 1, 1) for k in sw.gpu.fields()}
     c = {
         k: np.asarray(getattr(sw.slim.coeffs, k), dt)[:, :, None, None, None]
         for k in sw.slim.coeffs.__dataclass_fields__

@@ -65,7 +65,7 @@ def test_every_capacity_and_queue_variable_matches_loops(ds):
     checked_queue = 0
     for (i, m), (j, g) in itertools.product(enumerate(sw.models), enumerate(sw.gpus)):
         arch = {k: float(getattr(sw.model, k)[i]) for k in sw.model.__dataclass_fields__}
-        gpu = {k: float(getattr(sw.gpu, k)[j]) for k in sw.gpu.__dataclass_fields__}
+        gpu = {k: float(getattr(sw.gpu, k)[j]) for k in sw.gpu.fields()}
         measured = MEASURED if m == "Mixtral-8x7B" else None
         for B, I, O in itertools.product(SPEC["batch"], SPEC["input_len"], SPEC["output_len"]):
             want, seqs, service = ref.capacity_point(arch, gpu, _serving(sw, i, j), B, I, O, measured)

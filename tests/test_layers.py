@@ -263,3 +263,78 @@ def test_block_plan_is_recorded_in_the_store(tmp_path):
     assert plan["dims"] == ["model", "gpu", "batch", "input_len", "output_len"] and plan["n_blocks"] > 1
     assert plan["block"]["model"] == 1 and "batch" not in plan["block"]
     assert ds["slim_throughput"].encoding["chunks"][0] == 1
+
+
+@pytest.fixture
+def extra_gpu_field():
+    """A GPU key added through the GPU table's public hook (an optional figure, 0 when absent); removed after."""
+    from slimjax.inputs import catalog
+
+    row = catalog.register_gpu_field(
+        catalog.GPUField("test_sram_mib", "sram_bytes", 2.0**20, catalog.optional_positive, "on-chip SRAM, MiB")
+    )
+    yield row
+    del catalog.GPU_FIELDS[row.key]
+
+
+def test_a_gpu_field_added_in_one_place_reaches_the_catalog_the_sweep_and_the_cli(extra_gpu_field, tmp_path):
+    import yaml
+
+    from slimjax.inputs.catalog import resolve_gpu
+    from slimjax.inputs.sweepfile import parse
+
+    assert resolve_gpu("H100-SXM")[1]["sram_bytes"] == 0.0  # a catalog entry without it: the table's default
+    lab = dict(name="lab-gpu", tflops=100.0, bandwidth_tbs=1.0, memory_gib=24, test_sram_mib=50)
+    assert resolve_gpu(lab)[1]["sram_bytes"] == 50 * 2**20
+    spec = dict(models=["Llama-3.1-8B"], gpus=["H100-SXM", lab], batch=[1, 4], input_len=[128], output_len=[16])
+    sw = parse(spec)
+    np.testing.assert_array_equal(sw.gpu.sram_bytes, [0.0, 50 * 2**20])
+    assert json.loads(slimjax.sweep(sw, quiet=True).attrs["specs"])["gpus"]["lab-gpu"]["sram_bytes"] == 50 * 2**20
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(dict(spec, gpus=[dict(lab, test_sram_mib=-1)])))
+    r = CliRunner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "s.zarr"), "--quiet"])
+    assert r.exit_code == 2 and "gpus[0].test_sram_mib" in r.output  # checked by its row, named in CLI words
+
+
+@pytest.fixture
+def extra_trace_format():
+    """A trace format registered through the readers' public hook: a CSV with its own column names."""
+    import pandas as pd
+
+    from slimjax.inputs import traces
+
+    def read(path, defaults):
+        df = pd.read_csv(path)
+        return pd.DataFrame(
+            dict(
+                model=df["llm"], gpu=df["accelerator"], n_gpu=1, framework="lab", batch=df["concurrency"],
+                input_len=df["isl"], output_len=df["osl"], e2e_s=df["latency_ms"] / 1e3,
+            )
+        )  # fmt: skip
+
+    fmt = traces.register_trace_format(
+        traces.TraceFormat(
+            "test_lab_csv", read, frozenset({"llm", "accelerator", "concurrency", "isl", "osl", "latency_ms"})
+        )
+    )
+    yield fmt
+    del traces.READERS[fmt.name]
+
+
+def test_a_trace_format_added_in_one_place_is_read_detected_and_taken_by_the_cli(extra_trace_format, tmp_path):
+    from slimjax.inputs.traces import detect_format, formats, load_traces
+
+    path = tmp_path / "lab.csv"
+    rows = ["llm,accelerator,concurrency,isl,osl,latency_ms"]
+    rows += [f"Llama-3.1-8B,H100 SXM,{b},512,128,{1000 * (0.6 + 0.02 * b):.1f}" for b in (1, 2, 4, 8, 16, 32)]
+    path.write_text("\n".join(rows) + "\n")
+    assert "test_lab_csv" in formats() and detect_format(path) == "test_lab_csv"
+    df = load_traces(path)
+    assert df.attrs["format"] == "test_lab_csv" and len(df) == 6 and set(df["gpu"]) == {"H100-SXM"}
+    r = CliRunner().invoke(
+        main, ["calibrate", str(path), "--format", "test_lab_csv", "--out", str(tmp_path / "c.zarr"), "--solver", "lm"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "6 rows kept of 6 read" in r.output
+    unknown = CliRunner().invoke(main, ["calibrate", str(path), "--format", "nope", "--out", str(tmp_path / "d.zarr")])
+    assert unknown.exit_code == 2 and "test_lab_csv" in unknown.output  # the error lists the registered formats

@@ -5,11 +5,12 @@ Catalog conveniences (TFLOP/s, TB/s, GiB) are converted to base units here, once
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,6 @@ _DTYPE_BYTES = {
 }
 # Families whose FFN is two plain matrices (no gate); everything else is treated as gated (3).
 _UNGATED_MODEL_TYPES = {"opt", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "bloom", "falcon", "phi", "mpt"}
-_GPU_KEYS = ("tflops", "bandwidth_tbs", "memory_gib", "price_per_hour")
-# Optional tensor-parallel link figures (MODEL.md §4c): per-GPU one-direction GB/s and µs per all-reduce.
-_LINK_KEYS = ("interconnect_gbs", "allreduce_latency_us")
-# Optional low-precision dense Tensor Core peaks, TFLOP/s (used for checkpoints quantized to that precision).
-_PEAK_KEYS = ("fp8_tflops", "fp4_tflops")
 DEFAULT_ALLREDUCE_LATENCY_US = 10.0
 # Families whose MoE layers carry one always-on shared expert their config does not count.
 _SHARED_EXPERTS_BY_TYPE = {"llama4_text": 1, "llama4": 1}
@@ -494,44 +490,77 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
 # ------------------------------------------------------------------------------------------ GPUs
 
 
+def required_positive(row: Mapping, key: str, field: str) -> float:
+    """A GPU key every entry must give, > 0."""
+    if row.get(key) is None:
+        raise SlimjaxError(f"{field}.{key}", "missing")
+    return checked_number(row[key], f"{field}.{key}", lambda v: v > 0, "a positive number", kind="a positive number")
+
+
+def optional_positive(row: Mapping, key: str, field: str) -> float:
+    """A GPU key an entry may leave out (or null): 0 (no such figure), else > 0."""
+    return 0.0 if row.get(key) is None else positive_number(row[key], f"{field}.{key}")
+
+
+def _price(row: Mapping, key: str, field: str) -> float:
+    value = row.get(key, 0.0)  # no price: 0 (a study asks for one); a price may be 0 (owned hardware)
+    if value is None:
+        raise SlimjaxError(f"{field}.{key}", "missing")
+    return checked_number(value, f"{field}.{key}", lambda v: v >= 0, "a positive number", kind="a positive number")
+
+
+def _latency(row: Mapping, key: str, field: str) -> float:
+    value = row.get(key, DEFAULT_ALLREDUCE_LATENCY_US)
+    return checked_number(value, f"{field}.{key}", lambda v: v >= 0, "non-negative")
+
+
+@dataclasses.dataclass(frozen=True)
+class GPUField:
+    """One row of the GPU table: a catalog key (catalog units) read into a GPUSpec field (base units)."""
+
+    key: str  # in configs/gpus.yaml and inline GPU entries
+    field: str  # on GPUSpec
+    scale: float  # base units per catalog unit
+    read: Callable[[Mapping, str, str], float]  # (row, key, where) -> value in catalog units, checked
+    help: str
+
+
+GPU_FIELDS: dict[str, GPUField] = {}
+
+
+def register_gpu_field(row: GPUField) -> GPUField:
+    """Add a GPU key: every catalog and inline GPU is read through it and GPUSpec gets ``row.field``."""
+    if row.key in GPU_FIELDS or any(r.field == row.field for r in GPU_FIELDS.values()):
+        raise ValueError(f"GPU key {row.key!r} (field {row.field!r}) is already in the table")
+    GPU_FIELDS[row.key] = row
+    return row
+
+
+for _row in (
+    GPUField("tflops", "flops_per_s", 1e12, required_positive, "dense bf16 peak F_max, TFLOP/s"),
+    GPUField("bandwidth_tbs", "bandwidth_bytes_per_s", 1e12, required_positive, "memory bandwidth BW_max, TB/s"),
+    GPUField("memory_gib", "memory_bytes", 2.0**30, required_positive, "memory M_VRAM, GiB"),
+    GPUField("price_per_hour", "price_per_hour", 1.0, _price, "illustrative $/GPU-hour"),
+    # low-precision dense Tensor Core peaks (checkpoints quantized to that precision; 0: none)
+    GPUField("fp8_tflops", "flops_fp8_per_s", 1e12, optional_positive, "dense FP8 peak, TFLOP/s"),
+    GPUField("fp4_tflops", "flops_fp4_per_s", 1e12, optional_positive, "dense FP4 peak, TFLOP/s"),
+    # tensor-parallel link (MODEL.md §4c; 0: no figure, no cost)
+    GPUField("interconnect_gbs", "link_bytes_per_s", 1e9, optional_positive, "per-GPU one-direction link, GB/s"),
+    GPUField("allreduce_latency_us", "allreduce_latency_s", 1e-6, _latency, "latency τ per all-reduce, µs"),
+):
+    register_gpu_field(_row)
+_GPU_META = ("name", "aliases", "source", "link_source")  # keys of an entry that are not specs
+
+
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
-    """GPUSpec fields in base units from catalog units (TFLOP/s, TB/s, GiB, $/GPU-hour)."""
-    unknown = (
-        set(row) - set(_GPU_KEYS) - set(_LINK_KEYS) - set(_PEAK_KEYS) - {"name", "aliases", "source", "link_source"}
-    )
+    """GPUSpec fields in base units from catalog units, through the GPU table (:data:`GPU_FIELDS`)."""
+    unknown = set(row) - set(GPU_FIELDS) - set(_GPU_META)
     if unknown:
         raise SlimjaxError(
             f"{field}.{sorted(unknown)[0]}",
-            f"unknown GPU key; expected {', '.join(_GPU_KEYS + _LINK_KEYS + _PEAK_KEYS)}",
+            f"unknown GPU key; expected {', '.join(GPU_FIELDS)}",
         )
-    peaks = {k: (0.0 if row.get(k) is None else positive_number(row[k], f"{field}.{k}")) for k in _PEAK_KEYS}
-    values = {}
-    for key in _GPU_KEYS:
-        value = row.get(key, 0.0 if key == "price_per_hour" else None)
-        if value is None:
-            raise SlimjaxError(f"{field}.{key}", "missing")
-        free = key == "price_per_hour"  # a price may be 0 (owned hardware); specs may not
-        values[key] = checked_number(
-            value,
-            f"{field}.{key}",
-            lambda v, free=free: v > 0 or (free and v == 0),
-            "a positive number",
-            kind="a positive number",
-        )
-    link = row.get("interconnect_gbs")
-    link = 0.0 if link is None else positive_number(link, f"{field}.interconnect_gbs")
-    latency = row.get("allreduce_latency_us", DEFAULT_ALLREDUCE_LATENCY_US)
-    latency = checked_number(latency, f"{field}.allreduce_latency_us", lambda v: v >= 0, "non-negative")
-    return dict(
-        flops_per_s=values["tflops"] * 1e12,
-        bandwidth_bytes_per_s=values["bandwidth_tbs"] * 1e12,
-        memory_bytes=values["memory_gib"] * 2.0**30,
-        price_per_hour=values["price_per_hour"],
-        flops_fp8_per_s=peaks["fp8_tflops"] * 1e12,
-        flops_fp4_per_s=peaks["fp4_tflops"] * 1e12,
-        link_bytes_per_s=link * 1e9,
-        allreduce_latency_s=latency * 1e-6,
-    )
+    return {r.field: r.read(row, r.key, field) * r.scale for r in GPU_FIELDS.values()}
 
 
 def resolve_gpu(entry: Any, field: str = "gpu") -> tuple[str, dict]:

@@ -9,10 +9,13 @@ offered) and max_concurrency (its cap on requests in flight) where a benchmark c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,16 +49,6 @@ PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 # `batch` is the mean in flight by Little's law). With ttft_p90_s they let calibrate_roofline fit through §5's wait
 # quantile, at m = min(max_concurrency, max_seqs) slots.
 OPTIONAL = ("weight_dtype_bytes", "arrival_rate", "max_concurrency")  # NaN where a format has none
-FORMATS = (
-    "canonical",
-    "llm_inference_bench",
-    "llm_inference_bench_ttft",
-    "aiconfigurator",
-    "splitwise",
-    "vllm_bench_json",
-    "guidellm_json",
-    "inference_perf_json",
-)
 _SIGNATURES = {
     "llm_inference_bench": {
         "Hardware",
@@ -128,7 +121,7 @@ def _read_csv(path: Path, fmt: str) -> pd.DataFrame:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
         raise SlimjaxError(str(path), f"not a readable CSV ({e})") from None
-    missing = sorted(_SIGNATURES[fmt] - set(df.columns))
+    missing = sorted(READERS[fmt].columns - set(df.columns))
     if missing:
         raise SlimjaxError(f"{path}: column {missing[0]!r}", f"missing for format {fmt!r}")
     return df
@@ -467,33 +460,132 @@ def _inference_perf_json(path: Path, defaults: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _json_kind(head) -> str:
-    if isinstance(head, dict) and "benchmarks" in head:
-        return "guidellm_json"
-    if isinstance(head, dict) and "successes" in head and "load_summary" in head:
-        return "inference_perf_json"
-    return "vllm_bench_json"
+def _canonical(path: Path, defaults: dict) -> pd.DataFrame:
+    """A CSV already in the canonical columns; missing optional columns from ``defaults`` or NaN."""
+    df = _read_csv(path, "canonical")
+    for col in CANONICAL:
+        if col not in df:
+            df[col] = defaults.get(
+                col,
+                np.nan
+                if col in (*MEASURES, *PERCENTILES, *OPTIONAL)
+                else {"n_gpu": 1, "framework": "unknown"}.get(col),
+            )
+    numeric = ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, *OPTIONAL]
+    return _numeric(df, numeric, path)[list(CANONICAL)]
+
+
+def _llm_inference_bench_garbage(df: pd.DataFrame, drop) -> None:
+    """The source's known garbage: where I + O exceeds the served context the "latency" is ~0.05 s (the served
+    context can be shorter than the config's, so an impossible per-sequence decode speed, > 2 000 tokens/s,
+    flags them too); its llama.cpp rows report a throughput 16–64x below B·(I + O)/latency: one of the two is
+    wrong, and a fit cannot tell which."""
+    context = df["model"].map(_context_len)
+    garbage = (df["input_len"] + df["output_len"] > context) | (df["output_len"] / df["e2e_s"] > 2000)
+    drop(garbage, "input + output beyond the served context (garbage rows, ~0.05 s latency)")
+    df = drop.frame()
+    consistent = df["throughput"] * df["e2e_s"] / (df["batch"] * (df["input_len"] + df["output_len"]))
+    drop((consistent - 1.0).abs() > 0.05, "throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)")
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceFormat:
+    """One measured-trace format: how to read it into the canonical columns and how to recognise it.
+
+    ``columns``: a CSV format's signature (detected when a CSV has all of them; ``last``: only after every
+    other CSV format). ``detect``: a JSON file or folder format, ``detect(path, head)`` with ``head`` the
+    parsed JSON (None for a folder or a file that does not parse); ``last``: the fallback among those.
+    ``clean(df, drop)``: drops of the format's known bad rows after the common ones."""
+
+    name: str
+    read: Callable[[Path, dict], pd.DataFrame]  # (path, defaults) -> a frame with (some of) CANONICAL
+    columns: frozenset = frozenset()
+    detect: Callable[[Path, Any], bool] | None = None
+    last: bool = False
+    clean: Callable[[pd.DataFrame, Any], None] | None = None
+
+
+READERS: dict[str, TraceFormat] = {}
+
+
+def register_trace_format(fmt: TraceFormat) -> TraceFormat:
+    """Add a trace format: ``load_traces`` reads it, detects it and every caller lists it."""
+    if fmt.name in READERS:
+        raise ValueError(f"trace format {fmt.name!r} is already registered")
+    if not fmt.columns and fmt.detect is None:
+        raise ValueError(f"trace format {fmt.name!r} needs CSV columns or a detect function")
+    READERS[fmt.name] = fmt
+    return fmt
+
+
+def formats() -> tuple[str, ...]:
+    """The registered trace formats' names."""
+    return tuple(READERS)
+
+
+def _csv_reader(reader):
+    return lambda path, defaults: reader(path)
+
+
+def _is_dict_with(*keys):
+    return lambda path, head: isinstance(head, dict) and all(k in head for k in keys)
+
+
+for _fmt in (
+    TraceFormat("canonical", _canonical, frozenset(_SIGNATURES["canonical"]), last=True),
+    TraceFormat(
+        "llm_inference_bench",
+        _csv_reader(_llm_inference_bench),
+        frozenset(_SIGNATURES["llm_inference_bench"]),
+        clean=_llm_inference_bench_garbage,
+    ),
+    TraceFormat(
+        "llm_inference_bench_ttft",
+        _csv_reader(_llm_inference_bench_ttft),
+        frozenset(_SIGNATURES["llm_inference_bench_ttft"]),
+    ),
+    TraceFormat("aiconfigurator", _csv_reader(_aiconfigurator), frozenset(_SIGNATURES["aiconfigurator"])),
+    TraceFormat("splitwise", _csv_reader(_splitwise), frozenset(_SIGNATURES["splitwise"])),
+    TraceFormat("vllm_bench_json", _vllm_bench_json, detect=lambda path, head: True, last=True),
+    TraceFormat("guidellm_json", _guidellm_json, detect=_is_dict_with("benchmarks")),
+    TraceFormat(
+        "inference_perf_json",
+        _inference_perf_json,
+        detect=lambda path, head: (
+            _is_dict_with("successes", "load_summary")(path, head)
+            or (path.is_dir() and any(path.glob("*lifecycle_metrics.json")))
+        ),
+    ),
+):
+    register_trace_format(_fmt)
+del _SIGNATURES  # the signatures live on the registered formats
 
 
 def detect_format(path: Path) -> str:
-    if path.suffix == ".json" and path.is_file():
-        try:
-            head = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return "vllm_bench_json"  # its reader names the problem
-        return _json_kind(head)
-    if path.is_dir() and any(path.glob("*lifecycle_metrics.json")):
-        return "inference_perf_json"
-    if path.is_dir():
-        return "vllm_bench_json"
+    """The registered format ``path`` is: a JSON file or folder by its formats' ``detect``, a CSV by its header
+    (formats marked ``last`` after the others)."""
+
+    def ordered(candidates):
+        return sorted(candidates, key=lambda f: f.last)  # stable: registration order within each rank
+
+    if (path.suffix == ".json" and path.is_file()) or path.is_dir():
+        head = None
+        if path.is_file():
+            try:
+                head = json.loads(path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                head = None  # the fallback reader names the problem
+        for fmt in ordered(f for f in READERS.values() if f.detect is not None):
+            if fmt.detect(path, head):
+                return fmt.name
     try:
         columns = set(pd.read_csv(path, nrows=0).columns)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, OSError) as e:
         raise SlimjaxError(str(path), f"cannot read ({e})") from None
-    for fmt in ("llm_inference_bench", "llm_inference_bench_ttft", "aiconfigurator", "splitwise", "canonical"):
-        if _SIGNATURES[fmt] <= columns:
-            return fmt
-    raise SlimjaxError(str(path), f"unrecognised trace format; give format= one of {', '.join(FORMATS)}")
+    for fmt in ordered(f for f in READERS.values() if f.columns):
+        if fmt.columns <= columns:
+            return fmt.name
+    raise SlimjaxError(str(path), f"unrecognised trace format; give format= one of {', '.join(READERS)}")
 
 
 def _context_len(model: str) -> float:
@@ -518,35 +610,9 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
     if not path.exists():
         raise SlimjaxError(str(path), "not found")
     fmt = format or detect_format(path)
-    if fmt not in FORMATS:
-        raise SlimjaxError("format", f"unknown trace format {fmt!r}; one of {', '.join(FORMATS)}")
-    if fmt == "vllm_bench_json":
-        df = _vllm_bench_json(path, defaults)
-    elif fmt == "guidellm_json":
-        df = _guidellm_json(path, defaults)
-    elif fmt == "inference_perf_json":
-        df = _inference_perf_json(path, defaults)
-    elif fmt == "canonical":
-        df = _read_csv(path, "canonical")
-        for col in CANONICAL:
-            if col not in df:
-                df[col] = defaults.get(
-                    col,
-                    np.nan
-                    if col in (*MEASURES, *PERCENTILES, *OPTIONAL)
-                    else {"n_gpu": 1, "framework": "unknown"}.get(col),
-                )
-        df = _numeric(df, ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, *OPTIONAL], path)[
-            list(CANONICAL)
-        ]
-    else:
-        readers = {
-            "llm_inference_bench": _llm_inference_bench,
-            "llm_inference_bench_ttft": _llm_inference_bench_ttft,
-            "aiconfigurator": _aiconfigurator,
-            "splitwise": _splitwise,
-        }
-        df = readers[fmt](path)
+    if fmt not in READERS:
+        raise SlimjaxError("format", f"unknown trace format {fmt!r}; one of {', '.join(READERS)}")
+    df = READERS[fmt].read(path, defaults)
     df = df.reindex(columns=list(CANONICAL)).reset_index(drop=True)  # percentiles NaN where a format has none
     dropped: dict[str, int] = {}
 
@@ -556,6 +622,8 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         if n:
             dropped[reason] = dropped.get(reason, 0) + n
             df = df[~mask].reset_index(drop=True)
+
+    drop.frame = lambda: df  # a format's clean step reads the frame as the drops leave it
 
     unknown = df["weight_dtype_bytes"] == _UNKNOWN_PRECISION
     drop(unknown, "precision label not recognised (weights' bytes unknown; give a canonical weight_dtype_bytes column)")
@@ -584,19 +652,8 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
     sizes = df[["batch", "input_len", "output_len", "n_gpu"]]
     times = df[list(MEASURES + PERCENTILES)]
     drop((sizes <= 0).any(axis=1) | (times <= 0).any(axis=1), "non-positive size or time")
-    if fmt == "llm_inference_bench":
-        # the source's known garbage: where I + O exceeds the served context the "latency" is ~0.05 s;
-        # the served context can be shorter than the config's, so an impossible per-sequence decode
-        # speed (> 2 000 tokens/s) flags them too
-        context = df["model"].map(_context_len)
-        garbage = (df["input_len"] + df["output_len"] > context) | (df["output_len"] / df["e2e_s"] > 2000)
-        drop(garbage, "input + output beyond the served context (garbage rows, ~0.05 s latency)")
-        # the source's llama.cpp rows report a throughput 16–64x below B·(I + O)/latency: one of the two is
-        # wrong, and a fit cannot tell which
-        consistent = df["throughput"] * df["e2e_s"] / (df["batch"] * (df["input_len"] + df["output_len"]))
-        drop(
-            (consistent - 1.0).abs() > 0.05, "throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)"
-        )
+    if READERS[fmt].clean is not None:
+        READERS[fmt].clean(df, drop)
     from .physics import impossible_rows
 
     taken = np.zeros(len(df), bool)  # faster than its own configuration at 100 % of peak; a row counted once

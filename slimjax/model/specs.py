@@ -44,19 +44,6 @@ class ModelSpec(eqx.Module):
     max_context: jax.Array  # max_position_embeddings, tokens (inf where the config does not say)
 
 
-class GPUSpec(eqx.Module):
-    """One accelerator (MODEL.md §0)."""
-
-    flops_per_s: jax.Array  # F_max, dense bf16 FLOP/s
-    bandwidth_bytes_per_s: jax.Array  # BW_max, bytes/s
-    memory_bytes: jax.Array  # M_VRAM, bytes
-    price_per_hour: jax.Array  # illustrative $/GPU-hour
-    flops_fp8_per_s: jax.Array  # dense FP8 Tensor Core peak (0: none)
-    flops_fp4_per_s: jax.Array  # dense FP4 Tensor Core peak (0: none)
-    link_bytes_per_s: jax.Array  # BW_link, per-GPU one-direction tensor-parallel link (0: no figure, no cost)
-    allreduce_latency_s: jax.Array  # τ, per all-reduce
-
-
 class SlimCoeffs(eqx.Module):
     """SLIM's calibrated coefficients θ (MODEL.md §1)."""
 
@@ -68,15 +55,10 @@ class SlimCoeffs(eqx.Module):
     t_fixed: jax.Array  # batch-level fixed overhead, s
 
 
-@jax.tree_util.register_pytree_with_keys_class
-class ServingSpec:
-    """One balanced replica group's serving settings (MODEL.md §0), per (model, GPU), in base units.
-
-    Its fields are the spec fields of the serving table (:data:`slimjax.inputs.serving.SERVING`), so
-    a serving key added there is a field here with no edit to this class: ``spec.n_gpu``,
-    ``spec.memory_utilization``, ``spec.reserved_bytes``, ``spec.bytes_per_weight`` … Frozen; a pytree
-    whose leaves are the fields in table order (``tree_map`` casts or stacks it like any spec).
-    """
+class FieldSpec:
+    """A spec whose fields come from an input table rather than this class (so a row added to the table is
+    a field here with no edit): ``spec.name`` for each field. Frozen; a pytree whose leaves are the fields in
+    table order (``tree_map`` casts or stacks it like any spec); pickles through its constructor."""
 
     __slots__ = ("_fields",)
 
@@ -87,20 +69,20 @@ class ServingSpec:
         try:
             return object.__getattribute__(self, "_fields")[name]
         except KeyError:
-            raise AttributeError(f"ServingSpec has no field {name!r}") from None
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}") from None
 
     def __setattr__(self, name, value):
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
 
     def __repr__(self) -> str:
-        return "ServingSpec(" + ", ".join(f"{k}={v!r}" for k, v in self._fields.items()) + ")"
+        return f"{type(self).__name__}(" + ", ".join(f"{k}={v!r}" for k, v in self._fields.items()) + ")"
 
     def fields(self) -> dict:
         """{field: value}, in table order."""
         return dict(self._fields)
 
-    def __reduce__(self):  # pickles (Dask ships specs to workers) through the constructor
-        return _serving_spec, (dict(self._fields),)
+    def __reduce__(self):  # Dask ships specs to workers
+        return _field_spec, (type(self), dict(self._fields))
 
     def tree_flatten_with_keys(self):
         keys = tuple(self._fields)
@@ -108,11 +90,35 @@ class ServingSpec:
 
     @classmethod
     def tree_unflatten(cls, keys, values):
-        return cls(**dict(zip(keys, values, strict=False)))
+        return cls(**dict(zip(keys, values, strict=True)))
 
 
-def _serving_spec(fields: dict) -> "ServingSpec":
-    return ServingSpec(**fields)
+def _field_spec(cls, fields: dict) -> FieldSpec:
+    return cls(**fields)
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class GPUSpec(FieldSpec):
+    """One accelerator (MODEL.md §0), in base units. Its fields are the GPU table's
+    (:data:`slimjax.inputs.catalog.GPU_FIELDS`): ``flops_per_s`` (F_max, dense bf16 FLOP/s),
+    ``bandwidth_bytes_per_s`` (BW_max), ``memory_bytes`` (M_VRAM), ``price_per_hour`` (illustrative
+    $/GPU-hour), ``flops_fp8_per_s`` / ``flops_fp4_per_s`` (dense low-precision Tensor Core peaks, 0: none),
+    ``link_bytes_per_s`` (BW_link, per-GPU one-direction tensor-parallel link, 0: no figure, no cost),
+    ``allreduce_latency_s`` (τ per all-reduce), and any field registered there."""
+
+    __slots__ = ()
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class ServingSpec(FieldSpec):
+    """One balanced replica group's serving settings (MODEL.md §0), per (model, GPU), in base units.
+
+    Its fields are the spec fields of the serving table (:data:`slimjax.inputs.serving.SERVING`), so
+    a serving key added there is a field here with no edit to this class: ``spec.n_gpu``,
+    ``spec.memory_utilization``, ``spec.reserved_bytes``, ``spec.bytes_per_weight`` …
+    """
+
+    __slots__ = ()
 
 
 class MeasuredSpec(eqx.Module):
@@ -145,7 +151,7 @@ SLIM_PARAMS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SlimCoef
 def stack(cls, rows: Sequence[dict], dtype=np.float64):
     """Stack per-item dicts of floats into one spec with a leading axis (every field of a dataclass
     spec; every key of the first row for :class:`ServingSpec`)."""
-    names = list(rows[0]) if cls is ServingSpec else [f.name for f in dataclasses.fields(cls)]
+    names = list(rows[0]) if issubclass(cls, FieldSpec) else [f.name for f in dataclasses.fields(cls)]
     return cls(**{n: np.asarray([r[n] for r in rows], dtype=dtype) for n in names})
 
 
