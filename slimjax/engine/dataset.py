@@ -194,13 +194,35 @@ def sweep_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
     }
 
 
+_HUGE = 2 * 2**20  # bytes: from here a result array is worth a huge-page mapping
+
+
+def result_array(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised result array. A large one is an anonymous mapping advised for transparent huge pages:
+    the block copies into fresh memory fault once per 2 MiB instead of once per 4 KiB page, which on this
+    kind of machine is the difference between ~0.4 and ~12 GB/s (bench/RESULTS.md, issue 21)."""
+    import math
+    import mmap
+
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < _HUGE or dtype.kind not in "biuf" or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return np.empty(shape, dtype)
+    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        buffer.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # a kernel without transparent huge pages: plain pages, same result
+        pass
+    return np.frombuffer(buffer, dtype).reshape(shape)
+
+
 class MemorySink:
     """Result arrays in memory, written block by block."""
 
     def __init__(self, x, names: list[str]):
         coords = x.coords
         self.arrays = {
-            n: np.empty(tuple(len(coords[d]) for d in schema(x)[n].dims), dtype=variable_dtype(x, n)) for n in names
+            n: result_array(tuple(len(coords[d]) for d in schema(x)[n].dims), variable_dtype(x, n)) for n in names
         }
 
     def write(self, name, region, values):
