@@ -501,7 +501,7 @@ def test_every_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, shared
 
 
 def test_number_formats_are_plain():
-    from slimjax.api import _quantity
+    from slimjax.report.cards import _quantity
 
     assert _quantity(1e-21, "s") == "< 1 ns" and _quantity(0.0, "s") == "0 s"
     assert _quantity(0.0123, "s") == "12.3 ms" and _quantity(123456.7, "s") == "123,457 s"

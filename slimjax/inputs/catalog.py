@@ -208,15 +208,124 @@ def _quantized_bytes_per_weight(
     return ((P - kept) * q + kept * base) / P
 
 
-def _first(cfg: Mapping, *keys: str):
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return None
+# The Hugging Face config keys the reader uses (MODEL.md §0, §4b), by what they mean: the first name present
+# wins. READ_KEYS (every accepted key; an inline key that is a near miss of one is a typo) derives from it.
+HF_KEYS: dict[str, tuple[str, ...]] = {
+    "layers": ("num_hidden_layers",),
+    "hidden": ("hidden_size",),
+    "heads": ("num_attention_heads",),
+    "kv_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",),
+    "ffn": ("intermediate_size", "ffn_dim"),  # OPT calls it ffn_dim
+    "vocab": ("vocab_size",),
+    "model_type": ("model_type",),
+    "activation": ("hidden_act", "activation_function"),
+    "n_ffn": ("n_ffn",),  # slimjax's own: FFN matrices, 2 or 3
+    "top_k": ("num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk"),
+    "experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "expert_ffn": ("moe_intermediate_size",),
+    "shared_experts": ("n_shared_experts", "num_shared_experts"),
+    "parallel_dense": ("enable_moe_block",),  # gemma-4: a dense MLP beside the routed experts
+    "dense_first": ("first_k_dense_replace",),  # DeepSeek: the first k layers dense
+    "moe_step": ("interleave_moe_layer_step", "decoder_sparse_step"),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "q_lora_rank": ("q_lora_rank",),
+    "rope_dim": ("qk_rope_head_dim",),
+    "nope_dim": ("qk_nope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+    "window": ("sliding_window",),
+    "use_window": ("use_sliding_window",),
+    "layer_types": ("layer_types",),
+    "window_pattern": ("sliding_window_pattern",),
+    "dtype": ("torch_dtype", "dtype"),
+    "tied": ("tie_word_embeddings",),
+    "context": ("max_position_embeddings",),
+    "params": ("num_parameters",),  # slimjax's own: P, when the count is known
+    "text_config": ("text_config",),
+    "quantization": ("quantization_config",),
+}
+READ_KEYS = (*(k for names in HF_KEYS.values() for k in names), "config", "aliases", "source")
+
+
+def _key(cfg: Mapping, concept: str) -> str:
+    """The config key that gives ``concept``: the first of its names present, else its first name."""
+    names = HF_KEYS[concept]
+    return next((k for k in names if cfg.get(k) is not None), names[0])
+
+
+def _hf(cfg: Mapping, concept: str, default=None):
+    """The value of ``concept`` in ``cfg`` (its first name present), else ``default``."""
+    value = cfg.get(_key(cfg, concept))
+    return default if value is None else value
+
+
+def _hf_positive(cfg: Mapping, concept: str, field: str) -> float:
+    return _positive(cfg, _key(cfg, concept), field)
+
+
+def _gated_ffn_matrices(cfg: Mapping, model_type: str, field: str) -> float:
+    """n_ffn: 3 for a gated FFN, 2 for two plain matrices (given, or by family, or by activation)."""
+    if _hf(cfg, "n_ffn") is not None:
+        n_ffn = _hf_positive(cfg, "n_ffn", field)
+        if n_ffn not in (2.0, 3.0):
+            raise SlimjaxError(f"{field}.n_ffn", f"must be 2 or 3, got {cfg['n_ffn']!r}")
+        return n_ffn
+    if model_type in _UNGATED_MODEL_TYPES:
+        return 2.0
+    if not model_type and str(_hf(cfg, "activation", "")).lower() in {"relu", "gelu_new"}:
+        return 2.0
+    return 3.0
+
+
+def _experts(cfg: Mapping, model_type: str, L: float, D_ff: float) -> dict:
+    """Mixture of experts (§4b): whether, the active FFN width, expert counts and the MoE layer count."""
+    top_k, n_experts = _hf(cfg, "top_k"), _hf(cfg, "experts")
+    moe = top_k is not None and n_experts is not None
+    d_expert = float(_hf(cfg, "expert_ffn") or D_ff)
+    n_shared = float(_hf(cfg, "shared_experts") or _SHARED_EXPERTS_BY_TYPE.get(model_type, 0))
+    parallel_dense = D_ff if moe and _hf(cfg, "parallel_dense") and _hf(cfg, "expert_ffn") else 0.0
+    k_dense = float(_hf(cfg, "dense_first") or 0) if moe else 0.0
+    step = float(_hf(cfg, "moe_step") or 1) if moe else 1.0
+    L_moe = (len(range(0, int(L - k_dense), int(step))) if step > 1 else L - k_dense) if moe else 0.0
+    active = float(top_k) * d_expert + n_shared * d_expert + parallel_dense if moe else D_ff
+    return dict(
+        moe=moe, top_k=top_k, n_experts=n_experts, d_expert=d_expert, n_shared=n_shared,
+        parallel_dense=parallel_dense, L_moe=L_moe, active_ffn=active,
+    )  # fmt: skip
+
+
+def _sliding(cfg: Mapping, model_type: str, L: float, field: str) -> tuple[float, float]:
+    """(W, L_s): the window and how many of the L layers use it (inf, 0 without one)."""
+    window = _hf(cfg, "window")
+    if not window or _hf(cfg, "use_window", True) is False:
+        return math.inf, 0.0
+    window = _hf_positive(cfg, "window", field)
+    layer_types, pattern = _hf(cfg, "layer_types"), _hf(cfg, "window_pattern")
+    if layer_types:
+        if len(layer_types) != int(L):
+            raise SlimjaxError(f"{field}.layer_types", f"has {len(layer_types)} entries for {int(L)} layers")
+        return window, float(sum("sliding" in str(t) for t in layer_types))
+    if pattern:
+        return window, L - L // _hf_positive(cfg, "window_pattern", field)
+    if model_type == "gemma2":
+        return window, L - L // 2  # even layers are local in Gemma-2
+    return window, L
+
+
+def _attention_params(cfg: Mapping, D, H_q, H_kv, d_h, d_c, d_R, mla: bool) -> float:
+    """Attention weights per layer: Q, K, V, O (MLA: the latent down/up projections and the rope part)."""
+    if not mla:
+        return 2 * D * H_q * d_h + 2 * D * H_kv * d_h
+    nope = float(_hf(cfg, "nope_dim") or d_h)
+    v_head = float(_hf(cfg, "v_head_dim") or d_h)
+    q_rank = _hf(cfg, "q_lora_rank")
+    q_proj = (D * q_rank + q_rank * H_q * (nope + d_R)) if q_rank else D * H_q * (nope + d_R)
+    return q_proj + D * (d_c + d_R) + d_c * H_q * (nope + v_head) + H_q * v_head * D
 
 
 def model_from_hf(config: Mapping, field: str = "model") -> dict:
-    """ModelSpec fields (floats, base units) from a Hugging Face config dict (MODEL.md §0).
+    """ModelSpec fields (floats, base units) from a Hugging Face config dict (MODEL.md §0), read through
+    :data:`HF_KEYS`.
 
     Multimodal configs are read from their ``text_config``. MoE: D_ff is the active width
     (experts per token × expert FFN size + shared experts). ``num_parameters`` and ``n_ffn``
@@ -229,125 +338,63 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
     if isinstance(cfg.get("text_config"), Mapping):
         extra = {k: cfg[k] for k in ("num_parameters", "n_ffn") if k in cfg}
         cfg = {**cfg["text_config"], **extra}
-    model_type = str(cfg.get("model_type", "")).lower()
+    model_type = str(_hf(cfg, "model_type", "")).lower()
 
-    L = _positive(cfg, "num_hidden_layers", field)
-    D = _positive(cfg, "hidden_size", field)
-    H_q = _positive(cfg, "num_attention_heads", field)
-    H_kv = _positive(cfg, "num_key_value_heads", field) if cfg.get("num_key_value_heads") is not None else H_q
+    L = _hf_positive(cfg, "layers", field)
+    D = _hf_positive(cfg, "hidden", field)
+    H_q = _hf_positive(cfg, "heads", field)
+    H_kv = _hf_positive(cfg, "kv_heads", field) if _hf(cfg, "kv_heads") is not None else H_q
     if H_q % H_kv:
         raise SlimjaxError(
             f"{field}.num_key_value_heads",
             f"num_attention_heads ({int(H_q)}) must be divisible by num_key_value_heads ({int(H_kv)})",
         )
-    if cfg.get("head_dim") is None and D % H_q:
+    if _hf(cfg, "head_dim") is None and D % H_q:
         raise SlimjaxError(
             f"{field}.num_attention_heads", f"{int(H_q)} heads do not divide hidden_size {int(D)}; give head_dim"
         )
-    d_h = _positive(cfg, "head_dim", field) if cfg.get("head_dim") is not None else D / H_q
-    if cfg.get("intermediate_size") is None and cfg.get("ffn_dim") is None:
+    d_h = _hf_positive(cfg, "head_dim", field) if _hf(cfg, "head_dim") is not None else D / H_q
+    if _hf(cfg, "ffn") is None:
         raise SlimjaxError(
             f"{field}.intermediate_size", "missing (OPT configs call it ffn_dim); needed to build the model"
         )
-    D_ff = _positive(cfg, "intermediate_size" if cfg.get("intermediate_size") is not None else "ffn_dim", field)
-    V = _positive(cfg, "vocab_size", field)
+    D_ff = _hf_positive(cfg, "ffn", field)
+    V = _hf_positive(cfg, "vocab", field)
+    n_ffn = _gated_ffn_matrices(cfg, model_type, field)
+    moe = _experts(cfg, model_type, L, D_ff)
 
-    if cfg.get("n_ffn") is not None:
-        n_ffn = _positive(cfg, "n_ffn", field)
-        if n_ffn not in (2.0, 3.0):
-            raise SlimjaxError(f"{field}.n_ffn", f"must be 2 or 3, got {cfg['n_ffn']!r}")
-    elif model_type in _UNGATED_MODEL_TYPES:
-        n_ffn = 2.0
-    elif not model_type and str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower() in {
-        "relu",
-        "gelu_new",
-    }:
-        n_ffn = 2.0
-    else:
-        n_ffn = 3.0
+    mla = _hf(cfg, "kv_lora_rank") is not None  # multi-head latent attention
+    d_c = _hf_positive(cfg, "kv_lora_rank", field) if mla else 0.0
+    d_R = _hf_positive(cfg, "rope_dim", field) if mla else 0.0
+    window, L_s = _sliding(cfg, model_type, L, field)
 
-    # Mixture of experts: active FFN width, and total expert count for the parameter estimate.
-    top_k = _first(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_topk")
-    n_experts = _first(cfg, "num_local_experts", "num_experts", "n_routed_experts")
-    moe = top_k is not None and n_experts is not None
-    d_expert = float(_first(cfg, "moe_intermediate_size") or D_ff)
-    n_shared = float(
-        _first(cfg, "n_shared_experts", "num_shared_experts") or _SHARED_EXPERTS_BY_TYPE.get(model_type, 0)
-    )
-    # gemma-4 style: a dense MLP of intermediate_size runs beside the routed experts in every layer
-    parallel_dense = D_ff if moe and cfg.get("enable_moe_block") and cfg.get("moe_intermediate_size") else 0.0
-    k_dense = float(cfg.get("first_k_dense_replace") or 0) if moe else 0.0  # DeepSeek's first k layers are dense
-    step = float(_first(cfg, "interleave_moe_layer_step", "decoder_sparse_step") or 1) if moe else 1.0
-    L_moe = (len(range(0, int(L - k_dense), int(step))) if step > 1 else L - k_dense) if moe else 0.0
-    if moe:
-        D_ff_active = float(top_k) * d_expert + n_shared * d_expert + parallel_dense
-    else:
-        D_ff_active = D_ff
-
-    # Multi-head latent attention.
-    mla = cfg.get("kv_lora_rank") is not None
-    d_c = d_R = 0.0
-    if mla:
-        d_c = _positive(cfg, "kv_lora_rank", field)
-        d_R = _positive(cfg, "qk_rope_head_dim", field)
-
-    # Sliding windows: W tokens on L_s of the L layers.
-    window = cfg.get("sliding_window")
-    L_s = 0.0
-    if window and cfg.get("use_sliding_window", True) is not False:
-        window = _positive(cfg, "sliding_window", field)
-        layer_types = cfg.get("layer_types")
-        pattern = cfg.get("sliding_window_pattern")
-        if layer_types:
-            if len(layer_types) != int(L):
-                raise SlimjaxError(f"{field}.layer_types", f"has {len(layer_types)} entries for {int(L)} layers")
-            L_s = float(sum("sliding" in str(t) for t in layer_types))
-        elif pattern:
-            L_s = L - L // _positive(cfg, "sliding_window_pattern", field)
-        elif model_type == "gemma2":
-            L_s = L - L // 2  # even layers are local in Gemma-2
-        else:
-            L_s = L
-    else:
-        window = math.inf
-
-    b_w = b_kv = dtype_bytes(
-        _first(cfg, "torch_dtype", "dtype"), f"{field}.torch_dtype"
-    )  # KV stays at the model's dtype
-    tied = bool(cfg.get("tie_word_embeddings", True))  # HF's default when the key is absent
-    if mla:
-        nope = float(cfg.get("qk_nope_head_dim") or d_h)
-        v_head = float(cfg.get("v_head_dim") or d_h)
-        q_rank = cfg.get("q_lora_rank")
-        q_proj = (D * q_rank + q_rank * H_q * (nope + d_R)) if q_rank else D * H_q * (nope + d_R)
-        attn = q_proj + D * (d_c + d_R) + d_c * H_q * (nope + v_head) + H_q * v_head * D
-    else:
-        attn = 2 * D * H_q * d_h + 2 * D * H_kv * d_h
+    b_w = b_kv = dtype_bytes(_hf(cfg, "dtype"), f"{field}.torch_dtype")  # KV stays at the model's dtype
+    tied = bool(cfg.get(_key(cfg, "tied"), True))  # HF's default when the key is absent
+    attn = _attention_params(cfg, D, H_q, H_kv, d_h, d_c, d_R, mla)
     embeddings = V * D * (1 if tied else 2)
-    if cfg.get("num_parameters") is not None:
-        P = _positive(cfg, "num_parameters", field)
+    if _hf(cfg, "params") is not None:
+        P = _hf_positive(cfg, "params", field)
     else:
-        if moe:  # MoE layers: routed + shared experts (+ a parallel dense MLP); the other layers dense
-            ffn_total = (
-                n_ffn * D * (L_moe * ((float(n_experts) + n_shared) * d_expert + parallel_dense) + (L - L_moe) * D_ff)
-            )
+        if moe["moe"]:  # MoE layers: routed + shared experts (+ a parallel dense MLP); the other layers dense
+            L_moe, experts = moe["L_moe"], (float(moe["n_experts"]) + moe["n_shared"]) * moe["d_expert"]
+            ffn_total = n_ffn * D * (L_moe * (experts + moe["parallel_dense"]) + (L - L_moe) * D_ff)
         else:
             ffn_total = L * n_ffn * D * D_ff
         P = embeddings + L * attn + ffn_total
         if model_type == "opt":
-            P += float(cfg.get("max_position_embeddings", 0)) * D  # learned positions
-    if isinstance(cfg.get("quantization_config"), Mapping):
+            P += float(_hf(cfg, "context", 0)) * D  # learned positions
+    if isinstance(_hf(cfg, "quantization"), Mapping):
         b_w = _quantized_bytes_per_weight(
             cfg["quantization_config"], P, embeddings, L * attn, b_w, f"{field}.quantization_config"
         )
-
+    on = moe["moe"]
     return dict(
         n_layers=L,
         hidden=D,
         n_heads=H_q,
         n_kv_heads=H_kv,
         head_dim=d_h,
-        ffn_dim=D_ff_active,
+        ffn_dim=moe["active_ffn"],
         n_ffn=n_ffn,
         vocab=V,
         n_params=P,
@@ -356,67 +403,17 @@ def model_from_hf(config: Mapping, field: str = "model") -> dict:
         window=float(window),
         n_sliding_layers=L_s,
         mla=1.0 if mla else 0.0,
-        moe=1.0 if moe else 0.0,
+        moe=1.0 if on else 0.0,
         kv_lora_rank=d_c,
         rope_dim=d_R,
-        qk_nope_dim=float(cfg.get("qk_nope_head_dim") or d_h) if mla else 0.0,
-        v_head_dim=float(cfg.get("v_head_dim") or d_h) if mla else 0.0,
-        n_experts=float(n_experts) if moe else 0.0,
-        experts_per_token=float(top_k) if moe else 0.0,
-        expert_ffn_dim=d_expert if moe else 0.0,
-        n_moe_layers=float(L_moe),
-        max_context=float(cfg["max_position_embeddings"]) if cfg.get("max_position_embeddings") else math.inf,
+        qk_nope_dim=float(_hf(cfg, "nope_dim") or d_h) if mla else 0.0,
+        v_head_dim=float(_hf(cfg, "v_head_dim") or d_h) if mla else 0.0,
+        n_experts=float(moe["n_experts"]) if on else 0.0,
+        experts_per_token=float(moe["top_k"]) if on else 0.0,
+        expert_ffn_dim=moe["d_expert"] if on else 0.0,
+        n_moe_layers=float(moe["L_moe"]),
+        max_context=float(cfg["max_position_embeddings"]) if _hf(cfg, "context") else math.inf,
     )
-
-
-# Every config key the reader uses (MODEL.md §0, §4b); an inline key that is a near miss of one is a typo.
-READ_KEYS = (
-    "num_hidden_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "intermediate_size",
-    "ffn_dim",
-    "vocab_size",
-    "model_type",
-    "hidden_act",
-    "activation_function",
-    "num_experts_per_tok",
-    "experts_per_token",
-    "top_k_experts",
-    "moe_topk",
-    "num_local_experts",
-    "num_experts",
-    "n_routed_experts",
-    "moe_intermediate_size",
-    "n_shared_experts",
-    "num_shared_experts",
-    "enable_moe_block",
-    "first_k_dense_replace",
-    "interleave_moe_layer_step",
-    "decoder_sparse_step",
-    "kv_lora_rank",
-    "q_lora_rank",
-    "qk_rope_head_dim",
-    "qk_nope_head_dim",
-    "v_head_dim",
-    "sliding_window",
-    "use_sliding_window",
-    "layer_types",
-    "sliding_window_pattern",
-    "torch_dtype",
-    "dtype",
-    "tie_word_embeddings",
-    "max_position_embeddings",
-    "num_parameters",
-    "n_ffn",
-    "text_config",
-    "quantization_config",
-    "config",
-    "aliases",
-    "source",
-)
 
 
 def _check_spelling(body: Mapping, field: str) -> None:
