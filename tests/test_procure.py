@@ -383,7 +383,8 @@ def proc_reason(name):
 
 
 def test_measured_point_replaces_the_roofline_for_its_candidate():
-    measured = [dict(model="Llama-3.1-8B", gpu="H100-SXM", tp=1, batch=32, request_rate=4.0, ttft_s=0.2, itl_s=0.03)]
+    # the sweep file's measured block, by model then GPU for one pair, at the TP degree it was measured at
+    measured = {"Llama-3.1-8B": {"H100-SXM": dict(tp=1, batch=32, request_rate=4.0, ttft_s=0.2, itl_s=0.03)}}
     ds = slimjax.procure(dict(SMALL, measured=measured))
     c = ds.sel(workload="mixed", model="Llama-3.1-8B", gpu="H100-SXM", tp=1)
     np.testing.assert_allclose(c.itl_s.values, 0.03)
@@ -391,6 +392,21 @@ def test_measured_point_replaces_the_roofline_for_its_candidate():
     np.testing.assert_allclose(c.service_s.values, np.maximum(c.slots.values, 32) / 4.0)
     other = ds.sel(workload="mixed", model="Llama-3.1-8B", gpu="H100-SXM", tp=2)
     assert not np.allclose(other.itl_s.values, 0.03)
+    elsewhere = ds.sel(workload="mixed", model="Llama-3.1-8B", gpu="A100-SXM-80GB", tp=1)
+    assert not np.allclose(elsewhere.itl_s.values, 0.03)  # one pair, not every GPU of the model
+    # a sweep reads the same block: the nested point is that pair's only
+    sweep = slimjax.sweep(
+        dict(models=SMALL["models"], gpus=SMALL["gpus"], batch=[32], input_len=[1500], output_len=[300], advisor=False,
+             measured={"Llama-3.1-8B": {"H100-SXM": dict(batch=32, request_rate=4.0, ttft_s=0.2, itl_s=0.03)}}),
+        quiet=True,
+    )  # fmt: skip
+    itl = sweep.itl_s.sel(batch=32, input_len=1500, output_len=300)
+    assert float(itl.sel(model="Llama-3.1-8B", gpu="H100-SXM")) == pytest.approx(0.03)
+    assert (
+        np.isnan(itl.sel(model="Qwen3-32B", gpu="H100-SXM"))
+        or float(itl.sel(model="Qwen3-32B", gpu="H100-SXM")) != 0.03
+    )
+    assert float(itl.sel(model="Llama-3.1-8B", gpu="A100-SXM-80GB")) != pytest.approx(0.03)
 
 
 @pytest.mark.parametrize(
@@ -407,10 +423,12 @@ def test_measured_point_replaces_the_roofline_for_its_candidate():
         (dict(workloads=[dict(name="x", input_len=10)]), "workloads[0].output_len"),
         (dict(workloads=[dict(name="x", trace="nowhere.csv")]), "workloads[0].trace"),
         (
-            dict(
-                measured=[dict(model="Llama-3.1-8B", gpu="H100-SXM", tp=8, batch=1, request_rate=1, ttft_s=1, itl_s=1)]
-            ),
-            "measured[0].tp",
+            dict(measured={"Llama-3.1-8B": {"H100-SXM": dict(tp=8, batch=1, request_rate=1, ttft_s=1, itl_s=1)}}),
+            "measured.tp",
+        ),
+        (
+            dict(measured={"Llama-3.1-8B": {"H100-SXM": dict(tp=1, batch=1, request_rate=1, ttft_s=1, itl=1)}}),
+            "measured.Llama-3.1-8B.H100-SXM.itl",
         ),
     ],
 )

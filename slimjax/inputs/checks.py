@@ -48,10 +48,11 @@ def positive_number(value: Any, field: str, *, integer: bool = False) -> float:
 
 
 def split_keyed_block(
-    value: Any, field: str, fields: tuple[str, ...], models: list[str], gpus: list[str]
+    value: Any, field: str, fields: tuple[str, ...], models: list[str], gpus: list[str], nested: bool = False
 ) -> tuple[dict, dict, dict]:
     """A block of ``fields`` given at the top level and/or under swept model or GPU names: returns
-    (top-level settings, {model: settings}, {gpu: settings})."""
+    (top-level settings, {model: settings}, {gpu: settings}). ``nested``: a model's block may hold GPU names
+    too, for one (model, GPU) pair, returned under the model's settings as ``"_by_gpu": {gpu: settings}``."""
     from collections.abc import Mapping
 
     from ..errors import suggest
@@ -65,10 +66,24 @@ def split_keyed_block(
         elif key in models or key in gpus:
             if not isinstance(v, Mapping):
                 raise SlimjaxError(f"{field}.{key}", f"must be a mapping of {field} settings, got {v!r}")
-            bad = [k for k in v if k not in fields]
+            inner = gpus if nested and key in models else []
+            bad = [k for k in v if k not in fields and k not in inner]
             if bad:
-                raise SlimjaxError(f"{field}.{key}.{bad[0]}", f"unknown key{suggest(str(bad[0]), fields)}")
-            (by_model if key in models else by_gpu)[key] = dict(v)
+                raise SlimjaxError(
+                    f"{field}.{key}.{bad[0]}", f"unknown key{suggest(str(bad[0]), list(fields) + inner)}"
+                )
+            settings = {k: x for k, x in v.items() if k not in inner}
+            pairs = {}
+            for g in (k for k in v if k in inner):
+                if not isinstance(v[g], Mapping):
+                    raise SlimjaxError(f"{field}.{key}.{g}", f"must be a mapping of {field} settings, got {v[g]!r}")
+                wrong = [k for k in v[g] if k not in fields]
+                if wrong:
+                    raise SlimjaxError(f"{field}.{key}.{g}.{wrong[0]}", f"unknown key{suggest(str(wrong[0]), fields)}")
+                pairs[g] = dict(v[g])
+            if pairs:
+                settings["_by_gpu"] = pairs
+            (by_model if key in models else by_gpu)[key] = settings
         else:
             raise SlimjaxError(
                 f"{field}.{key}",

@@ -22,7 +22,7 @@ from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
 from . import catalog
 from .axes import parse_axis
 from .checks import checked_number, positive_number
-from .measured import MEASURED_KEYS
+from .measured import MEASURED_KEYS, measured_block
 from .requests import TRACE_FORMATS, LengthClasses, length_classes, load_requests
 from .serving import serving_block
 from .sweepfile import load_spec
@@ -213,36 +213,19 @@ def _prices(value: Any, gpus: list[str], entries: list) -> tuple[dict[str, float
 
 
 def _measured(value: Any, models: list[str], gpus: list[str], tp: np.ndarray) -> MeasuredSpec:
+    """The sweep file's ``measured`` block (top level, by model, by GPU, or by model then GPU), each point at
+    the TP degree ``tp`` it was measured at (default 1), which must be one of the study's."""
     arr = {k: np.full((len(models), len(gpus), len(tp)), np.nan) for k in MEASURED_KEYS}
     if value is None:
         return MeasuredSpec(**arr)
-    if not isinstance(value, list):
-        raise SlimjaxError(
-            "measured", f"must be a list of {{model, gpu, tp, {', '.join(MEASURED_KEYS)}}}, got {value!r}"
-        )
-    allowed = ("model", "gpu", "tp", *MEASURED_KEYS)
-    for i, entry in enumerate(value):
-        field = f"measured[{i}]"
-        if not isinstance(entry, Mapping):
-            raise SlimjaxError(field, f"must be a mapping, got {entry!r}")
-        bad = [k for k in entry if k not in allowed]
-        if bad:
-            raise SlimjaxError(f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), allowed)}")
-        for key, labels in (("model", models), ("gpu", gpus)):
-            if entry.get(key) not in labels:
-                raise SlimjaxError(
-                    f"{field}.{key}",
-                    f"must name one of the study's {key}s ({', '.join(labels)}), got {entry.get(key)!r}",
-                )
-        n = positive_number(entry.get("tp", 1), f"{field}.tp", integer=True)
-        if n not in tp:
-            raise SlimjaxError(f"{field}.tp", f"{n:g} is not among the study's tp degrees {list(tp)}")
-        for k in MEASURED_KEYS:
-            if k not in entry:
-                raise SlimjaxError(f"{field}.{k}", f"missing: a measured point needs {', '.join(MEASURED_KEYS)}")
-            arr[k][models.index(entry["model"]), gpus.index(entry["gpu"]), int(np.flatnonzero(tp == n)[0])] = (
-                positive_number(entry[k], f"{field}.{k}", integer=k == "batch")
-            )
+    _, table = measured_block(value, models, gpus, extra=("tp",))
+    for m, row in table.items():
+        for g, point in row.items():
+            n = point.get("tp", 1.0)
+            if n not in tp:
+                raise SlimjaxError("measured.tp", f"{n:g} ({m} on {g}) is not among the study's tp degrees {list(tp)}")
+            for k in MEASURED_KEYS:
+                arr[k][models.index(m), gpus.index(g), int(np.flatnonzero(tp == n)[0])] = point[k]
     return MeasuredSpec(**arr)
 
 
