@@ -377,7 +377,7 @@ def test_an_infeasible_study_says_why(tmp_path):
 
 
 def proc_reason(name):
-    from slimjax.engine.schema import REASONS
+    from slimjax.engine.procurement import REASONS
 
     return REASONS.index(name)
 

@@ -16,7 +16,7 @@ from ..inputs.sweepfile import Sweep
 from .grid import schema, variable_dtype
 from .groups import GROUPS
 from .plan import BlockPlan
-from .schema import DIMS, SCHEMAS
+from .schema import DIMS, KIND_ATTRS, SCHEMAS
 
 
 def variable_attrs(sweep, name: str) -> dict:
@@ -94,58 +94,9 @@ def resolved_specs(sweep: Sweep) -> dict:
     }
 
 
-def study_hash(study, block_plan: BlockPlan) -> str:
-    """SHA-256 of the resolved procurement study (coordinates, every spec leaf, serving and measured per
-    candidate, classes, rates, SLOs), the block plan and the slimjax version: what a resumed run must match."""
-    import hashlib
-
-    import jax
-
-    h = hashlib.sha256(f"{__version__} procurement".encode())
-    for k, v in study.coords.items():
-        h.update(k.encode())
-        h.update(np.ascontiguousarray(v).astype(str if v.dtype.kind == "U" else v.dtype).tobytes())
-    trees = (study.model, study.gpu, study.serving, study.measured, study.class_arrays(), study.total_rate)
-    for leaf in jax.tree_util.tree_leaves(trees):
-        h.update(np.ascontiguousarray(np.asarray(leaf, np.float64)).tobytes())
-    h.update(repr((sorted(study.slo.items()), block_plan.dims, sorted(block_plan.block.items()))).encode())
-    return h.hexdigest()
-
-
-def study_attrs(study, block_plan: BlockPlan) -> dict:
-    """A procurement Dataset's attrs: the study file, SLOs, workloads, serving, prices (dated), notes."""
-    from .procurement import _static
-
-    static = dict(_static(study))
-    return {
-        "slimjax_version": __version__,
-        "kind": "procurement",
-        "study_file": study.source,
-        "slo": json.dumps({k: (None if np.isinf(v) else v) for k, v in study.slo.items()}),
-        "workloads": json.dumps(
-            {w.name: {"source": w.source, "requests": w.requests, "trace_rate": w.trace_rate} for w in study.workloads}
-        ),
-        "serving": json.dumps(study.serving_table, default=float),
-        "price_date": PRICE_DATE,
-        "prices": json.dumps(
-            {
-                g: {"usd_per_gpu_hour": float(study.gpu.price_per_hour[i]), "source": study.price_source[g]}
-                for i, g in enumerate(study.gpus)
-            }
-        ),
-        "prices_note": f"illustrative prices, dated {PRICE_DATE}; override per GPU under prices:",
-        "ttft_note": "TTFT is MODEL.md §8's per-request screen t_pre,k + ITL_k(m) plus the wait quantile, "
-        "not §4's batch screen",
-        "bisection_steps": static["bisection_steps"],
-        "block_plan": block_plan.to_attrs(),
-        "sweep_hash": study_hash(study, block_plan),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
 def dataset_attrs(x, block_plan: BlockPlan) -> dict:
-    """The Dataset's attrs for its kind of evaluation (a sweep's or a procurement study's)."""
-    return study_attrs(x, block_plan) if x.kind == "procurement" else sweep_attrs(x, block_plan)
+    """The Dataset's attrs for its kind of evaluation (a sweep's, or a registered study's)."""
+    return KIND_ATTRS[x.kind](x, block_plan)
 
 
 def sweep_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
@@ -194,6 +145,9 @@ def sweep_attrs(sweep: Sweep, block_plan: BlockPlan) -> dict:
     }
 
 
+KIND_ATTRS["sweep"] = sweep_attrs
+
+
 _HUGE = 2 * 2**20  # bytes: from here a result array is worth a huge-page mapping
 
 
@@ -240,6 +194,6 @@ def canonical(ds: xr.Dataset) -> xr.Dataset:
     order = [d for d in DIMS if d in ds.dims]
     out = xr.Dataset(coords={d: ds[d] for d in order}, attrs=ds.attrs)
     out = out.assign_coords({k: v for k, v in ds.coords.items() if k not in order})
-    table = SCHEMAS[ds.attrs.get("kind", "sweep")]
+    table = SCHEMAS.get(ds.attrs.get("kind", "sweep"), {})
     names = [n for n in table if n in ds.data_vars] + [n for n in ds.data_vars if n not in table]
     return out.assign({n: ds[n] for n in names})

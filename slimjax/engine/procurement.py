@@ -10,15 +10,122 @@ axis carries the *mix* rows instead: row 0 is the workload's class mixture, row 
 
 from __future__ import annotations
 
+import datetime
+import json
+
 import jax.numpy as jnp
 import numpy as np
 
+from .._version import __version__
+from ..constants import PRICE_DATE
 from ..model import memory
 from ..model import procurement as proc
 from ..model.calculator import capacity_cell_terms, service_terms
 from ..model.queue import queue_bound
 from .groups import Group, register_group
-from .schema import REASONS
+from .plan import BlockPlan
+from .schema import Variable, register_kind
+
+# Why a candidate is infeasible, checked in this order (the first failing check is reported).
+REASONS = ("feasible", "tp_does_not_divide_heads", "memory", "itl", "ttft", "e2e", "unbounded_queue")
+CANDIDATE = ("workload", "model", "gpu", "tp", "batch")
+SIZED = ("workload", "rate", "model", "gpu", "tp", "batch")
+CHOICE = ("workload", "rate", "model")
+MIX = ("workload", "rate", "model", "class")
+_P = "procurement"
+
+PROCUREMENT: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable("total_rate", ("workload", "rate"), "requests/s", "total arrival rate Λ", _P),
+        Variable("class_input_len", ("workload", "class"), "tokens", "class prompt length I_k (rounded mean)", _P),
+        Variable("class_output_len", ("workload", "class"), "tokens", "class output length O_k (rounded mean)", _P),
+        Variable("class_weight", ("workload", "class"), "1", "class weight w_k = n_k/N (0: no such class)", _P),
+        Variable("weights_bytes", ("model", "gpu", "tp"), "bytes", "weights M_W of the group", _P),
+        Variable("kv_pool_bytes", ("model", "gpu", "tp"), "bytes", "KV pool u·M − M_W − M_R of the group", _P),
+        Variable(
+            "fits",
+            ("workload", "model", "gpu", "tp"),
+            "1",
+            "the group holds its weights and one mixture sequence (max_seqs ≥ 1, TP divides H_q)",
+            _P,
+            "bool",
+        ),
+        Variable("slots", CANDIDATE, "sequences", "slots m = min(B, ⌊pool / F̄⌋)", _P),
+        Variable("service_s", CANDIDATE, "s", "mixture service time S̄ = Σ w_k S_k(m)", _P),
+        Variable(
+            "max_rate_per_replica",
+            CANDIDATE,
+            "requests/s",
+            "λ*, the largest per-replica rate meeting every SLO (0: none)",
+            _P,
+        ),
+        Variable("itl_s", CANDIDATE, "s", "ITL_k(m), worst class", _P),
+        Variable("ttft_unloaded_s", CANDIDATE, "s", "TTFT_k(m) = t_pre,k + ITL_k(m) without queueing, worst class", _P),
+        Variable("e2e_unloaded_s", CANDIDATE, "s", "S_k(m) without queueing, worst class", _P),
+        Variable("infeasible_reason", CANDIDATE, "1", "first failing check (0: feasible)", _P, "int8", flags=REASONS),
+        Variable("memory_headroom", CANDIDATE, "1", "1 − m·F̄/pool, the KV pool left unused", _P),
+        Variable("feasible", SIZED, "1", "λ* > 0: the candidate serves the rate under the SLOs", _P, "bool"),
+        Variable("replicas", SIZED, "replica groups", "R = ⌈Λ/λ*⌉", _P),
+        Variable("gpus_total", SIZED, "GPUs", "R·n", _P),
+        Variable("cost_per_hour", SIZED, "USD/hour", "R·n·price per GPU-hour (illustrative)", _P, priced=True),
+        Variable(
+            "cost_per_mtok",
+            SIZED,
+            "USD/Mtok",
+            "cost per million prompt + output tokens (illustrative)",
+            _P,
+            priced=True,
+        ),
+        Variable("ttft_p_s", SIZED, "s", "W_p + TTFT_k(m) at Λ/R per replica, worst class", _P),
+        Variable("e2e_mean_s", SIZED, "s", "W_q + S_k(m) at Λ/R per replica, worst class", _P),
+        Variable("utilization", SIZED, "1", "ρ at Λ/R per replica", _P),
+        Variable("best_gpu", CHOICE, "", "chosen GPU ('' when no candidate is feasible)", _P, "int32", label_of="gpu"),
+        Variable("best_tp", CHOICE, "GPUs", "chosen TP degree (0: none)", _P),
+        Variable("best_batch", CHOICE, "sequences", "chosen concurrency limit (0: none)", _P),
+        Variable("best_replicas", CHOICE, "replica groups", "replicas of the choice", _P),
+        Variable("best_gpus", CHOICE, "GPUs", "GPUs of the choice", _P),
+        Variable("best_cost_per_hour", CHOICE, "USD/hour", "cost of the choice (illustrative)", _P, priced=True),
+        Variable(
+            "best_cost_per_mtok",
+            CHOICE,
+            "USD/Mtok",
+            "cost per million tokens of the choice (illustrative)",
+            _P,
+            priced=True,
+        ),
+        Variable(
+            "binding_reason",
+            CHOICE,
+            "1",
+            "0 when a candidate is feasible, else the check the furthest candidates fail",
+            _P,
+            "int8",
+            flags=REASONS,
+        ),
+        Variable(
+            "mix_cost_per_hour",
+            CHOICE,
+            "USD/hour",
+            "each class on its own cheapest candidate at w_k·Λ, summed",
+            _P,
+            priced=True,
+        ),
+        Variable(
+            "mix_saving_per_hour",
+            CHOICE,
+            "USD/hour",
+            "best single choice − mix (negative: the mix costs more)",
+            _P,
+            priced=True,
+        ),
+        Variable("mix_gpu", MIX, "", "class k's own cheapest GPU", _P, "int32", label_of="gpu"),
+        Variable("mix_tp", MIX, "GPUs", "class k's TP degree", _P),
+        Variable("mix_batch", MIX, "sequences", "class k's concurrency limit", _P),
+        Variable("mix_replicas", MIX, "replica groups", "class k's replicas", _P),
+        Variable("mix_class_cost_per_hour", MIX, "USD/hour", "class k's cost (illustrative)", _P, priced=True),
+    )
+}
 
 _REASON_CODE = {name: code for code, name in enumerate(REASONS)}
 
@@ -231,6 +338,54 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
     )
 
 
+def study_hash(study, block_plan: BlockPlan) -> str:
+    """SHA-256 of the resolved procurement study (coordinates, every spec leaf, serving and measured per
+    candidate, classes, rates, SLOs), the block plan and the slimjax version: what a resumed run must match."""
+    import hashlib
+
+    import jax
+
+    h = hashlib.sha256(f"{__version__} procurement".encode())
+    for k, v in study.coords.items():
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(v).astype(str if v.dtype.kind == "U" else v.dtype).tobytes())
+    trees = (study.model, study.gpu, study.serving, study.measured, study.class_arrays(), study.total_rate)
+    for leaf in jax.tree_util.tree_leaves(trees):
+        h.update(np.ascontiguousarray(np.asarray(leaf, np.float64)).tobytes())
+    h.update(repr((sorted(study.slo.items()), block_plan.dims, sorted(block_plan.block.items()))).encode())
+    return h.hexdigest()
+
+
+def study_attrs(study, block_plan: BlockPlan) -> dict:
+    """A procurement Dataset's attrs: the study file, SLOs, workloads, serving, prices (dated), notes."""
+    static = dict(_static(study))
+    return {
+        "slimjax_version": __version__,
+        "kind": "procurement",
+        "study_file": study.source,
+        "slo": json.dumps({k: (None if np.isinf(v) else v) for k, v in study.slo.items()}),
+        "workloads": json.dumps(
+            {w.name: {"source": w.source, "requests": w.requests, "trace_rate": w.trace_rate} for w in study.workloads}
+        ),
+        "serving": json.dumps(study.serving_table, default=float),
+        "price_date": PRICE_DATE,
+        "prices": json.dumps(
+            {
+                g: {"usd_per_gpu_hour": float(study.gpu.price_per_hour[i]), "source": study.price_source[g]}
+                for i, g in enumerate(study.gpus)
+            }
+        ),
+        "prices_note": f"illustrative prices, dated {PRICE_DATE}; override per GPU under prices:",
+        "ttft_note": "TTFT is MODEL.md §8's per-request screen t_pre,k + ITL_k(m) plus the wait quantile, "
+        "not §4's batch screen",
+        "bisection_steps": static["bisection_steps"],
+        "block_plan": block_plan.to_attrs(),
+        "sweep_hash": study_hash(study, block_plan),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+register_kind("procurement", PROCUREMENT, study_attrs)
 register_group(
     Group(
         "procurement",

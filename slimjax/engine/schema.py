@@ -6,8 +6,9 @@ Dims a variable does not depend on are dropped (MODEL.md §7 allows it; it saves
 names other groups that must be active too; ``fit_masked`` ones are NaN wherever what they time cannot run
 (:func:`.groups.mask_unfit`: the batch, or for prefill-only figures the batch's prompts, does not fit memory).
 
-One table per kind of evaluation (:data:`SCHEMAS`): ``sweep`` (MODEL.md §1–§7, :data:`VARIABLES`) and
-``procurement`` (§8, :data:`PROCUREMENT`). A kind's Dataset has that table's variables, in its order.
+One table per kind of evaluation (:data:`SCHEMAS`): ``sweep`` (MODEL.md §1–§7, :data:`VARIABLES`, here) and
+each study registered with :func:`register_kind` (``procurement``, §8: :mod:`.procurement`). A kind's
+Dataset has that table's variables, in its order.
 """
 
 from __future__ import annotations
@@ -304,110 +305,21 @@ VARIABLES: dict[str, Variable] = {
     )
 }
 
-# ----------------------------------------------------------------------------- procurement (MODEL.md §8)
+SCHEMAS: dict[str, dict[str, Variable]] = {"sweep": VARIABLES}  # kind -> its variables, in Dataset order
+KIND_ATTRS: dict = {}  # kind -> (parsed input, block plan) -> the Dataset's attrs
 
-# Why a candidate is infeasible, checked in this order (the first failing check is reported).
-REASONS = ("feasible", "tp_does_not_divide_heads", "memory", "itl", "ttft", "e2e", "unbounded_queue")
-CANDIDATE = ("workload", "model", "gpu", "tp", "batch")
-SIZED = ("workload", "rate", "model", "gpu", "tp", "batch")
-CHOICE = ("workload", "rate", "model")
-MIX = ("workload", "rate", "model", "class")
-_P = "procurement"
 
-PROCUREMENT: dict[str, Variable] = {
-    v.name: v
-    for v in (
-        Variable("total_rate", ("workload", "rate"), "requests/s", "total arrival rate Λ", _P),
-        Variable("class_input_len", ("workload", "class"), "tokens", "class prompt length I_k (rounded mean)", _P),
-        Variable("class_output_len", ("workload", "class"), "tokens", "class output length O_k (rounded mean)", _P),
-        Variable("class_weight", ("workload", "class"), "1", "class weight w_k = n_k/N (0: no such class)", _P),
-        Variable("weights_bytes", ("model", "gpu", "tp"), "bytes", "weights M_W of the group", _P),
-        Variable("kv_pool_bytes", ("model", "gpu", "tp"), "bytes", "KV pool u·M − M_W − M_R of the group", _P),
-        Variable(
-            "fits",
-            ("workload", "model", "gpu", "tp"),
-            "1",
-            "the group holds its weights and one mixture sequence (max_seqs ≥ 1, TP divides H_q)",
-            _P,
-            "bool",
-        ),
-        Variable("slots", CANDIDATE, "sequences", "slots m = min(B, ⌊pool / F̄⌋)", _P),
-        Variable("service_s", CANDIDATE, "s", "mixture service time S̄ = Σ w_k S_k(m)", _P),
-        Variable(
-            "max_rate_per_replica",
-            CANDIDATE,
-            "requests/s",
-            "λ*, the largest per-replica rate meeting every SLO (0: none)",
-            _P,
-        ),
-        Variable("itl_s", CANDIDATE, "s", "ITL_k(m), worst class", _P),
-        Variable("ttft_unloaded_s", CANDIDATE, "s", "TTFT_k(m) = t_pre,k + ITL_k(m) without queueing, worst class", _P),
-        Variable("e2e_unloaded_s", CANDIDATE, "s", "S_k(m) without queueing, worst class", _P),
-        Variable("infeasible_reason", CANDIDATE, "1", "first failing check (0: feasible)", _P, "int8", flags=REASONS),
-        Variable("memory_headroom", CANDIDATE, "1", "1 − m·F̄/pool, the KV pool left unused", _P),
-        Variable("feasible", SIZED, "1", "λ* > 0: the candidate serves the rate under the SLOs", _P, "bool"),
-        Variable("replicas", SIZED, "replica groups", "R = ⌈Λ/λ*⌉", _P),
-        Variable("gpus_total", SIZED, "GPUs", "R·n", _P),
-        Variable("cost_per_hour", SIZED, "USD/hour", "R·n·price per GPU-hour (illustrative)", _P, priced=True),
-        Variable(
-            "cost_per_mtok",
-            SIZED,
-            "USD/Mtok",
-            "cost per million prompt + output tokens (illustrative)",
-            _P,
-            priced=True,
-        ),
-        Variable("ttft_p_s", SIZED, "s", "W_p + TTFT_k(m) at Λ/R per replica, worst class", _P),
-        Variable("e2e_mean_s", SIZED, "s", "W_q + S_k(m) at Λ/R per replica, worst class", _P),
-        Variable("utilization", SIZED, "1", "ρ at Λ/R per replica", _P),
-        Variable("best_gpu", CHOICE, "", "chosen GPU ('' when no candidate is feasible)", _P, "int32", label_of="gpu"),
-        Variable("best_tp", CHOICE, "GPUs", "chosen TP degree (0: none)", _P),
-        Variable("best_batch", CHOICE, "sequences", "chosen concurrency limit (0: none)", _P),
-        Variable("best_replicas", CHOICE, "replica groups", "replicas of the choice", _P),
-        Variable("best_gpus", CHOICE, "GPUs", "GPUs of the choice", _P),
-        Variable("best_cost_per_hour", CHOICE, "USD/hour", "cost of the choice (illustrative)", _P, priced=True),
-        Variable(
-            "best_cost_per_mtok",
-            CHOICE,
-            "USD/Mtok",
-            "cost per million tokens of the choice (illustrative)",
-            _P,
-            priced=True,
-        ),
-        Variable(
-            "binding_reason",
-            CHOICE,
-            "1",
-            "0 when a candidate is feasible, else the check the furthest candidates fail",
-            _P,
-            "int8",
-            flags=REASONS,
-        ),
-        Variable(
-            "mix_cost_per_hour",
-            CHOICE,
-            "USD/hour",
-            "each class on its own cheapest candidate at w_k·Λ, summed",
-            _P,
-            priced=True,
-        ),
-        Variable(
-            "mix_saving_per_hour",
-            CHOICE,
-            "USD/hour",
-            "best single choice − mix (negative: the mix costs more)",
-            _P,
-            priced=True,
-        ),
-        Variable("mix_gpu", MIX, "", "class k's own cheapest GPU", _P, "int32", label_of="gpu"),
-        Variable("mix_tp", MIX, "GPUs", "class k's TP degree", _P),
-        Variable("mix_batch", MIX, "sequences", "class k's concurrency limit", _P),
-        Variable("mix_replicas", MIX, "replica groups", "class k's replicas", _P),
-        Variable("mix_class_cost_per_hour", MIX, "USD/hour", "class k's cost (illustrative)", _P, priced=True),
-    )
-}
+def register_kind(kind: str, variables: dict[str, Variable], attrs) -> None:
+    """A new kind of evaluation (a study): its variable table and its Dataset attrs. Its groups register with
+    ``kind=`` in :mod:`.groups`; the parsed input carries ``kind``, ``coords`` and ``dtype``."""
+    if kind in KIND_ATTRS:
+        raise ValueError(f"kind {kind!r} is already registered")
+    unknown = sorted({d for v in variables.values() for d in v.dims if d not in DIMS})
+    if unknown:
+        raise ValueError(f"kind {kind!r}: unknown dim {unknown[0]!r} (register it in DIMS)")
+    SCHEMAS[kind] = variables
+    KIND_ATTRS[kind] = attrs
 
-SCHEMAS: dict[str, dict[str, Variable]] = {"sweep": VARIABLES, "procurement": PROCUREMENT}
 
 ROOFLINE_ONLY = ("prefill_s", "chunk_max_s", "itl_chunk_s")
 SERVICE = ("itl_s", "ttft_s", "service_s", "request_rate", "token_throughput")

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import xarray as xr
 
-from ..engine.schema import REASONS
+from ..engine.procurement import REASONS
 
 REASON_TEXT = {
     "tp_does_not_divide_heads": "TP degree does not divide the query heads",
