@@ -8,7 +8,6 @@ import sys
 from collections.abc import Mapping
 
 import numpy as np
-import pandas as pd
 import xarray as xr
 
 from .config import float64_scope
@@ -18,9 +17,9 @@ from .engine.schema import DIMS
 from .errors import SlimjaxError
 from .inputs import procurefile, sweepfile
 from .inputs.sweepfile import Sweep
-from .model.agents import WINNERS
 from .report.cards import (  # noqa: F401  (entry points: the text of results lives on the report floor)
     agent_cards,
+    agent_flips,
     agent_table,
     capacity_cards,
     capacity_verdict,
@@ -424,33 +423,6 @@ def agent(
     if measured is not None:
         spec["measured"] = dict(measured)
     ds = sweep(spec, quiet=True).isel(model=0, gpu=0, batch=0, input_len=0, output_len=0)
-    names = [v for v in ds.data_vars if v.startswith("agent_")]
-    at = {k: ds[k].sel(agent="at").item() for k in names}
-    at.update({k: ds[k].item() for k in ("n_gpu", "max_seqs", "weights_bytes", "kv_pool_bytes")})
+    at, by_calls, by_rpm, flips = agent_flips(ds, calls, rpms)
     at["slots"] = min(limit, at["max_seqs"])
-
-    def frame(prefix, values, column):
-        labels = [f"{prefix}={v:g}" if prefix == "rpm" else f"{prefix}={v}" for v in values]
-        sub = ds.sel(agent=labels)
-        return pd.DataFrame({column: values, **{k: sub[k].values for k in names}})
-
-    by_calls, by_rpm = frame("calls", calls, "calls_per_stage"), frame("rpm", rpms, "rpm")
-
-    def flip(df, key, column):
-        change = np.flatnonzero(np.diff(df[key].to_numpy()) != 0)
-        return (
-            None
-            if not change.size
-            else (
-                df[column].iloc[change[0]],
-                df[column].iloc[change[0] + 1],
-                WINNERS[int(df[key].iloc[change[0] + 1])],
-            )
-        )
-
-    flips = {
-        "faster_by_calls": flip(by_calls, "agent_faster", "calls_per_stage"),
-        "cheaper_by_calls": flip(by_calls, "agent_cheaper", "calls_per_stage"),
-        "faster_by_rpm": flip(by_rpm, "agent_faster", "rpm"),
-    }
     return {"at": at, "calls": by_calls, "rpm": by_rpm, "flips": flips, "settings": settings, "batch": limit}

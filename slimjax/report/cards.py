@@ -282,3 +282,32 @@ def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
                 text = "not runnable (does not fit)"
             cards.append((label, text))
     return cards
+
+
+def agent_flips(ds: xr.Dataset, calls, rpms) -> tuple[dict, pd.DataFrame, pd.DataFrame, dict]:
+    """From an agent sweep with graphs ``at``, ``calls=C`` for each of ``calls`` and ``rpm=R`` for each of
+    ``rpms`` (one model, GPU, batch, I, O): the graph's own figures, the two scans as DataFrames, and where the
+    faster and cheaper side first flips along each scan ((before, after, new winner), or None)."""
+    names = [v for v in ds.data_vars if v.startswith("agent_")]
+    at = {k: ds[k].sel(agent="at").item() for k in names}
+    at.update({k: ds[k].item() for k in ("n_gpu", "max_seqs", "weights_bytes", "kv_pool_bytes")})
+
+    def frame(prefix, values, column):
+        labels = [f"{prefix}={v:g}" if prefix == "rpm" else f"{prefix}={v}" for v in values]
+        sub = ds.sel(agent=labels)
+        return pd.DataFrame({column: values, **{k: sub[k].values for k in names}})
+
+    by_calls, by_rpm = frame("calls", calls, "calls_per_stage"), frame("rpm", rpms, "rpm")
+
+    def flip(df, key, column):
+        change = np.flatnonzero(np.diff(df[key].to_numpy()) != 0)
+        if not change.size:
+            return None
+        return df[column].iloc[change[0]], df[column].iloc[change[0] + 1], WINNERS[int(df[key].iloc[change[0] + 1])]
+
+    flips = {
+        "faster_by_calls": flip(by_calls, "agent_faster", "calls_per_stage"),
+        "cheaper_by_calls": flip(by_calls, "agent_cheaper", "calls_per_stage"),
+        "faster_by_rpm": flip(by_rpm, "agent_faster", "rpm"),
+    }
+    return at, by_calls, by_rpm, flips
