@@ -175,6 +175,8 @@ def _evaluate(
         raise SlimjaxError("scheduler", f"must be 'local' or 'dask', got {scheduler!r}")
     if scheduler == "dask" and out is None:
         raise SlimjaxError("scheduler", "a Dask sweep writes to a store: give out=… / --out")
+    if resume and out is None:
+        raise SlimjaxError("resume", "continues an interrupted store: give its out=… / --out")
     if dask_address is not None:
         if scheduler != "dask":
             raise SlimjaxError("--dask-address", "is for --scheduler dask")

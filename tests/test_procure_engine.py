@@ -118,3 +118,10 @@ def _study_file(tmp_path) -> str:
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(STUDY))
     return str(path)
+
+
+def test_engine_options_without_a_store_are_refused_in_cli_words(tmp_path):
+    path = _study_file(tmp_path)
+    for extra, words in ((["--resume"], "--resume"), (["--scheduler", "dask"], "--scheduler")):
+        r = CliRunner().invoke(main, ["procure", path, *extra])
+        assert r.exit_code == 2 and words in r.output and "--out" in r.output, r.output
