@@ -240,45 +240,11 @@ def test_cli_agents_and_the_sweep_table(tmp_path):
 
     from slimjax.cli import main
 
-    out = CliRunner().invoke(
-        main,
-        [
-            "agents",
-            "--model",
-            "Llama-3.1-8B",
-            "--gpu",
-            "H100-SXM",
-            "--input-len",
-            "1024",
-            "--output-len",
-            "256",
-            "--stages",
-            "2",
-            "--calls",
-            "4",
-            "--api-rpm",
-            "0",
-        ],
-    )
+    graph = ["agents", "--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--input-len", "1024", "--output-len", "256"]
+    graph += ["--stages", "2", "--calls", "4"]
+    out = CliRunner().invoke(main, [*graph, "--api-rpm", "0"])
     assert out.exit_code == 2 and "rpm" in out.output  # a bad quota names the field
-    out = CliRunner().invoke(
-        main,
-        [
-            "agents",
-            "--model",
-            "Llama-3.1-8B",
-            "--gpu",
-            "H100-SXM",
-            "--input-len",
-            "1024",
-            "--output-len",
-            "256",
-            "--stages",
-            "2",
-            "--calls",
-            "4",
-        ],
-    )
+    out = CliRunner().invoke(main, graph)
     assert out.exit_code == 0, out.output
     assert "API time T_api" in out.output and "Faster flips" in out.output
     import yaml

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..constants import TYPICAL_REQUEST
 from ..errors import SlimjaxError
 from .checks import finite_number
 
@@ -83,8 +84,6 @@ def on_grid_lengths(
     """The (I, O) a summary, card or figure shows: each given length checked on its grid axis, each missing
     one the axis value nearest (in log) to :data:`slimjax.constants.TYPICAL_REQUEST`. Errors name ``field``
     (e.g. ``--at``), else the axis."""
-    from ..constants import TYPICAL_REQUEST
-
     out = []
     for axis, values, given, typical in (
         ("input_len", input_values, input_len, TYPICAL_REQUEST[0]),

@@ -482,8 +482,7 @@ def _llm_inference_bench_garbage(df: pd.DataFrame, drop) -> None:
     wrong, and a fit cannot tell which."""
     context = df["model"].map(_context_len)
     garbage = (df["input_len"] + df["output_len"] > context) | (df["output_len"] / df["e2e_s"] > 2000)
-    drop(garbage, "input + output beyond the served context (garbage rows, ~0.05 s latency)")
-    df = drop.frame()
+    df = drop(garbage, "input + output beyond the served context (garbage rows, ~0.05 s latency)")
     consistent = df["throughput"] * df["e2e_s"] / (df["batch"] * (df["input_len"] + df["output_len"]))
     drop((consistent - 1.0).abs() > 0.05, "throughput differs from B·(I + O)/latency by over 5 % (inconsistent row)")
 
@@ -495,7 +494,8 @@ class TraceFormat:
     ``columns``: a CSV format's signature (detected when a CSV has all of them; ``last``: only after every
     other CSV format). ``detect``: a JSON file or folder format, ``detect(path, head)`` with ``head`` the
     parsed JSON (None for a folder or a file that does not parse); ``last``: the fallback among those.
-    ``clean(df, drop)``: drops of the format's known bad rows after the common ones."""
+    ``clean(df, drop)``: drops of the format's known bad rows after the common ones (``drop(mask, reason)``
+    counts them and returns the frame without them)."""
 
     name: str
     read: Callable[[Path, dict], pd.DataFrame]  # (path, defaults) -> a frame with (some of) CANONICAL
@@ -622,8 +622,7 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         if n:
             dropped[reason] = dropped.get(reason, 0) + n
             df = df[~mask].reset_index(drop=True)
-
-    drop.frame = lambda: df  # a format's clean step reads the frame as the drops leave it
+        return df  # a format's clean step goes on with the frame as the drop left it
 
     unknown = df["weight_dtype_bytes"] == _UNKNOWN_PRECISION
     drop(unknown, "precision label not recognised (weights' bytes unknown; give a canonical weight_dtype_bytes column)")
