@@ -150,6 +150,21 @@ SERVING: dict[str, ServingKey] = {
         ServingKey(
             "launch_overhead_s", "launch_overhead_s", 0.0, _nonneg, "launch overhead t_l per iteration or chunk, s"
         ),
+        ServingKey(
+            "step_tokens",
+            "step_tokens",
+            2048,
+            _positive_int,
+            "token budget N_tok of one engine step (vLLM max_num_batched_tokens; the serving simulation, §9)",
+            cli_type=int,
+        ),
+        ServingKey(
+            "step_overhead_s",
+            "step_overhead_s",
+            0.0,
+            _nonneg,
+            "fixed cost t_step of one engine step (scheduling, sampling, host work; the serving simulation), s",
+        ),
         ServingKey("compute_efficiency", "compute_efficiency", 1.0, _unit, "roofline compute efficiency e_F"),
         ServingKey("bandwidth_efficiency", "bandwidth_efficiency", 1.0, _unit, "roofline bandwidth efficiency e_B"),
         ServingKey(

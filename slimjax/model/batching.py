@@ -1,0 +1,95 @@
+"""One engine step of continuous batching (MODEL.md §9; slimjax's extension): the time of a pass that
+decodes one token for each running request and prefills chunks of the admitted prompts, from the same
+roofline terms as §4/§4b/§4c's decode steps and prefill chunks.
+
+A step holding d decode tokens (contexts T_j) and prefill chunks of n_i new tokens after p_i earlier ones,
+n_tok = d + Σ n_i tokens in all:
+
+    ops   = 2·P_act·n_tok + a_dec·Σ_decode T_j + a_pre·Σ_chunks (n_i·p_i + n_i²/2)
+    bytes = M_W(n_tok) + Σ_decode K(T_j) + Σ_chunks K(p_i)
+    τ     = max(ops/F, bytes/BW) + t_l + t_step + 2·L·t_ar(n_tok·D·b_a)
+
+With t_step = 0 a decode-only step of B requests at context T is §4's t_j and a one-request prefill step is
+§4's chunk t_k (the same terms, so the two models cannot drift apart). Pure functions of broadcastable
+arrays; seconds, FLOP, bytes, tokens.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .calculator import kv_capacity, roofline_terms
+from .experts import weights_read_bytes
+from .memory import kv_read_bytes, model_kv_bytes_per_layer_token, seq_footprint_bytes
+
+
+def step_work(n_tokens, decode_context_sum, decode_kv_bytes, chunk_attention_tokens, chunk_kv_bytes, roof, a_pre, a_dec):
+    """(FLOPs, bytes read) of one engine step: 2·P_act·n_tok + a_dec·ΣT_j + a_pre·Σ(n_i·p_i + n_i²/2) and
+    M_W(n_tok) + ΣK(T_j) + ΣK(p_i). ``roof`` is :func:`slimjax.model.calculator.roofline_terms`' dict."""
+    ops = 2.0 * roof["active_params"] * n_tokens + a_dec * decode_context_sum + a_pre * chunk_attention_tokens
+    weights = weights_read_bytes(
+        n_tokens, roof["weights"], roof["routed_expert_bytes"], roof["n_experts"], roof["experts_per_token"]
+    )
+    return ops, weights + decode_kv_bytes + chunk_kv_bytes
+
+
+def step_time(
+    n_tokens,
+    decode_context_sum,
+    decode_kv_bytes,
+    chunk_attention_tokens,
+    chunk_kv_bytes,
+    roof,
+    a_pre,
+    a_dec,
+    step_overhead_s=0.0,
+):
+    """τ = max(ops/F, bytes/BW) + t_l + t_step + 2·L·t_ar(n_tok·D·b_a), seconds (§9 step 3)."""
+    ops, read = step_work(
+        n_tokens, decode_context_sum, decode_kv_bytes, chunk_attention_tokens, chunk_kv_bytes, roof, a_pre, a_dec
+    )
+    comm = roof["comm_fixed_s"] + roof["comm_per_token_s"] * n_tokens
+    return (
+        jnp.maximum(ops / roof["flops"], read / roof["bandwidth"]) + roof["launch_overhead_s"] + step_overhead_s + comm
+    )
+
+
+def context_kv_bytes(tokens, roof):
+    """K(T) of one sequence holding T tokens, from the roofline's per-token rates (§4)."""
+    return kv_read_bytes(tokens, roof["kv_per_token_full"], roof["kv_per_token_sliding"], roof["window"])
+
+
+def chunk_attention_tokens(new_tokens, earlier_tokens):
+    """n·p + n²/2: the (query × context) token pairs of a chunk of n new tokens after p earlier ones."""
+    return new_tokens * earlier_tokens + new_tokens * new_tokens / 2.0
+
+
+def replica_terms(model, gpu, serving) -> dict:
+    """What one replica's steps need (§9 on §3/§4/§4b/§4c): the roofline dict (serving efficiencies, t_l and
+    the all-reduce), a_pre, a_dec, t_step, N_tok, s and the KV pool, shaped like the specs."""
+    roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
+    pool = kv_capacity(model, gpu, serving, 1.0, 0.0)["pool"]
+    return dict(
+        roof=roof,
+        a_pre=a_pre,
+        a_dec=a_dec,
+        step_overhead_s=serving.step_overhead_s,
+        step_tokens=serving.step_tokens,
+        chunk_size=serving.chunk_size,
+        pool=pool,
+    )
+
+
+def request_footprint_bytes(model, serving, tokens):
+    """footprint(I + O) of §3 reserved at admission for a request of ``tokens`` = I + O (broadcasts)."""
+    e_kv = model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
+    return seq_footprint_bytes(
+        e_kv,
+        model.n_layers,
+        model.n_sliding_layers,
+        model.window,
+        tokens,
+        serving.block_size,
+        serving.kv_replication,
+        serving.kv_overhead,
+    )

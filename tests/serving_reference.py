@@ -1,0 +1,200 @@
+"""A plain Python event loop of MODEL.md §9 (continuous batching), written from its text: the oracle the
+jitted simulation is checked against per request. Nothing here imports slimjax.
+
+``terms`` is a dict of the replica's scalar roofline inputs (see :func:`replica_terms`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from reference import footprint, kv_bytes_per_layer_token, moe_weight_bytes, peak_flops
+
+
+def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
+    """The §3/§4/§4b/§4c scalars of one replica group, by the contract's own arithmetic (serving in base
+    units, plus step_tokens and step_overhead_s)."""
+    L, H = arch["n_layers"], arch["n_heads"]
+    a = {**arch, "kv_dtype_bytes": sv["kv_dtype_bytes"]}
+    P_e = arch["n_ffn"] * arch["hidden"] * arch["expert_ffn_dim"]
+    if arch["mla"]:
+        a_pre = 2 * L * H * (arch["qk_nope_dim"] + arch["rope_dim"] + arch["v_head_dim"])
+        a_dec = 2 * L * H * (2 * arch["kv_lora_rank"] + arch["rope_dim"])
+    else:
+        a_pre = a_dec = 4 * L * H * arch["head_dim"]
+    M_W = arch["n_params"] * sv["bytes_per_weight"]
+    n = sv["n_gpu"]
+    link = gpu.get("link_bytes_per_s", 0.0)
+    return dict(
+        P_act=arch["n_params"] - arch["n_moe_layers"] * (arch["n_experts"] - arch["experts_per_token"]) * P_e,
+        a_pre=a_pre,
+        a_dec=a_dec,
+        M_W=M_W,
+        moe=dict(E=arch["n_experts"], k=arch["experts_per_token"], routed=sv["bytes_per_weight"] * arch["n_moe_layers"] * P_e),
+        e_kv=kv_bytes_per_layer_token(a),
+        L=L,
+        L_s=arch["n_sliding_layers"],
+        W=arch["window"],
+        r=sv["kv_replication"],
+        o=sv["kv_overhead"],
+        F=n * peak_flops(gpu, sv["bytes_per_weight"]) * sv["compute_efficiency"],
+        BW=n * gpu["bandwidth_bytes_per_s"] * sv["bandwidth_efficiency"],
+        t_l=sv["launch_overhead_s"],
+        t_step=sv.get("step_overhead_s", 0.0),
+        n=n,
+        D=arch["hidden"],
+        link=link,
+        tau=gpu.get("allreduce_latency_s", 0.0),
+        pool=sv["memory_utilization"] * n * gpu["memory_bytes"] - M_W - sv["reserved_bytes"],
+        block=int(sv["block_size"]),
+        chunk=int(sv["chunk_size"]),
+        step_tokens=int(sv.get("step_tokens", 2048)),
+        arch=a,
+    )
+
+
+def K(T, t):
+    return t["r"] * t["o"] * t["e_kv"] * ((t["L"] - t["L_s"]) * T + t["L_s"] * min(T, t["W"]))
+
+
+def step_seconds(decode_contexts, chunks, t):
+    """τ of one step: ``decode_contexts`` the T_j of the decoding requests, ``chunks`` (n_i, p_i) pairs."""
+    n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
+    ops = 2 * t["P_act"] * n_tok
+    byt = moe_weight_bytes(n_tok, t["M_W"], t["moe"])
+    for T in decode_contexts:
+        ops += t["a_dec"] * T
+        byt += K(T, t)
+    for n, p in chunks:
+        ops += t["a_pre"] * (n * p + n * n / 2)
+        byt += K(p, t)
+    comm = 0.0
+    if t["n"] > 1 and t["link"] > 0:
+        x = n_tok * t["D"] * 2.0
+        comm = 2 * t["L"] * (t["tau"] + 2 * (t["n"] - 1) / t["n"] * x / t["link"])
+    return max(ops / t["F"], byt / t["BW"]) + t["t_l"] + t["t_step"] + comm
+
+
+class _Replica:
+    def __init__(self, pool):
+        self.queue = deque()  # request ids, FCFS
+        self.running = []  # dicts in admission order
+        self.free = pool
+        self.clock = 0.0
+        self.busy = 0.0
+        self.queue_peak = 0
+        self.kv_peak = 0.0
+        self.last_end = -math.inf
+        self.last_done = 0
+
+
+def simulate(t: dict, arrivals, inputs, outputs, batch, replicas=1, router="round_robin", clients=None):
+    """Per request (ttft, e2e, arrival, replica) and per replica (busy, queue_peak, kv_peak), plus all token
+    gaps. ``clients``: closed loop with that many clients (``arrivals`` ignored)."""
+    N = len(inputs)
+    fp = [footprint(t["arch"], inputs[i] + outputs[i], t["block"], t["r"], t["o"]) for i in range(N)]
+    for i in range(N):
+        assert fp[i] <= t["pool"], f"request {i} cannot fit"
+    reps = [_Replica(t["pool"]) for _ in range(replicas)]
+    arr = [math.nan] * N
+    if clients is None:
+        pending = {i: arrivals[i] for i in range(N)}  # request -> arrival time
+    else:
+        pending = {i: 0.0 for i in range(min(clients, N))}
+    first = [math.nan] * N
+    end = [math.nan] * N
+    where = [-1] * N
+    gaps = []
+    steps = 0
+    while True:
+        nxt = min(pending.items(), key=lambda kv: (kv[1], kv[0])) if pending else None
+
+        def start(rep):
+            if rep.running:
+                return rep.clock
+            if rep.queue:
+                return max(rep.clock, arr[rep.queue[0]])
+            return math.inf
+
+        starts = [start(rep) for rep in reps]
+        s_min = min(starts)
+        if nxt is None and s_min == math.inf:
+            break
+        if nxt is not None and nxt[1] <= s_min:
+            i, a = nxt
+            del pending[i]
+            arr[i] = a
+            if router == "round_robin":
+                r = i % replicas
+            else:
+                loads = []
+                for rep in reps:
+                    load = len(rep.queue) + len(rep.running)
+                    if rep.last_end > a:  # completions at that step's end have not happened yet
+                        load += rep.last_done
+                    loads.append(load)
+                r = loads.index(min(loads))
+            where[i] = r
+            reps[r].queue.append(i)
+            if clients is None:
+                pass
+            continue
+        r = starts.index(s_min)
+        rep = reps[r]
+        now = s_min
+        while rep.queue and len(rep.running) < batch and fp[rep.queue[0]] <= rep.free:
+            i = rep.queue.popleft()
+            rep.free -= fp[i]
+            rep.running.append(dict(i=i, p=0, j=0, last=now))
+        rep.queue_peak = max(rep.queue_peak, len(rep.queue))
+        rep.kv_peak = max(rep.kv_peak, t["pool"] - rep.free)
+        decoding = [q for q in rep.running if q["p"] >= inputs[q["i"]]]
+        budget = max(t["step_tokens"] - len(decoding), 0)
+        chunks = []
+        for q in rep.running:
+            if q["p"] >= inputs[q["i"]]:
+                continue
+            n = min(inputs[q["i"]] - q["p"], t["chunk"] if t["chunk"] > 0 else math.inf, budget)
+            budget -= n
+            if n > 0:
+                chunks.append((q, n))
+        tau = step_seconds([inputs[q["i"]] + q["j"] for q in decoding], [(n, q["p"]) for q, n in chunks], t)
+        fin = now + tau
+        steps += 1
+        rep.busy += tau
+        for q in decoding:
+            q["j"] += 1
+            gaps.append(fin - q["last"])
+            q["last"] = fin
+        for q, n in chunks:
+            q["p"] += n
+            if q["p"] == inputs[q["i"]]:
+                q["j"] = 1
+                first[q["i"]] = fin
+                q["last"] = fin
+        done = [q for q in rep.running if q["j"] >= outputs[q["i"]] and q["j"] > 0]
+        for q in done:
+            end[q["i"]] = fin
+            rep.free += fp[q["i"]]
+            if clients is not None and q["i"] + clients < N:
+                pending[q["i"] + clients] = fin
+        rep.running = [q for q in rep.running if q not in done]
+        rep.clock = fin
+        rep.last_end = fin
+        rep.last_done = len(done)
+    ttft = [first[i] - arr[i] for i in range(N)]
+    e2e = [end[i] - arr[i] for i in range(N)]
+    return dict(
+        ttft=ttft,
+        e2e=e2e,
+        arrival=arr,
+        first=first,
+        end=end,
+        replica=where,
+        busy=[rep.busy for rep in reps],
+        queue_peak=[rep.queue_peak for rep in reps],
+        kv_peak=[rep.kv_peak for rep in reps],
+        gaps=gaps,
+        steps=steps,
+    )
