@@ -31,7 +31,9 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
         a_pre=a_pre,
         a_dec=a_dec,
         M_W=M_W,
-        moe=dict(E=arch["n_experts"], k=arch["experts_per_token"], routed=sv["bytes_per_weight"] * arch["n_moe_layers"] * P_e),
+        moe=dict(
+            E=arch["n_experts"], k=arch["experts_per_token"], routed=sv["bytes_per_weight"] * arch["n_moe_layers"] * P_e
+        ),
         e_kv=kv_bytes_per_layer_token(a),
         L=L,
         L_s=arch["n_sliding_layers"],

@@ -60,7 +60,6 @@ def _lane(params, stream, *, replicas: int, slots: int, clients: int, closed: bo
     roof, a_pre, a_dec = params["roof"], params["a_pre"], params["a_dec"]
     chunk = jnp.where(params["chunk_size"] > 0, params["chunk_size"], inf)
     batch, budget_tokens = params["batch"], params["step_tokens"]
-    idx = jnp.arange(n, dtype=jnp.int32)
     if closed:
         first = jnp.arange(C, dtype=jnp.int32)
         client_next = jnp.where(first < n, first, n)

@@ -23,7 +23,9 @@ from .experts import weights_read_bytes
 from .memory import kv_read_bytes, model_kv_bytes_per_layer_token, seq_footprint_bytes
 
 
-def step_work(n_tokens, decode_context_sum, decode_kv_bytes, chunk_attention_tokens, chunk_kv_bytes, roof, a_pre, a_dec):
+def step_work(
+    n_tokens, decode_context_sum, decode_kv_bytes, chunk_attention_tokens, chunk_kv_bytes, roof, a_pre, a_dec
+):
     """(FLOPs, bytes read) of one engine step: 2·P_act·n_tok + a_dec·ΣT_j + a_pre·Σ(n_i·p_i + n_i²/2) and
     M_W(n_tok) + ΣK(T_j) + ΣK(p_i). ``roof`` is :func:`slimjax.model.calculator.roofline_terms`' dict."""
     ops = 2.0 * roof["active_params"] * n_tokens + a_dec * decode_context_sum + a_pre * chunk_attention_tokens
