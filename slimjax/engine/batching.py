@@ -20,9 +20,11 @@ lane a histogram of every inter-token gap (log bins, for the token-gap quantile)
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..model import batching
 
@@ -31,10 +33,10 @@ GAP_BINS = 2048  # log-spaced inter-token gap bins from GAP_RANGE_S[0] to [1]: 1
 GAP_RANGE_S = (1e-6, 1e4)
 
 
-def gap_edges(dtype=jnp.float64):
-    """The histogram's bin edges, seconds (GAP_BINS + 1 of them)."""
+def gap_edges():
+    """The histogram's bin edges, seconds (GAP_BINS + 1 of them; host side)."""
     lo, hi = GAP_RANGE_S
-    return jnp.logspace(jnp.log10(lo), jnp.log10(hi), GAP_BINS + 1, dtype=dtype)
+    return np.logspace(np.log10(lo), np.log10(hi), GAP_BINS + 1)
 
 
 def _gap_bin(gap):
@@ -44,15 +46,11 @@ def _gap_bin(gap):
 
 
 def _lane(params, stream, *, replicas: int, slots: int, clients: int, closed: bool, router: str):
-    """One lane: ``params`` scalars of the candidate (``roof`` dict, a_pre, a_dec, step_overhead_s,
-    step_tokens, chunk_size, batch, pool), ``stream`` (arrival_s, input_len, output_len, footprint) of
-    length N (closed loop: arrival_s is ignored)."""
-    arrival, in_len, out_len, footprint = (
-        stream["arrival_s"],
-        stream["input_len"],
-        stream["output_len"],
-        stream["footprint"],
-    )
+    """One lane: ``params`` the candidate's scalars (``roof`` dict, a_pre, a_dec, step_overhead_s, step_tokens,
+    chunk_size, batch, pool) and its per-request ``footprint`` (N,); ``stream`` (arrival_s, input_len,
+    output_len) of length N (closed loop: arrival_s is ignored)."""
+    arrival, in_len, out_len = stream["arrival_s"], stream["input_len"], stream["output_len"]
+    footprint = params["footprint"]  # footprint(I + O) of each request on this lane's candidate (§3)
     dt = arrival.dtype
     n = arrival.shape[0]
     R, S, C = replicas, slots, clients
@@ -268,3 +266,127 @@ def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, route
         raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
     lane = functools.partial(_lane, replicas=replicas, slots=slots, clients=clients, closed=closed, router=router)
     return jax.vmap(lane, in_axes=(0, None if shared_stream else 0))(params, stream)
+
+
+def simulate_candidates(
+    terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients: int | None = None
+):
+    """§9 for K candidates at R replicas each: ``terms`` (:func:`slimjax.model.batching.replica_terms`, leaves
+    (K,)), ``batch`` (K,), ``footprint`` (K, N), ``stream`` (arrival_s, input_len, output_len), (N,) each.
+
+    Round robin on an open stream makes the replicas independent (request i is replica i mod R's whatever the
+    others do), so each replica is a lane of its own on its sub-stream: the same results as one lane of R
+    replicas, with work proportional to N rather than to R·N. ``least_loaded`` and closed loops couple the
+    replicas: one lane holds all R. Returns numpy records: per request (K, N) in stream order, per replica
+    (K, R), per candidate (K, …)."""
+    K, N = footprint.shape
+    R = int(replicas)
+    slots = max(int(np.max(batch)), 1)
+    closed = clients is not None
+    per_candidate = dict(terms, batch=batch, footprint=footprint)
+    if router == "round_robin" and not closed and R > 1:
+        M = -(-N // R)
+        index = np.arange(R)[:, None] + R * np.arange(M)[None, :]  # (R, M): replica r's requests
+        real = index < N
+        safe = np.where(real, index, 0)
+        lane_of = lambda x: np.repeat(np.asarray(x), R, axis=0)  # noqa: E731  (K,) → (K·R,)
+        params = jax.tree_util.tree_map(lane_of, dict(terms, batch=batch))
+        fp = np.where(real[None], np.asarray(footprint)[:, safe], 0.0).reshape(K * R, M)
+        params["footprint"] = fp.astype(np.asarray(footprint).dtype)
+        sub = {
+            "arrival_s": np.where(real, np.asarray(stream["arrival_s"])[safe], np.inf),
+            "input_len": np.where(real, np.asarray(stream["input_len"])[safe], 1.0),
+            "output_len": np.where(real, np.asarray(stream["output_len"])[safe], 1.0),
+        }
+        sub = {k: np.tile(v.astype(np.asarray(stream[k]).dtype), (K, 1)) for k, v in sub.items()}
+        out = jax.device_get(run_lanes(params, sub, replicas=1, slots=slots, shared_stream=False))
+        records = {}
+        flat = index[real]
+        for key in ("arrival_s", "admit_s", "first_token_s", "end_s"):
+            full = np.full((K, N), np.nan, out[key].dtype)
+            full[:, flat] = out[key].reshape(K, R, M)[:, real]
+            records[key] = full
+        records["replica"] = np.broadcast_to(np.arange(N) % R, (K, N)).copy()
+        for key in ("busy_s", "queue_peak", "kv_peak_bytes"):
+            records[key] = out[key].reshape(K, R)
+        records["gaps"] = out["gaps"].reshape(K, R, -1).sum(axis=1)
+        records["steps"] = out["steps"].reshape(K, R).sum(axis=1)
+        records["stuck"] = out["stuck"].reshape(K, R).any(axis=1)
+        return records
+    out = jax.device_get(
+        run_lanes(
+            per_candidate,
+            stream,
+            replicas=R,
+            slots=slots,
+            clients=clients or 1,
+            closed=closed,
+            router=router,
+        )
+    )
+    return dict(out)
+
+
+SUMMARY_QUANTILES = (0.5, 0.9, 0.99)
+
+
+def gap_quantile(gaps, q: float):
+    """The q-quantile of every inter-token gap from the lane histogram (log-interpolated inside a bin, so
+    within one bin width, 1.1 %, of the exact order statistic); NaN where no gap was recorded."""
+    edges = gap_edges()
+    counts = np.asarray(gaps, np.float64)
+    cum = np.cumsum(counts, axis=-1)
+    total = cum[..., -1:]
+    target = q * total
+    b = np.minimum(np.sum(cum < target, axis=-1), GAP_BINS - 1)
+    below = np.where(b > 0, np.take_along_axis(cum, np.maximum(b - 1, 0)[..., None], -1)[..., 0], 0.0)
+    inside = np.take_along_axis(counts, b[..., None], -1)[..., 0]
+    frac = np.clip((target[..., 0] - below) / np.where(inside > 0, inside, 1.0), 0.0, 1.0)
+    value = edges[b] * (edges[b + 1] / edges[b]) ** frac
+    return np.where(total[..., 0] > 0, value, np.nan)
+
+
+def request_times(records, output_len):
+    """(TTFT_i, E2E_i, TPOT_i) per request (§9 Outputs), seconds; TPOT NaN where O_i = 1."""
+    ttft = records["first_token_s"] - records["arrival_s"]
+    e2e = records["end_s"] - records["arrival_s"]
+    steps = np.asarray(output_len) - 1.0
+    tpot = np.where(steps > 0, (e2e - ttft) / np.where(steps > 0, steps, 1.0), np.nan)
+    return ttft, e2e, tpot
+
+
+def counted_requests(records, clients: int | None):
+    """Which requests the statistics count: all of an open stream; after the first C completions (by
+    completion time, then index) of a closed loop."""
+    end = records["end_s"]
+    if clients is None:
+        return np.isfinite(end)
+    order = np.argsort(np.where(np.isfinite(end), end, np.inf), axis=-1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(end.shape[-1])[None].repeat(end.shape[0], 0), -1)
+    return np.isfinite(end) & (rank >= clients)
+
+
+def summaries(records, output_len, clients: int | None = None) -> dict:
+    """Per candidate: TTFT and TPOT mean and p50/p90/p99 (numpy's linear quantiles), mean E2E, token-gap p90,
+    utilisation (busy time / (R·span)), peak queue and peak KV in use (§9 Outputs)."""
+    ttft, e2e, tpot = request_times(records, output_len)
+    counted = counted_requests(records, clients)
+    out = {}
+    for name, x in (("ttft", ttft), ("tpot", tpot)):
+        x = np.where(counted, x, np.nan)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out[f"{name}_mean_s"] = np.nanmean(x, axis=-1)
+            for q in SUMMARY_QUANTILES:
+                out[f"{name}_p{round(q * 100)}_s"] = np.nanquantile(x, q, axis=-1)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out["e2e_mean_s"] = np.nanmean(np.where(counted, e2e, np.nan), axis=-1)
+        span = np.nanmax(records["end_s"], axis=-1) - np.nanmin(records["arrival_s"], axis=-1)
+    out["token_gap_p90_s"] = gap_quantile(records["gaps"], 0.9)
+    busy = records["busy_s"]
+    out["utilization"] = np.sum(busy, axis=-1) / (busy.shape[-1] * span)
+    out["queue_peak"] = np.max(records["queue_peak"], axis=-1).astype(float)
+    out["kv_peak_bytes"] = np.max(records["kv_peak_bytes"], axis=-1)
+    return out

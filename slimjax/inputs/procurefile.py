@@ -229,13 +229,15 @@ def _measured(value: Any, models: list[str], gpus: list[str], tp: np.ndarray) ->
     return MeasuredSpec(**arr)
 
 
-def _serving(value: Any, models, gpus, tp: np.ndarray, max_tokens: float) -> tuple[ServingSpec, dict]:
+def serving_per_tp(
+    value: Any, models, gpus, tp: np.ndarray, max_tokens: float, calibrated: bool = True
+) -> tuple[ServingSpec, dict]:
     """Serving per (model, GPU) as sweeps read it (n_gpu is the study's tp axis), then per TP degree n:
     n_gpu = n and, where kv_replication is auto, r = max(1, n / H_kv) (§4c)."""
     block = dict(value or {})
     if "n_gpu" in block or any(isinstance(v, Mapping) and "n_gpu" in v for v in block.values()):
         raise SlimjaxError("serving.n_gpu", "a study sweeps the group size: list the degrees under tp instead")
-    if not any(k in block for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")):
+    if calibrated and not any(k in block for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")):
         block.setdefault("efficiency", DEFAULT_SERVING["efficiency"])
     block.setdefault("kv_replication", DEFAULT_SERVING["kv_replication"])
     base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens)
@@ -286,7 +288,7 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     tp = parse_axis(data.get("tp", list(TP_DEGREES)), "tp").astype(float)
     batch = parse_axis(data.get("batch", list(DEFAULT_BATCH)), "batch").astype(float)
     max_tokens = max(float(np.max(w.classes.input_len + w.classes.output_len)) for w in workloads)
-    serving, serving_table = _serving(data.get("serving"), models, gpus, tp, max_tokens)
+    serving, serving_table = serving_per_tp(data.get("serving"), models, gpus, tp, max_tokens)
     return Study(
         workloads=workloads,
         rate_labels=rate_labels,

@@ -1,0 +1,264 @@
+"""Simulation files (MODEL.md §9): YAML (or a dict) in, a validated :class:`Simulation` out.
+
+Keys: ``models``, ``gpus``, ``tp`` (default [1]), ``batch`` (max_num_seqs B, a list), ``replicas`` (default
+[1]), ``router`` (``round_robin`` | ``least_loaded``), ``serving`` (the sweep file's block, with
+``step_tokens`` and ``step_overhead_s``; kv_replication defaults to auto per TP degree), ``precision``
+(float32 | float64) and ``stream``, one of::
+
+    {requests: {arrival_s: [...], input_len: [...], output_len: [...]}}
+    {trace: PATH, format: azure|mooncake|csv, rate_scale: s}
+    {poisson: RATE, input_len: I, output_len: O, requests: N, seed: 0}
+    {closed_loop: {clients: [C, ...], input_len: I, output_len: O, requests_per_client: k}}
+
+Unknown keys are errors naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import SlimjaxError, suggest
+from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
+from . import catalog
+from .axes import parse_axis
+from .checks import checked_number, positive_number
+from .procurefile import serving_per_tp
+from .requests import TRACE_FORMATS, load_requests
+from .sweepfile import load_spec
+
+KEYS = ("models", "gpus", "tp", "batch", "replicas", "router", "serving", "precision", "stream")
+REQUIRED = ("models", "gpus", "batch", "stream")
+ROUTERS = ("round_robin", "least_loaded")
+PRECISIONS = ("float32", "float64")
+STREAM_KINDS = ("requests", "trace", "poisson", "closed_loop")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    """A request stream: arrival times (None for a closed loop), prompt and output tokens per request."""
+
+    kind: str
+    arrival_s: np.ndarray | None
+    input_len: np.ndarray
+    output_len: np.ndarray
+    clients: tuple[int, ...] = ()  # closed loop: the client counts swept (dim ``clients``)
+    requests_per_client: int = 0
+    description: str = ""
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.input_len)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Simulation:
+    """A validated simulation: labels beside stacked specs (serving per (model, GPU, TP))."""
+
+    kind: ClassVar[str] = "simulation"
+
+    models: list[str]
+    gpus: list[str]
+    model: ModelSpec  # leaves (M,)
+    gpu: GPUSpec  # leaves (G,)
+    tp: np.ndarray
+    batch: np.ndarray
+    replicas: np.ndarray
+    router: str
+    serving: ServingSpec  # leaves (M, G, N)
+    serving_table: dict
+    precision: str
+    stream: Stream
+    source: str
+    spec: dict
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.precision)
+
+
+def _lengths(value: Any, field: str) -> np.ndarray:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SlimjaxError(field, f"must be a non-empty list, got {value!r}")
+    return np.asarray([positive_number(v, f"{field}[{i}]", integer=True) for i, v in enumerate(value)], float)
+
+
+def _only(block: Mapping, allowed: tuple, field: str) -> None:
+    bad = [k for k in block if k not in allowed]
+    if bad:
+        raise SlimjaxError(f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), allowed)}")
+
+
+def closed_loop_stream(clients, input_len, output_len, requests_per_client) -> Stream:
+    """C clients × k requests of (I, O): request i belongs to client i mod C (the largest C sets the length)."""
+    n = int(max(clients)) * int(requests_per_client)
+    return Stream(
+        "closed_loop",
+        None,
+        np.full(n, float(input_len)),
+        np.full(n, float(output_len)),
+        tuple(int(c) for c in clients),
+        int(requests_per_client),
+        f"closed loop of {list(clients)} clients × {requests_per_client} requests of ({input_len:g}, {output_len:g})",
+    )
+
+
+def poisson_stream(rate: float, input_len: float, output_len: float, requests: int, seed: int) -> Stream:
+    """N requests of (I, O) arriving as a Poisson stream of ``rate``/s from t = 0 (exponential gaps, seeded)."""
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, requests)
+    arrival = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    return Stream(
+        "poisson",
+        arrival,
+        np.full(requests, float(input_len)),
+        np.full(requests, float(output_len)),
+        description=f"Poisson {rate:g}/s, {requests} requests of ({input_len:g}, {output_len:g}), seed {seed}",
+    )
+
+
+def _stream(value: Any, base_dir: Path | None) -> Stream:
+    field = "stream"
+    kinds = (
+        [k for k in value if k in STREAM_KINDS and not (k == "requests" and "poisson" in value)]
+        if isinstance(value, Mapping)
+        else []
+    )
+    if len(kinds) != 1:
+        raise SlimjaxError(field, f"must be a mapping with exactly one of {', '.join(STREAM_KINDS)}, got {value!r}")
+    if "requests" in value and isinstance(value["requests"], Mapping):
+        _only(value, ("requests",), field)
+        block = value["requests"]
+        _only(block, ("arrival_s", "input_len", "output_len"), f"{field}.requests")
+        for k in ("arrival_s", "input_len", "output_len"):
+            if k not in block:
+                raise SlimjaxError(f"{field}.requests.{k}", "missing")
+        i_len = _lengths(block["input_len"], f"{field}.requests.input_len")
+        o_len = _lengths(block["output_len"], f"{field}.requests.output_len")
+        arrival = np.asarray(
+            [
+                checked_number(v, f"{field}.requests.arrival_s[{i}]", lambda x: x >= 0, "non-negative seconds")
+                for i, v in enumerate(block["arrival_s"] or [])
+            ],
+            float,
+        )
+        if not (len(arrival) == len(i_len) == len(o_len)):
+            raise SlimjaxError(
+                f"{field}.requests",
+                f"arrival_s, input_len and output_len must have one entry per request "
+                f"(got {len(arrival)}, {len(i_len)}, {len(o_len)})",
+            )
+        back = np.diff(arrival) < 0
+        if back.any():
+            raise SlimjaxError(f"{field}.requests.arrival_s[{int(np.argmax(back)) + 1}]", "earlier than the one before")
+        return Stream("requests", arrival, i_len, o_len, description=f"{len(arrival)} requests given inline")
+    if "trace" in value:
+        _only(value, ("trace", "format", "rate_scale"), field)
+        fmt = value.get("format")
+        if fmt is not None and fmt not in TRACE_FORMATS:
+            raise SlimjaxError(f"{field}.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
+        raw = value["trace"]
+        if not isinstance(raw, str) or not raw:
+            raise SlimjaxError(f"{field}.trace", f"must be a file path, got {raw!r}")
+        path = Path(os.path.expandvars(os.path.expanduser(raw)))
+        path = path if path.is_absolute() or base_dir is None else base_dir / path
+        trace = load_requests(path, fmt)
+        if trace.arrival_s is None:
+            raise SlimjaxError(f"{field}.trace", f"{path} has no timestamps; use poisson or closed_loop for lengths")
+        scale = positive_number(value.get("rate_scale", 1.0), f"{field}.rate_scale")
+        arrival = (trace.arrival_s - trace.arrival_s[0]) / scale
+        return Stream(
+            "trace",
+            arrival,
+            trace.input_len.astype(float),
+            trace.output_len.astype(float),
+            description=f"{path} ({trace.format}) at rate_scale {scale:g}",
+        )
+    if "poisson" in value:
+        _only(value, ("poisson", "input_len", "output_len", "requests", "seed"), field)
+        rate = positive_number(value["poisson"], f"{field}.poisson")
+        for k in ("input_len", "output_len", "requests"):
+            if k not in value:
+                raise SlimjaxError(f"{field}.{k}", "missing (a Poisson stream needs input_len, output_len, requests)")
+        seed = value.get("seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise SlimjaxError(f"{field}.seed", f"must be a non-negative integer, got {seed!r}")
+        return poisson_stream(
+            rate,
+            positive_number(value["input_len"], f"{field}.input_len", integer=True),
+            positive_number(value["output_len"], f"{field}.output_len", integer=True),
+            int(positive_number(value["requests"], f"{field}.requests", integer=True)),
+            seed,
+        )
+    _only(value, ("closed_loop",), field)
+    block = value["closed_loop"]
+    where = f"{field}.closed_loop"
+    if not isinstance(block, Mapping):
+        raise SlimjaxError(
+            where, f"must be a mapping of clients, input_len, output_len, requests_per_client, got {block!r}"
+        )
+    _only(block, ("clients", "input_len", "output_len", "requests_per_client"), where)
+    for k in ("clients", "input_len", "output_len", "requests_per_client"):
+        if k not in block:
+            raise SlimjaxError(f"{where}.{k}", "missing")
+    clients = parse_axis(block["clients"], f"{where}.clients")
+    return closed_loop_stream(
+        clients,
+        positive_number(block["input_len"], f"{where}.input_len", integer=True),
+        positive_number(block["output_len"], f"{where}.output_len", integer=True),
+        int(positive_number(block["requests_per_client"], f"{where}.requests_per_client", integer=True)),
+    )
+
+
+def parse(spec: str | os.PathLike | Mapping) -> Simulation:
+    """Validate a simulation file (path) or mapping into a :class:`Simulation`; errors name the field."""
+    data, source, base_dir = load_spec(spec)
+    unknown = [k for k in data if k not in KEYS]
+    if unknown:
+        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), KEYS)}")
+    for key in REQUIRED:
+        if data.get(key) is None:
+            raise SlimjaxError(key, f"missing (a simulation needs {', '.join(REQUIRED)})")
+    for key in ("models", "gpus"):
+        if not isinstance(data[key], list) or not data[key]:
+            raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
+    router = data.get("router", "round_robin")
+    if router not in ROUTERS:
+        raise SlimjaxError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
+    precision = data.get("precision", "float32")
+    if precision not in PRECISIONS:
+        raise SlimjaxError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    models = [catalog.resolve_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
+    gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
+    for field, items in (("models", models), ("gpus", gpus)):
+        labels = [label for label, _ in items]
+        for i, label in enumerate(labels):
+            if labels.index(label) != i:
+                raise SlimjaxError(f"{field}[{i}]", f"{label!r} appears twice")
+    tp = parse_axis(data.get("tp", [1]), "tp").astype(float)
+    batch = parse_axis(data["batch"], "batch").astype(float)
+    replicas = parse_axis(data.get("replicas", [1]), "replicas").astype(float)
+    stream = _stream(data["stream"], base_dir)
+    max_tokens = float(np.max(stream.input_len + stream.output_len))
+    serving_value = dict(data.get("serving") or {})
+    serving, table = serving_per_tp(serving_value, models, gpus, tp, max_tokens, calibrated=False)
+    return Simulation(
+        models=[m for m, _ in models],
+        gpus=[g for g, _ in gpus],
+        model=stack(ModelSpec, [row for _, row in models]),
+        gpu=stack(GPUSpec, [row for _, row in gpus]),
+        tp=tp,
+        batch=batch,
+        replicas=replicas,
+        router=router,
+        serving=serving,
+        serving_table=table,
+        precision=precision,
+        stream=stream,
+        source=source,
+        spec=data,
+    )

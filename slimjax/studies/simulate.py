@@ -1,0 +1,189 @@
+"""What a real stream does to each candidate replica fleet (MODEL.md §9), as an xarray Dataset.
+
+Candidates are (model, GPU, TP degree, batch limit B) × replicas (× clients for a closed loop); every
+candidate runs the same request stream through :func:`slimjax.engine.batching.simulate_candidates`. Per
+request: TTFT, E2E, TPOT (dim ``request``, stream order); per candidate the §9 summaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from .._version import __version__
+from ..config import float64_scope
+from ..engine import batching as engine
+from ..errors import SlimjaxError
+from ..inputs.simulatefile import Simulation, Stream
+from ..model import batching as floor
+from ..model.specs import GPUSpec, ModelSpec, ServingSpec
+
+# name -> (units, long name): the one table of simulation outputs
+PER_REQUEST = {
+    "arrival_s": ("s", "arrival time of each request (a closed loop's: its client's previous completion)"),
+    "ttft_s": (
+        "s",
+        "time to first token of each request (arrival to the end of the step holding its last prompt token)",
+    ),
+    "e2e_s": ("s", "end-to-end latency of each request (arrival to its last token)"),
+    "tpot_s": ("s", "time per output token of each request, (E2E − TTFT)/(O − 1) (NaN where O = 1)"),
+}
+SUMMARIES = {
+    "ttft_mean_s": ("s", "mean TTFT"),
+    "ttft_p50_s": ("s", "median TTFT"),
+    "ttft_p90_s": ("s", "p90 TTFT"),
+    "ttft_p99_s": ("s", "p99 TTFT"),
+    "tpot_mean_s": ("s", "mean TPOT"),
+    "tpot_p50_s": ("s", "median TPOT"),
+    "tpot_p90_s": ("s", "p90 TPOT (what vllm bench serve reports)"),
+    "tpot_p99_s": ("s", "p99 TPOT"),
+    "e2e_mean_s": ("s", "mean end-to-end latency"),
+    "token_gap_p90_s": ("s", "p90 of every inter-token gap (histogram of 1.1 % log bins)"),
+    "utilization": ("1", "busy time / (replicas × span of the run)"),
+    "queue_peak": ("requests", "most requests left waiting after a step's admission, worst replica"),
+    "kv_peak_bytes": ("bytes", "most KV reserved at once, worst replica"),
+}
+COUNTS = {"fits": ("1", "the configuration runs: weights and runtime leave a KV pool, and TP divides H_q")}
+
+
+def _broadcast(sim: Simulation):
+    """Model, GPU and serving specs broadcast to (M, G, N, B), then flattened to K candidates."""
+    shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.batch))
+
+    def flat(x, index):
+        return np.broadcast_to(np.asarray(x, float)[index], shape).reshape(-1)
+
+    at_model, at_gpu, at_group = (slice(None), None, None, None), (None, slice(None), None, None), (..., None)
+    model = ModelSpec(**{f.name: flat(getattr(sim.model, f.name), at_model) for f in dataclasses.fields(ModelSpec)})
+    gpu = GPUSpec(**{k: flat(v, at_gpu) for k, v in sim.gpu.fields().items()})
+    serving = ServingSpec(**{k: flat(v, at_group) for k, v in sim.serving.fields().items()})
+    batch = flat(sim.batch, (None, None, None, slice(None)))
+    return model, gpu, serving, batch, shape
+
+
+def candidate_inputs(model, gpu, serving, stream: Stream, dtype):
+    """(terms, footprint (K, N), fits (K,)) for flattened candidate specs, in ``dtype``."""
+    with float64_scope():
+        terms = floor.replica_terms(model, gpu, serving)
+        tokens = jnp.asarray(stream.input_len + stream.output_len, jnp.float64)
+        footprint = np.asarray(
+            floor.request_footprint_bytes(
+                jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], model),
+                jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], serving),
+                tokens[None, :],
+            )
+        )
+        terms = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), terms)
+    pool = terms["pool"]
+    fits = (pool > 0) & (np.mod(np.asarray(model.n_heads), np.asarray(serving.n_gpu)) == 0)
+    terms = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(dtype), terms)
+    return terms, footprint.astype(dtype), fits
+
+
+def _check_requests_fit(footprint, pool, fits, labels, stream: Stream) -> None:
+    over = fits[:, None] & (footprint > pool[:, None])
+    if over.any():
+        k, i = np.argwhere(over)[0]
+        raise SlimjaxError(
+            f"stream request {i}",
+            f"its footprint for I + O = {stream.input_len[i] + stream.output_len[i]:g} tokens "
+            f"({footprint[k, i] / 2**30:.3g} GiB) exceeds the whole KV pool ({pool[k] / 2**30:.3g} GiB) of "
+            f"{labels(k)}: no replica can ever admit it (shorten it, or give more GPUs/memory)",
+        )
+
+
+def run(sim: Simulation) -> xr.Dataset:
+    """Simulate every candidate of ``sim``; the Dataset of §9's outputs (NaN where a candidate does not fit)."""
+    dtype = sim.dtype
+    model, gpu, serving, batch, shape = _broadcast(sim)
+    stream = sim.stream
+    terms, footprint, fits = candidate_inputs(model, gpu, serving, stream, dtype)
+
+    def labels(k):
+        m, g, n, b = np.unravel_index(k, shape)
+        return f"{sim.models[m]} on {sim.gpus[g]} (tp {sim.tp[n]:g}, batch {sim.batch[b]:g})"
+
+    _check_requests_fit(footprint.astype(np.float64), terms["pool"].astype(np.float64), fits, labels, stream)
+    K, n_req = footprint.shape
+    closed = stream.kind == "closed_loop"
+    client_axis = list(stream.clients) if closed else [None]
+    per_request = {v: np.full((K, len(sim.replicas), len(client_axis), n_req), np.nan, dtype) for v in PER_REQUEST}
+    summary = {v: np.full((K, len(sim.replicas), len(client_axis)), np.nan, dtype) for v in SUMMARIES}
+    steps = 0
+    with jax.enable_x64(dtype == np.float64):
+        for c_i, clients in enumerate(client_axis):
+            n = n_req if clients is None else clients * stream.requests_per_client
+            arrival = np.zeros(n) if stream.arrival_s is None else stream.arrival_s[:n]
+            sub = {
+                "arrival_s": arrival.astype(dtype),
+                "input_len": stream.input_len[:n].astype(dtype),
+                "output_len": stream.output_len[:n].astype(dtype),
+            }
+            for r_i, replicas in enumerate(sim.replicas):
+                records = engine.simulate_candidates(
+                    terms,
+                    batch.astype(dtype),
+                    footprint[:, :n],
+                    sub,
+                    replicas=int(replicas),
+                    router=sim.router,
+                    clients=clients,
+                )
+                steps += int(np.sum(records["steps"]))
+                ttft, e2e, tpot = engine.request_times(records, stream.output_len[:n])
+                times = (("arrival_s", records["arrival_s"]), ("ttft_s", ttft), ("e2e_s", e2e), ("tpot_s", tpot))
+                for name, x in times:
+                    per_request[name][:, r_i, c_i, :n] = x
+                for name, x in engine.summaries(records, stream.output_len[:n], clients).items():
+                    summary[name][:, r_i, c_i] = x
+    dims = ["model", "gpu", "tp", "batch", "replicas"] + (["clients"] if closed else [])
+    full = (*shape, len(sim.replicas), len(client_axis))
+
+    def shaped(x, tail=()):
+        x = x.reshape(*full, *tail)
+        x = np.where(fits.reshape(*shape, *(1,) * (x.ndim - 4)), x, np.nan)
+        return x if closed else x[:, :, :, :, :, 0]
+
+    data = {}
+    for name, (units, long) in PER_REQUEST.items():
+        data[name] = xr.Variable(
+            (*dims, "request"), shaped(per_request[name], (n_req,)), {"units": units, "long_name": long}
+        )
+    for name, (units, long) in SUMMARIES.items():
+        data[name] = xr.Variable(dims, shaped(summary[name]), {"units": units, "long_name": long})
+    data["fits"] = xr.Variable(
+        ("model", "gpu", "tp", "batch"),
+        fits.reshape(shape),
+        {"units": COUNTS["fits"][0], "long_name": COUNTS["fits"][1]},
+    )
+    coords = {
+        "model": np.asarray(sim.models, dtype=str),
+        "gpu": np.asarray(sim.gpus, dtype=str),
+        "tp": sim.tp.astype(np.int64),
+        "batch": sim.batch.astype(np.int64),
+        "replicas": sim.replicas.astype(np.int64),
+        "request": np.arange(n_req),
+        "input_len": ("request", stream.input_len.astype(np.int64)),
+        "output_len": ("request", stream.output_len.astype(np.int64)),
+    }
+    if closed:
+        coords["clients"] = np.asarray(stream.clients, np.int64)
+    attrs = {
+        "kind": "simulation",
+        "slimjax_version": __version__,
+        "source": sim.source,
+        "stream": stream.description,
+        "router": sim.router,
+        "precision": sim.precision,
+        "serving": json.dumps(sim.serving_table, default=float),
+        "engine_steps": steps,
+        "model_contract": "MODEL.md §9 (continuous batching, FCFS, token budget, KV reserved at admission)",
+    }
+    if closed:
+        attrs["warmup"] = "statistics after the first C completions of each closed loop (MODEL.md §9)"
+    return xr.Dataset(data, coords=coords, attrs=attrs)

@@ -1,0 +1,237 @@
+"""MODEL.md §9, continuous batching: the jitted simulation against the plain Python event loop of
+tests/serving_reference.py per request (float64, 1e-9), its limits against §4's closed forms, and its
+summaries against numpy."""
+
+import math
+
+import numpy as np
+import pytest
+import reference as ref
+import serving_reference as sref
+
+import slimjax
+from slimjax.engine import batching as engine
+from slimjax.errors import SlimjaxError
+from slimjax.inputs import catalog, simulatefile
+from slimjax.studies import simulate
+
+RNG = np.random.default_rng(7)
+N = 24
+ARRIVALS = np.sort(RNG.uniform(0, 3, N)).round(3)
+INPUTS = RNG.integers(1, 3000, N)
+OUTPUTS = RNG.integers(1, 120, N)
+
+
+def _spec(model, gpu, batch, *, tp=1, replicas=1, router="round_robin", stream=None, **serving):
+    stream = stream or {
+        "requests": {"arrival_s": ARRIVALS.tolist(), "input_len": INPUTS.tolist(), "output_len": OUTPUTS.tolist()}
+    }
+    return dict(
+        models=[model],
+        gpus=[gpu],
+        tp=[tp],
+        batch=[batch],
+        replicas=[replicas],
+        router=router,
+        precision="float64",
+        serving=serving,
+        stream=stream,
+    )
+
+
+def _reference(sim, batch, replicas, router, clients=None):
+    arch = catalog.resolve_model(sim.models[0])[1]
+    gpu = catalog.resolve_gpu(sim.gpus[0])[1]
+    sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+    terms = sref.replica_terms(arch, gpu, sv)
+    st = sim.stream
+    arrivals = None if st.arrival_s is None else st.arrival_s.tolist()
+    return sref.simulate(
+        terms,
+        arrivals,
+        [int(x) for x in st.input_len],
+        [int(x) for x in st.output_len],
+        batch,
+        replicas,
+        router,
+        clients,
+    ), terms
+
+
+def _compare(spec, clients=None):
+    sim = simulatefile.parse(spec)
+    ds = simulate.run(sim)
+    batch, replicas = int(sim.batch[0]), int(sim.replicas[0])
+    want, terms = _reference(sim, batch, replicas, sim.router, clients)
+    pick = dict(model=0, gpu=0, tp=0, batch=0, replicas=0) | ({"clients": 0} if clients else {})
+    got = ds.isel(pick)
+    np.testing.assert_allclose(got.ttft_s.values, want["ttft"], rtol=1e-9, atol=0)
+    np.testing.assert_allclose(got.e2e_s.values, want["e2e"], rtol=1e-9, atol=0)
+    assert ds.attrs["engine_steps"] == want["steps"]
+    assert float(got.queue_peak) == max(want["queue_peak"])
+    np.testing.assert_allclose(float(got.kv_peak_bytes), max(want["kv_peak"]), rtol=1e-12)
+    span = np.nanmax(np.asarray(want["end"])) - np.nanmin(np.asarray(want["arrival"]))
+    np.testing.assert_allclose(float(got.utilization), sum(want["busy"]) / (replicas * span), rtol=1e-9)
+    if want["gaps"]:
+        exact = float(np.quantile(want["gaps"], 0.9))
+        assert abs(float(got.token_gap_p90_s) / exact - 1) < 0.012  # one histogram bin
+    return ds, want, terms
+
+
+CASES = {
+    "dense": dict(model="Llama-3.1-8B", gpu="H100-SXM", batch=8),
+    "dense_chunked_small_budget": dict(
+        model="Llama-3.1-8B", gpu="H100-SXM", batch=8, chunk_size=512, step_tokens=300
+    ),  # a budget smaller than most prompts
+    "moe_mla_tp8": dict(model="DeepSeek-V3", gpu="H200", batch=16, tp=8),  # TP with an NVLink link
+    "moe_sliding_tp2": dict(model="gpt-oss-120b", gpu="H100-SXM", batch=8, tp=2, chunk_size=256),
+    "kv_bound": dict(  # 64 slots, but the pool holds only a few long requests: KV blocks admission
+        model="Llama-3.1-70B", gpu="H100-SXM", batch=64, tp=2, gpu_memory_utilization=0.855
+    ),
+    "three_replicas_least_loaded": dict(
+        model="Llama-3.1-8B", gpu="A100-SXM-80GB", batch=4, replicas=3, router="least_loaded"
+    ),
+    "three_replicas_round_robin": dict(model="Llama-3.1-8B", gpu="A100-SXM-80GB", batch=4, replicas=3),
+    "step_overhead": dict(
+        model="Qwen3-30B-A3B", gpu="H100-SXM", batch=8, step_overhead_s=0.004, launch_overhead_s=1e-4
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_simulation_equals_the_event_loop(case):
+    kw = dict(CASES[case])
+    ds, want, terms = _compare(_spec(kw.pop("model"), kw.pop("gpu"), kw.pop("batch"), **kw))
+    if case == "kv_bound":  # admission blocked by KV, not by the 64 slots
+        fp = [ref.footprint(terms["arch"], int(i + o), 16, terms["r"]) for i, o in zip(INPUTS, OUTPUTS, strict=True)]
+        assert int(terms["pool"] // max(fp)) < 8 and float(ds.queue_peak.squeeze()) > 0
+        assert float(ds.kv_peak_bytes.squeeze()) <= terms["pool"]
+
+
+def test_head_of_line_simultaneous_arrivals_and_single_token_outputs():
+    """Six requests at the same instant; a long prompt first holds those behind it (budget 512), O = 1 ones
+    complete at their first token."""
+    stream = {
+        "requests": {
+            "arrival_s": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5],
+            "input_len": [4000, 10, 20, 30, 40, 50, 60],
+            "output_len": [5, 1, 1, 30, 1, 2, 1],
+        }
+    }
+    ds, want, _ = _compare(_spec("Llama-3.1-8B", "H100-SXM", 4, stream=stream, step_tokens=512))
+    ttft = ds.ttft_s.squeeze().values
+    assert np.all(ttft[1:4] > ttft[0] * 0.5)  # the short ones wait for the long prompt's chunks
+    e2e = ds.e2e_s.squeeze().values
+    assert e2e[1] == ttft[1] and np.isnan(ds.tpot_s.squeeze().values[1])
+
+
+def test_closed_loop_equals_the_event_loop():
+    stream = {"closed_loop": {"clients": [3], "input_len": 700, "output_len": 40, "requests_per_client": 4}}
+    ds, want, _ = _compare(_spec("Llama-3.1-8B", "H100-SXM", 2, stream=stream), clients=3)
+    assert ds.ttft_p90_s.dims == ("model", "gpu", "tp", "batch", "replicas", "clients")
+
+
+def test_round_robin_lanes_equal_one_lane_of_all_replicas():
+    """Open-stream round robin runs each replica as its own lane; the same requests in one lane of R replicas
+    give the same per-request times."""
+    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 4, replicas=3))
+    model, gpu, serving, batch, _ = simulate._broadcast(sim)
+    terms, fp, _ = simulate.candidate_inputs(model, gpu, serving, sim.stream, np.float64)
+    stream = {k: getattr(sim.stream, k) for k in ("arrival_s", "input_len", "output_len")}
+    with slimjax.config.float64_scope():
+        split = engine.simulate_candidates(terms, batch, fp, stream, replicas=3)
+        joint = dict(engine.run_lanes(dict(terms, batch=batch, footprint=fp), stream, replicas=3, slots=4))
+    for key in ("first_token_s", "end_s"):
+        np.testing.assert_array_equal(split[key], np.asarray(joint[key]))
+
+
+def test_lone_request_is_section_4():
+    """One request alone: TTFT = §4's t_pre and TPOT = §4's ITL at batch 1 (chunked prefill, the budget above
+    the chunk size)."""
+    stream = {"requests": {"arrival_s": [0.0], "input_len": [3000], "output_len": [200]}}
+    for model, gpu, tp in (("Llama-3.1-70B", "H100-SXM", 2), ("DeepSeek-V3", "H200", 8)):
+        sim = simulatefile.parse(_spec(model, gpu, 4, tp=tp, stream=stream, chunk_size=1024, step_tokens=4096))
+        ds = simulate.run(sim).squeeze()
+        arch, g = catalog.resolve_model(model)[1], catalog.resolve_gpu(gpu)[1]
+        sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+        point, _, _ = ref.capacity_point(arch, g, sv, 1, 3000, 200)
+        np.testing.assert_allclose(float(ds.ttft_s), point["prefill_s"], rtol=1e-12)
+        np.testing.assert_allclose(float(ds.tpot_s), point["itl_s"], rtol=1e-12)
+        # back of the envelope: a dense model's decode step reads its weights at least once
+        assert arch["n_experts"] > 0 or float(ds.tpot_s) >= arch["n_params"] * arch["bytes_per_weight"] / (
+            tp * g["bandwidth_bytes_per_s"]
+        )
+
+
+def test_saturated_closed_loop_reaches_steady_decode_throughput():
+    """C ≤ max_seqs clients with equal (I, O): output tokens/s = C / ITL(C) of §4, within the prefill share."""
+    C, I, O = 16, 512, 256
+    stream = {"closed_loop": {"clients": [C], "input_len": I, "output_len": O, "requests_per_client": 6}}
+    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", C, stream=stream))
+    ds = simulate.run(sim).squeeze()
+    arch, g = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
+    sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+    point, _, _ = ref.capacity_point(arch, g, sv, C, I, O)
+    steady = C * O / (point["prefill_s"] + (O - 1) * point["itl_s"])  # each client: its prefill, then O − 1 steps
+    end = ds.arrival_s.values + ds.e2e_s.values
+    counted = engine.counted_requests({"end_s": end[None]}, C)[0]
+    window = end.max() - np.sort(end)[C - 1]  # from the C-th completion to the last
+    rate = counted.sum() * O / window
+    assert 0.85 * steady <= rate <= 1.0001 * C / point["itl_s"]
+
+
+def test_low_load_poisson_ttft_is_the_prefill():
+    stream = {"poisson": 0.05, "input_len": 1500, "output_len": 20, "requests": 12, "seed": 3}
+    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 8, stream=stream))
+    ds = simulate.run(sim).squeeze()
+    arch, g = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
+    sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+    point, _, _ = ref.capacity_point(arch, g, sv, 1, 1500, 20)
+    np.testing.assert_allclose(float(ds.ttft_p50_s), point["prefill_s"], rtol=1e-9)
+
+
+def test_summaries_are_numpy_quantiles_and_float32_close():
+    spec = _spec("Llama-3.1-8B", "H100-SXM", 8)
+    ds = simulate.run(simulatefile.parse(spec)).squeeze()
+    for q in (50, 90, 99):
+        np.testing.assert_allclose(float(ds[f"ttft_p{q}_s"]), np.quantile(ds.ttft_s.values, q / 100), rtol=1e-12)
+        tp = ds.tpot_s.values
+        np.testing.assert_allclose(float(ds[f"tpot_p{q}_s"]), np.quantile(tp[~np.isnan(tp)], q / 100), rtol=1e-12)
+    low = simulate.run(simulatefile.parse({**spec, "precision": "float32"})).squeeze()
+    assert low.ttft_s.dtype == np.float32
+    np.testing.assert_allclose(low.ttft_s.values, ds.ttft_s.values, rtol=2e-4, atol=1e-5)
+    for v in list(simulate.PER_REQUEST) + list(simulate.SUMMARIES):
+        assert ds[v].attrs["units"] and ds[v].attrs["long_name"]
+
+
+def test_a_request_larger_than_the_pool_is_named():
+    stream = {"requests": {"arrival_s": [0.0, 1.0], "input_len": [100, 250000], "output_len": [10, 10]}}
+    with pytest.raises(SlimjaxError, match=r"stream request 1.*exceeds the whole KV pool.*Llama-3.1-8B on L40S"):
+        simulate.run(simulatefile.parse(_spec("Llama-3.1-8B", "L40S", 8, stream=stream)))
+
+
+def test_a_configuration_that_does_not_fit_is_nan():
+    ds = simulate.run(simulatefile.parse(_spec("Llama-3.1-70B", "L40S", 8))).squeeze()
+    assert not bool(ds.fits) and math.isnan(float(ds.ttft_p90_s)) and np.isnan(ds.ttft_s.values).all()
+
+
+@pytest.mark.parametrize(
+    "patch, field",
+    [
+        ({"router": "random"}, "router"),
+        ({"stream": {"poisson": 1.0, "input_len": 10}}, "stream.output_len"),
+        (
+            {"stream": {"requests": {"arrival_s": [1.0, 0.5], "input_len": [1, 2], "output_len": [1, 1]}}},
+            "stream.requests.arrival_s[1]",
+        ),
+        (
+            {"stream": {"closed_loop": {"clients": [2], "input_len": 5, "output_len": 5}}},
+            "stream.closed_loop.requests_per_client",
+        ),
+        ({"replica": [1]}, "replica"),
+    ],
+)
+def test_bad_input_names_the_field(patch, field):
+    with pytest.raises(SlimjaxError) as e:
+        simulatefile.parse({**_spec("Llama-3.1-8B", "H100-SXM", 8), **patch})
+    assert e.value.field == field
