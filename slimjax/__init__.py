@@ -28,6 +28,8 @@ _EXPORTS = {
     "capacity_cards": "api",
     "procure": "api",
     "procure_tables": "api",
+    "simulate": "api",
+    "simulation_table": "api",
     "advise": "api",
     "agent": "api",
     "agent_cards": "api",

@@ -272,6 +272,29 @@ def procure(
     return _evaluate(given, lambda: procurefile.parse(spec), out, **_engine_options(locals()))
 
 
+def simulate(spec, out: str | os.PathLike | None = None, *, overwrite: bool = False) -> xr.Dataset:
+    """Trace-driven continuous batching (MODEL.md §9) from a simulation file (path) or mapping (keys in
+    :mod:`slimjax.inputs.simulatefile`): every (model, GPU, TP, batch limit) candidate × replicas (× clients of a
+    closed loop) serves the stream; per-request TTFT, E2E, TPOT and the §9 summaries. ``out``: a zarr store,
+    written atomically (an existing one is kept unless ``overwrite``)."""
+    from .inputs import simulatefile
+    from .studies import simulate as simulation
+
+    target = store.check_target(out, overwrite) if out is not None else None
+    sim = spec if isinstance(spec, simulatefile.Simulation) else simulatefile.parse(spec)
+    ds = simulation.run(sim)
+    if target is not None:
+        store.write_dataset(ds, target)
+    return ds
+
+
+def simulation_table(ds: xr.Dataset) -> str:
+    """One line per simulated candidate: p50/p90 TTFT, p90 TPOT, mean E2E, utilisation, peak queue."""
+    from .report.tables import simulation_table as table
+
+    return table(ds)
+
+
 def procure_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
     """The study's ranked tables as text (:func:`slimjax.report.tables.ranked_tables`)."""
     from .report.tables import ranked_tables

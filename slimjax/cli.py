@@ -217,6 +217,21 @@ def verify(store_path: str) -> None:
 
 
 @main.command()
+@click.argument("simulation_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out", default=None, type=click.Path(), help="zarr store to write (SIM.zarr).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@_reports_errors()
+def simulate(simulation_file: str, out: str | None, overwrite: bool) -> None:
+    """Serve SIMULATION_FILE's request stream on each candidate replica fleet, step by step (MODEL.md §9)."""
+    import slimjax
+
+    ds = slimjax.simulate(simulation_file, out, overwrite=overwrite)
+    click.echo(slimjax.simulation_table(ds))
+    if out is not None:
+        click.echo(f"\nwrote {out}")
+
+
+@main.command()
 @click.argument("study_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out", default=None, type=click.Path(), help="zarr store to write the study to (STUDY.zarr).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")

@@ -235,3 +235,33 @@ def test_bad_input_names_the_field(patch, field):
     with pytest.raises(SlimjaxError) as e:
         simulatefile.parse({**_spec("Llama-3.1-8B", "H100-SXM", 8), **patch})
     assert e.value.field == field
+
+
+def test_cli_simulates_the_shipped_example_and_stores_it(tmp_path, shared_data):
+    """``slimjax simulate sweeps/simulate_azure.yaml --out``: the table printed, the store read back equal."""
+    import xarray as xr
+    import yaml
+    from click.testing import CliRunner
+
+    from slimjax.cli import main
+
+    spec = yaml.safe_load(open(simulate_example()))
+    spec["stream"].update(trace=str(shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv"), duration_s=20)
+    spec.update(gpus=["H100-SXM"], batch=[16], replicas=[1, 2])
+    path = tmp_path / "sim.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "sim.zarr"
+    result = CliRunner().invoke(main, ["simulate", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "TTFT p90" in result.output and "replicas 2" in result.output
+    stored = xr.open_zarr(out)
+    direct = slimjax.simulate(str(path))
+    np.testing.assert_array_equal(stored.ttft_s.values, direct.ttft_s.values)
+    again = CliRunner().invoke(main, ["simulate", str(path), "--out", str(out)])
+    assert again.exit_code != 0 and "exists" in again.output  # nothing already written is lost
+
+
+def simulate_example():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent / "sweeps" / "simulate_azure.yaml"

@@ -6,7 +6,7 @@ Keys: ``models``, ``gpus``, ``tp`` (default [1]), ``batch`` (max_num_seqs B, a l
 (float32 | float64) and ``stream``, one of::
 
     {requests: {arrival_s: [...], input_len: [...], output_len: [...]}}
-    {trace: PATH, format: azure|mooncake|csv, rate_scale: s}
+    {trace: PATH, format: azure|mooncake|csv, rate_scale: s, duration_s: T (optional: the first T seconds)}
     {poisson: RATE, input_len: I, output_len: O, requests: N, seed: 0}
     {closed_loop: {clients: [C, ...], input_len: I, output_len: O, requests_per_client: k}}
 
@@ -157,7 +157,7 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
             raise SlimjaxError(f"{field}.requests.arrival_s[{int(np.argmax(back)) + 1}]", "earlier than the one before")
         return Stream("requests", arrival, i_len, o_len, description=f"{len(arrival)} requests given inline")
     if "trace" in value:
-        _only(value, ("trace", "format", "rate_scale"), field)
+        _only(value, ("trace", "format", "rate_scale", "duration_s"), field)
         fmt = value.get("format")
         if fmt is not None and fmt not in TRACE_FORMATS:
             raise SlimjaxError(f"{field}.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
@@ -171,12 +171,17 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
             raise SlimjaxError(f"{field}.trace", f"{path} has no timestamps; use poisson or closed_loop for lengths")
         scale = positive_number(value.get("rate_scale", 1.0), f"{field}.rate_scale")
         arrival = (trace.arrival_s - trace.arrival_s[0]) / scale
+        keep = np.ones(len(arrival), bool)
+        window = ""
+        if value.get("duration_s") is not None:  # the stream's first seconds (after the compression)
+            keep = arrival < positive_number(value["duration_s"], f"{field}.duration_s")
+            window = f", first {value['duration_s']:g} s ({int(keep.sum())} requests)"
         return Stream(
             "trace",
-            arrival,
-            trace.input_len.astype(float),
-            trace.output_len.astype(float),
-            description=f"{path} ({trace.format}) at rate_scale {scale:g}",
+            arrival[keep],
+            trace.input_len[keep].astype(float),
+            trace.output_len[keep].astype(float),
+            description=f"{path} ({trace.format}) at rate_scale {scale:g}{window}",
         )
     if "poisson" in value:
         _only(value, ("poisson", "input_len", "output_len", "requests", "seed"), field)

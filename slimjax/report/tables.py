@@ -152,3 +152,30 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                             f"single choice)"
                         )
     return "\n".join(lines)
+
+
+def simulation_table(ds: xr.Dataset) -> str:
+    """One line per simulated candidate (MODEL.md §9): p50/p90 TTFT, p90 TPOT, mean E2E, utilisation, peak
+    queue and peak KV; "does not fit" where the configuration cannot run."""
+    dims = list(ds.ttft_p90_s.dims)
+    columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
+    header = f"{'candidate':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'util':>6} {'queue':>6}"
+    lines = [
+        f"serving simulation (MODEL.md §9): {ds.attrs.get('stream', '')}, router {ds.attrs.get('router', '')}",
+        header,
+    ]
+    stacked = ds[["ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s", "utilization", "queue_peak"]].stack(
+        candidate=dims
+    )
+    fits = ds.fits.broadcast_like(ds.ttft_p90_s).stack(candidate=dims).values
+    for i, key in enumerate(stacked.candidate.values):
+        label = ", ".join(f"{d} {v}" for d, v in zip(dims, key, strict=True))
+        row = {v: float(stacked[v].values[i]) for v in stacked.data_vars}
+        if not fits[i]:
+            lines.append(f"{label:<58} does not fit (no KV pool, or TP does not divide the query heads)")
+            continue
+        lines.append(
+            f"{label:<58} {_ms(row['ttft_p50_s']):>10} {_ms(row['ttft_p90_s']):>10} {_ms(row['tpot_p90_s']):>10} "
+            f"{_ms(row['e2e_mean_s']):>10} {row['utilization']:>6.0%} {row['queue_peak']:>6.0f}"
+        )
+    return "\n".join(lines)
