@@ -268,11 +268,34 @@ def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, route
     return jax.vmap(lane, in_axes=(0, None if shared_stream else 0))(params, stream)
 
 
-def simulate_candidates(
-    terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients: int | None = None
-):
+def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients=None):
     """§9 for K candidates at R replicas each: ``terms`` (:func:`slimjax.model.batching.replica_terms`, leaves
     (K,)), ``batch`` (K,), ``footprint`` (K, N), ``stream`` (arrival_s, input_len, output_len), (N,) each.
+
+    A lane's slot arrays are as wide as its batch limit rounded up to a power of two (candidates are run in
+    groups of equal width: every op of a step is over the slots, so a B = 8 lane must not pay for B = 512).
+    Returns numpy records: per request (K, N) in stream order, per replica (K, R), per candidate (K, …)."""
+    batch = np.asarray(batch)
+    width = 2 ** np.ceil(np.log2(np.maximum(batch, 1))).astype(int)
+    groups = [np.flatnonzero(width == w) for w in np.unique(width)]
+    if len(groups) == 1:
+        return _simulate_group(terms, batch, footprint, stream, replicas=replicas, router=router, clients=clients)
+    parts = []
+    for idx in groups:
+        sub = jax.tree_util.tree_map(lambda x, idx=idx: np.asarray(x)[idx], terms)
+        parts.append(
+            _simulate_group(
+                sub, batch[idx], np.asarray(footprint)[idx], stream, replicas=replicas, router=router, clients=clients
+            )
+        )
+    order = np.argsort(np.concatenate(groups))
+    return {key: np.concatenate([np.asarray(p[key]) for p in parts])[order] for key in parts[0]}
+
+
+def _simulate_group(
+    terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients: int | None = None
+):
+    """One group of :func:`simulate_candidates` (slots as wide as its largest batch limit, to a power of two).
 
     Round robin on an open stream makes the replicas independent (request i is replica i mod R's whatever the
     others do), so each replica is a lane of its own on its sub-stream: the same results as one lane of R
@@ -281,7 +304,7 @@ def simulate_candidates(
     (K, R), per candidate (K, …)."""
     K, N = footprint.shape
     R = int(replicas)
-    slots = max(int(np.max(batch)), 1)
+    slots = int(2 ** np.ceil(np.log2(max(float(np.max(batch)), 1.0))))
     closed = clients is not None
     per_candidate = dict(terms, batch=batch, footprint=footprint)
     if router == "round_robin" and not closed and R > 1:

@@ -1,0 +1,92 @@
+"""The §9 serving simulation against the plain Python event loop of tests/serving_reference.py, per candidate,
+in the same process (ratios, not timings: these machines are noisy), and the engine's steps/s on a slice of
+Azure's conversation trace.
+
+    python bench/simulate.py [--candidates 1,64,1024] [--requests 200] [--trace-seconds 120]
+
+Candidates are Llama-3.1-8B on an H100 at batch limits spread over 8 … 256 (the reference is timed on a few of
+them and scaled per candidate: it is a loop per candidate by construction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import serving_reference as sref  # noqa: E402
+
+import slimjax  # noqa: E402
+from slimjax.inputs import catalog, simulatefile  # noqa: E402
+from slimjax.studies import simulate  # noqa: E402
+
+DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+def _spec(batches, stream):
+    return dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=batches, stream=stream, precision="float64")
+
+
+def _reference_seconds(sim, batches, repeats=3):
+    arch, gpu = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
+    sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+    terms = sref.replica_terms(arch, gpu, sv)
+    st = sim.stream
+    I, O = [int(x) for x in st.input_len], [int(x) for x in st.output_len]
+    picks = batches[:: max(1, len(batches) // repeats)][:repeats]
+    t = time.perf_counter()
+    for b in picks:
+        sref.simulate(terms, st.arrival_s.tolist(), I, O, int(b))
+    return (time.perf_counter() - t) / len(picks)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--candidates", default="1,64,1024")
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--trace-seconds", type=float, default=120.0)
+    args = ap.parse_args()
+    slimjax.configure()
+    stream = dict(poisson=6.0, input_len=1000, output_len=200, requests=args.requests, seed=0)
+    print(f"stream: Poisson 6/s, {args.requests} requests of (1000, 200); Llama-3.1-8B on H100-SXM")
+    for k in (int(x) for x in args.candidates.split(",")):
+        batches = list(np.unique(np.round(np.geomspace(8, 256, k)).astype(int)))
+        while len(batches) < k:  # repeat limits: still k candidates, each its own lane
+            batches = batches + batches
+        batches = sorted(batches[:k])
+        sim = simulatefile.parse(_spec([int(b) for b in range(1, k + 1)], stream))
+        sim = simulatefile.Simulation(**{**sim.__dict__, "batch": np.asarray(batches, float)})
+        simulate.run(sim)  # compile
+        t = time.perf_counter()
+        ds = simulate.run(sim)
+        jitted = (time.perf_counter() - t) / k
+        ref = _reference_seconds(sim, batches)
+        steps = ds.attrs["engine_steps"]
+        print(
+            f"{k:>5} candidates: jitted {jitted * 1e3:8.2f} ms/candidate, reference {ref * 1e3:8.2f} ms/candidate, "
+            f"ratio {ref / jitted:6.1f}x, {steps / (jitted * k):,.0f} lane-steps/s"
+        )
+    trace = DATA / "traces" / "AzureLLMInferenceTrace_conv.csv"
+    if trace.is_file():
+        spec = _spec(
+            [16, 32, 64, 128],
+            dict(trace=str(trace), format="azure", rate_scale=1, duration_s=args.trace_seconds),
+        )
+        sim = simulatefile.parse({**spec, "precision": "float32"})
+        simulate.run(sim)
+        t = time.perf_counter()
+        ds = simulate.run(sim)
+        wall = time.perf_counter() - t
+        print(
+            f"Azure conversation, first {args.trace_seconds:g} s ({sim.stream.n_requests} requests) x 4 candidates, "
+            f"float32: {wall:.2f} s, {ds.attrs['engine_steps'] / wall:,.0f} lane-steps/s"
+        )
+
+
+if __name__ == "__main__":
+    main()
