@@ -268,6 +268,28 @@ def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, route
     return jax.vmap(lane, in_axes=(0, None if shared_stream else 0))(params, stream)
 
 
+def run_dealt(params, stream, *, shared_stream=True, **static):
+    """:func:`run_lanes` with the lanes dealt in equal chunks to every compute device (one core each on the CPU,
+    :mod:`.dispatch`); the same records, per lane, as one call."""
+    from .dispatch import compute_devices, pipelined
+
+    lanes = len(np.asarray(params["batch"]))
+    devices = compute_devices()
+    d = max(1, min(len(devices), lanes))
+    per = -(-lanes // d)
+    index = np.minimum(np.arange(per * d), lanes - 1)  # the last lane repeated as padding, dropped below
+    chunks = [index[k * per : (k + 1) * per] for k in range(d)]
+
+    def run(chunk, device):
+        sub = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x)[chunk], device), params)
+        take = (lambda x: np.asarray(x)) if shared_stream else (lambda x: np.asarray(x)[chunk])
+        st = jax.tree_util.tree_map(lambda x: jax.device_put(take(x), device), stream)
+        return run_lanes(sub, st, shared_stream=shared_stream, **static)
+
+    parts = [jax.device_get(out) for _, out in pipelined(chunks, run, devices[:d])]
+    return {key: np.concatenate([np.asarray(p[key]) for p in parts])[:lanes] for key in parts[0]}
+
+
 def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients=None):
     """§9 for K candidates at R replicas each: ``terms`` (:func:`slimjax.model.batching.replica_terms`, leaves
     (K,)), ``batch`` (K,), ``footprint`` (K, N), ``stream`` (arrival_s, input_len, output_len), (N,) each.
@@ -322,7 +344,7 @@ def _simulate_group(
             "output_len": np.where(real, np.asarray(stream["output_len"])[safe], 1.0),
         }
         sub = {k: np.tile(v.astype(np.asarray(stream[k]).dtype), (K, 1)) for k, v in sub.items()}
-        out = jax.device_get(run_lanes(params, sub, replicas=1, slots=slots, shared_stream=False))
+        out = run_dealt(params, sub, replicas=1, slots=slots, shared_stream=False)
         records = {}
         flat = index[real]
         for key in ("arrival_s", "admit_s", "first_token_s", "end_s"):
@@ -336,18 +358,7 @@ def _simulate_group(
         records["steps"] = out["steps"].reshape(K, R).sum(axis=1)
         records["stuck"] = out["stuck"].reshape(K, R).any(axis=1)
         return records
-    out = jax.device_get(
-        run_lanes(
-            per_candidate,
-            stream,
-            replicas=R,
-            slots=slots,
-            clients=clients or 1,
-            closed=closed,
-            router=router,
-        )
-    )
-    return dict(out)
+    return run_dealt(per_candidate, stream, replicas=R, slots=slots, clients=clients or 1, closed=closed, router=router)
 
 
 SUMMARY_QUANTILES = (0.5, 0.9, 0.99)
