@@ -257,24 +257,24 @@ def serving_per_tp(
     return ServingSpec(**out), table
 
 
-def parse(spec: str | os.PathLike | Mapping) -> Study:
-    """Validate a procurement file (path) or mapping into a :class:`Study`; errors name the field."""
+def read_file(spec, keys: tuple, required: tuple, needs: str, lists: tuple = ()) -> tuple[dict, str, Path | None]:
+    """(data, source, base_dir) of a study-like file: unknown top-level keys, missing required ones and empty
+    ``models``/``gpus`` (and ``lists``) are errors naming the key."""
     data, source, base_dir = load_spec(spec)
-    unknown = [k for k in data if k not in KEYS]
+    unknown = [k for k in data if k not in keys]
     if unknown:
-        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), KEYS)}")
-    for key in REQUIRED:
+        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), keys)}")
+    for key in required:
         if data.get(key) is None:
-            raise SlimjaxError(key, f"missing (a study needs {', '.join(REQUIRED)} and rates and/or rate_scale)")
-    for key in ("workloads", "models", "gpus"):
+            raise SlimjaxError(key, f"missing ({needs})")
+    for key in (*lists, "models", "gpus"):
         if not isinstance(data[key], list) or not data[key]:
             raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
-    workloads = [_workload(w, i, base_dir) for i, w in enumerate(data["workloads"])]
-    names = [w.name for w in workloads]
-    for i, n in enumerate(names):
-        if names.index(n) != i:
-            raise SlimjaxError(f"workloads[{i}].name", f"{n!r} appears twice")
-    rate_labels, total_rate = _rates(data, workloads)
+    return data, source, base_dir
+
+
+def models_and_gpus(data: Mapping, base_dir: Path | None) -> tuple[list, list]:
+    """The file's models and GPUs resolved through the catalogs as (label, row) pairs; a label twice is an error."""
     models = [catalog.resolve_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
     gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
     for field, items in (("models", models), ("gpus", gpus)):
@@ -282,6 +282,21 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
         for i, label in enumerate(labels):
             if labels.index(label) != i:
                 raise SlimjaxError(f"{field}[{i}]", f"{label!r} appears twice")
+    return models, gpus
+
+
+def parse(spec: str | os.PathLike | Mapping) -> Study:
+    """Validate a procurement file (path) or mapping into a :class:`Study`; errors name the field."""
+    data, source, base_dir = read_file(
+        spec, KEYS, REQUIRED, f"a study needs {', '.join(REQUIRED)} and rates and/or rate_scale", ("workloads",)
+    )
+    workloads = [_workload(w, i, base_dir) for i, w in enumerate(data["workloads"])]
+    names = [w.name for w in workloads]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise SlimjaxError(f"workloads[{i}].name", f"{n!r} appears twice")
+    rate_labels, total_rate = _rates(data, workloads)
+    models, gpus = models_and_gpus(data, base_dir)
     gpu_names = [g for g, _ in gpus]
     prices, price_source = _prices(data.get("prices"), gpu_names, data["gpus"])
     gpu_rows = [{**row, **({"price_per_hour": prices[g]} if g in prices else {})} for g, row in gpus]

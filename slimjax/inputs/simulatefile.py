@@ -25,12 +25,10 @@ import numpy as np
 
 from ..errors import SlimjaxError, suggest
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
-from . import catalog
 from .axes import parse_axis
 from .checks import checked_number, positive_number
-from .procurefile import serving_per_tp
+from .procurefile import models_and_gpus, read_file, serving_per_tp
 from .requests import TRACE_FORMATS, load_requests
-from .sweepfile import load_spec
 
 KEYS = ("models", "gpus", "tp", "batch", "replicas", "router", "serving", "precision", "stream")
 REQUIRED = ("models", "gpus", "batch", "stream")
@@ -221,29 +219,14 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
 
 def parse(spec: str | os.PathLike | Mapping) -> Simulation:
     """Validate a simulation file (path) or mapping into a :class:`Simulation`; errors name the field."""
-    data, source, base_dir = load_spec(spec)
-    unknown = [k for k in data if k not in KEYS]
-    if unknown:
-        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), KEYS)}")
-    for key in REQUIRED:
-        if data.get(key) is None:
-            raise SlimjaxError(key, f"missing (a simulation needs {', '.join(REQUIRED)})")
-    for key in ("models", "gpus"):
-        if not isinstance(data[key], list) or not data[key]:
-            raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
+    data, source, base_dir = read_file(spec, KEYS, REQUIRED, f"a simulation needs {', '.join(REQUIRED)}")
     router = data.get("router", "round_robin")
     if router not in ROUTERS:
         raise SlimjaxError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
     precision = data.get("precision", "float32")
     if precision not in PRECISIONS:
         raise SlimjaxError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    models = [catalog.resolve_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
-    gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
-    for field, items in (("models", models), ("gpus", gpus)):
-        labels = [label for label, _ in items]
-        for i, label in enumerate(labels):
-            if labels.index(label) != i:
-                raise SlimjaxError(f"{field}[{i}]", f"{label!r} appears twice")
+    models, gpus = models_and_gpus(data, base_dir)
     tp = parse_axis(data.get("tp", [1]), "tp").astype(float)
     batch = parse_axis(data["batch"], "batch").astype(float)
     replicas = parse_axis(data.get("replicas", [1]), "replicas").astype(float)
