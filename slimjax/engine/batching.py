@@ -201,9 +201,6 @@ def _lane(params, stream, *, replicas: int, slots: int, clients: int, closed: bo
         kept = jnp.sum(keep).astype(jnp.int32)
         dest = jnp.where(keep, jnp.cumsum(keep) - 1, S)
 
-        def compact(x, fill):
-            return jnp.full_like(x, fill).at[dest].set(x, mode="drop")
-
         st = dict(st)
         st["t_admit"] = st["t_admit"].at[admitted_ids].set(t, mode="drop")
         st["t_first"] = st["t_first"].at[jnp.where(first, req, n)].set(end, mode="drop")
@@ -213,10 +210,13 @@ def _lane(params, stream, *, replicas: int, slots: int, clients: int, closed: bo
             freed_time = st["client_time"].at[owner].set(end, mode="drop")
             st["client_time"] = jnp.where(st["client_next"] < n, freed_time, inf)
         n_done = jnp.sum(done).astype(jnp.int32)
-        st["slot_req"] = st["slot_req"].at[r].set(compact(req, -1))
-        st["slot_p"] = st["slot_p"].at[r].set(compact(p_new, 0.0))
-        st["slot_j"] = st["slot_j"].at[r].set(compact(j_new, 0.0))
-        st["slot_last"] = st["slot_last"].at[r].set(compact(last, 0.0))
+        # one scatter for the four slot fields (XLA:CPU runs a batched scatter as a loop over lanes)
+        fields = jnp.stack([req.astype(dt), p_new, j_new, last], axis=-1)
+        packed = jnp.zeros_like(fields).at[:, 0].set(-1.0).at[dest].set(fields, mode="drop")
+        st["slot_req"] = st["slot_req"].at[r].set(packed[:, 0].astype(jnp.int32))
+        st["slot_p"] = st["slot_p"].at[r].set(packed[:, 1])
+        st["slot_j"] = st["slot_j"].at[r].set(packed[:, 2])
+        st["slot_last"] = st["slot_last"].at[r].set(packed[:, 3])
         st["head"] = st["head"].at[r].set(head)
         st["tail"] = st["tail"].at[r].set(jnp.where(head >= 0, st["tail"][r], -1))
         st["qlen"] = st["qlen"].at[r].add(-(count - count0).astype(jnp.int32))
