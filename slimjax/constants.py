@@ -42,6 +42,7 @@ API_DEFAULTS = {
 # Stores and schedulers.
 COMPRESSIONS = ("none", "zstd")
 SCHEDULERS = ("local", "dask")
+ROUTERS = ("round_robin", "least_loaded")  # how a §9 fleet deals arrivals to its replicas
 DEFAULT_MEMORY_BUDGET = "256MiB"
 
 # The (I, O) summaries and figures show when none is asked for: the grid values nearest (in log) to a

@@ -26,9 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..constants import ROUTERS
 from ..model import batching
 
-ROUTERS = ("round_robin", "least_loaded")
 GAP_BINS = 2048  # log-spaced inter-token gap bins from GAP_RANGE_S[0] to [1]: 1.1 % wide
 GAP_RANGE_S = (1e-6, 1e4)
 
@@ -328,7 +328,6 @@ def _simulate_group(
     R = int(replicas)
     slots = int(2 ** np.ceil(np.log2(max(float(np.max(batch)), 1.0))))
     closed = clients is not None
-    per_candidate = dict(terms, batch=batch, footprint=footprint)
     if router == "round_robin" and not closed and R > 1:
         M = -(-N // R)
         index = np.arange(R)[:, None] + R * np.arange(M)[None, :]  # (R, M): replica r's requests
@@ -358,6 +357,7 @@ def _simulate_group(
         records["steps"] = out["steps"].reshape(K, R).sum(axis=1)
         records["stuck"] = out["stuck"].reshape(K, R).any(axis=1)
         return records
+    per_candidate = dict(terms, batch=batch, footprint=footprint)
     return run_dealt(per_candidate, stream, replicas=R, slots=slots, clients=clients or 1, closed=closed, router=router)
 
 

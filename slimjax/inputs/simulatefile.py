@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..constants import ROUTERS
 from ..errors import SlimjaxError, suggest
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .axes import parse_axis
@@ -32,7 +33,6 @@ from .requests import TRACE_FORMATS, load_requests
 
 KEYS = ("models", "gpus", "tp", "batch", "replicas", "router", "serving", "precision", "stream")
 REQUIRED = ("models", "gpus", "batch", "stream")
-ROUTERS = ("round_robin", "least_loaded")
 PRECISIONS = ("float32", "float64")
 STREAM_KINDS = ("requests", "trace", "poisson", "closed_loop")
 
