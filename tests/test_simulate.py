@@ -108,6 +108,22 @@ def test_simulation_equals_the_event_loop(case):
         assert float(ds.kv_peak_bytes.squeeze()) <= terms["pool"]
 
 
+@pytest.mark.parametrize("case", ["dense", "three_replicas_least_loaded", "three_replicas_round_robin"])
+def test_slots_widened_from_one_equal_the_event_loop(case, monkeypatch):
+    """Lanes start one slot wide and double where the width, not B, stopped an admission: still exact."""
+    monkeypatch.setattr(engine, "FIRST_SLOTS", 1)
+    kw = dict(CASES[case])
+    _compare(_spec(kw.pop("model"), kw.pop("gpu"), kw.pop("batch"), **kw))
+
+
+def test_more_requests_at_once_than_the_first_width():
+    """40 short requests at once under B = 64: the replica holds more than FIRST_SLOTS; the lane is widened."""
+    n = 40
+    stream = {"requests": {"arrival_s": [0.0] * n, "input_len": [50 + i for i in range(n)], "output_len": [20] * n}}
+    ds, want, _ = _compare(_spec("Llama-3.1-8B", "H100-SXM", 64, stream=stream))
+    assert engine.FIRST_SLOTS < n and float(ds.queue_peak.squeeze()) == 0
+
+
 def test_head_of_line_simultaneous_arrivals_and_single_token_outputs():
     """Six requests at the same instant; a long prompt first holds those behind it (budget 512), O = 1 ones
     complete at their first token."""

@@ -1,20 +1,23 @@
 """Trace-driven continuous batching (MODEL.md §9) as one jitted ``lax.while_loop`` over engine steps.
 
 A *lane* is R replicas (static) serving one request stream; lanes are vmapped (candidates × replicas ×
-streams), so nothing loops in Python per step or per request. Each outer iteration routes every arrival due
-before the next step (``round_robin``: request i to replica i mod R; ``least_loaded``: fewest admitted + waiting
-at the arrival instant, ties to the lowest index), then runs one step of the replica whose next step starts
-first. Replica state lives in fixed-size slot arrays kept in admission order (a completed request's slot is
-compacted away), so a step's token budget goes to prefilling requests in admission order by one cumsum.
-Each replica's FCFS queue is a linked list through the requests (head, tail, next), so routing and admission
-are O(1) each.
+streams) inside the loop, so nothing loops in Python per step or per request, and the loop carries every lane
+at once (a vmapped while loop would select every carried array, per-request ones included, on every step).
+Each iteration either routes the earliest arrival due before the next step (``round_robin``: request i to
+replica i mod R; ``least_loaded``: fewest admitted + waiting at the arrival instant, ties to the lowest index)
+or runs one step of the replica whose next step starts first. A lane of one replica on an open stream needs no
+routing: its queue is the stream from the next request to admit. Replica state lives in fixed-size slot rows
+kept in admission order (a completed request's row is compacted away), so a step's token budget goes to
+prefilling requests in admission order by one cumsum. Other lanes' FCFS queues are linked lists through the
+requests (head, tail, next), so routing and admission are O(1) each.
 
 Streams: open (arrival times known; padding requests arrive at +inf and are never routed) or closed loop
 (C clients; request i belongs to client i mod C and its successor i + C arrives when it completes).
 
-Per request the loop records arrival, admission, first-token and completion times and its replica; per
-replica its busy time, peak queue (requests still waiting after a step's admission) and peak KV in use; per
-lane a histogram of every inter-token gap (log bins, for the token-gap quantile) and the step count.
+Per request the loop records arrival, admission, first-token and completion times (written once, at
+completion) and its replica; per replica its busy time, peak queue (requests still waiting after a step's
+admission) and peak KV in use; per lane a histogram of every inter-token gap (log bins, for the token-gap
+quantile), the step count, and whether the slot width stopped an admission (``overflow``: run it wider).
 """
 
 from __future__ import annotations
@@ -45,75 +48,95 @@ def _gap_bin(gap):
     return jnp.clip(jnp.floor(x), 0, GAP_BINS - 1).astype(jnp.int32)
 
 
-def _lane(params, stream, *, replicas: int, slots: int, clients: int, closed: bool, router: str):
-    """One lane: ``params`` the candidate's scalars (``roof`` dict, a_pre, a_dec, step_overhead_s, step_tokens,
-    chunk_size, batch, pool) and its per-request ``footprint`` (N,); ``stream`` (arrival_s, input_len,
-    output_len) of length N (closed loop: arrival_s is ignored)."""
-    arrival, in_len, out_len = stream["arrival_s"], stream["input_len"], stream["output_len"]
-    footprint = params["footprint"]  # footprint(I + O) of each request on this lane's candidate (§3)
-    dt = arrival.dtype
-    n = arrival.shape[0]
-    R, S, C = replicas, slots, clients
-    inf = jnp.asarray(jnp.inf, dt)
-    roof, a_pre, a_dec = params["roof"], params["a_pre"], params["a_dec"]
-    chunk = jnp.where(params["chunk_size"] > 0, params["chunk_size"], inf)
-    batch, budget_tokens = params["batch"], params["step_tokens"]
-    if closed:
-        first = jnp.arange(C, dtype=jnp.int32)
-        client_next = jnp.where(first < n, first, n)
-        client_time = jnp.where(first < n, 0.0, inf).astype(dt)
-    else:
-        client_next = jnp.zeros(1, jnp.int32)
-        client_time = arrival[:1]
-    nan_n = jnp.full(n, jnp.nan, dt)
-    state = dict(
-        t_arr=jnp.full(n, inf, dt),
-        t_admit=nan_n,
-        t_first=nan_n,
-        t_end=nan_n,
-        route=jnp.full(n, -1, jnp.int32),
-        nextq=jnp.full(n, -1, jnp.int32),
-        client_next=client_next,
-        client_time=client_time,
-        head=jnp.full(R, -1, jnp.int32),
-        tail=jnp.full(R, -1, jnp.int32),
-        qlen=jnp.zeros(R, jnp.int32),
-        clock=jnp.zeros(R, dt),
-        busy=jnp.zeros(R, dt),
-        in_system=jnp.zeros(R, jnp.int32),
-        last_done=jnp.zeros(R, jnp.int32),
-        free=jnp.full(R, params["pool"], dt),
-        admitted=jnp.zeros(R, jnp.int32),
-        slot_req=jnp.full((R, S), -1, jnp.int32),
-        slot_p=jnp.zeros((R, S), dt),
-        slot_j=jnp.zeros((R, S), dt),
-        slot_last=jnp.zeros((R, S), dt),
-        queue_peak=jnp.zeros(R, jnp.int32),
-        kv_peak=jnp.zeros(R, dt),
-        gaps=jnp.zeros(GAP_BINS, dt),
-        steps=jnp.zeros((), jnp.int32),
-        stuck=jnp.zeros((), bool),  # an empty replica whose queue head does not fit its pool: stop, never spin
-    )
+# slot fields, one float row per admitted request (compacted in admission order)
+_REQ, _P, _J, _IN, _OUT, _FP, _ADMIT, _FIRST, _ARR = range(9)
+_FIELDS = 9
 
-    def ready(st):
+
+def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: str):
+    """(init, active, body) of one lane, each a function of (params, stream[, state]); the while loop over steps
+    lives outside the vmap over lanes (:func:`run_lanes`), so a step writes the per-request arrays only where it
+    completes requests (a vmapped while loop would select every carried array, per-request ones included, on
+    every iteration).
+
+    ``contiguous`` lanes (one replica on an open stream) need no routing: the queue is the stream itself, from
+    ``head`` (the next request to admit) to the last arrival due; others route one arrival per iteration
+    through per-replica linked lists."""
+    R, S, C = replicas, slots, clients
+    contiguous = R == 1 and not closed
+
+    def init(params, stream):
+        arrival = stream["arrival_s"]
+        dt, n = arrival.dtype, arrival.shape[0]
+        inf = jnp.asarray(jnp.inf, dt)
+        if closed:
+            first = jnp.arange(C, dtype=jnp.int32)
+            client_next = jnp.where(first < n, first, n)
+            client_time = jnp.where(first < n, 0.0, inf).astype(dt)
+        else:
+            client_next = jnp.zeros(1, jnp.int32)
+            client_time = arrival[:1]
+        empty = jnp.zeros((S, _FIELDS), dt).at[:, _REQ].set(-1.0)
+        st = dict(
+            records=jnp.full((n, 4), jnp.nan, dt),  # arrival, admission, first token, end: written at completion
+            head=jnp.zeros(R, jnp.int32) if contiguous else jnp.full(R, -1, jnp.int32),
+            clock=jnp.zeros(R, dt),
+            busy=jnp.zeros(R, dt),
+            free=jnp.full(R, params["pool"], dt),
+            admitted=jnp.zeros(R, jnp.int32),
+            slots=jnp.broadcast_to(empty, (R, S, _FIELDS)),
+            queue_peak=jnp.zeros(R, jnp.int32),
+            kv_peak=jnp.zeros(R, dt),
+            gaps=jnp.zeros(GAP_BINS, dt),
+            steps=jnp.zeros((), jnp.int32),
+            stuck=jnp.zeros((), bool),  # an empty replica whose queue head does not fit its pool: stop, never spin
+            overflow=jnp.zeros((), bool),
+        )
+        if not contiguous:
+            st.update(
+                t_arr=jnp.full(n, inf, dt),
+                route=jnp.full(n, -1, jnp.int32),
+                nextq=jnp.full(n, -1, jnp.int32),
+                client_next=client_next,
+                client_time=client_time,
+                tail=jnp.full(R, -1, jnp.int32),
+                qlen=jnp.zeros(R, jnp.int32),
+                in_system=jnp.zeros(R, jnp.int32),
+                last_done=jnp.zeros(R, jnp.int32),
+            )
+        return st
+
+    def ready(stream, st):
         """Each replica's next step start: its clock while it holds requests, else its queue head's arrival
         (not before its clock); +inf when it has nothing to do."""
-        head_t = st["t_arr"][jnp.maximum(st["head"], 0)]
-        return jnp.where(
-            st["admitted"] > 0,
-            st["clock"],
-            jnp.where(st["head"] >= 0, jnp.maximum(st["clock"], head_t), inf),
-        )
+        arrival = stream["arrival_s"]
+        n = arrival.shape[0]
+        inf = jnp.asarray(jnp.inf, arrival.dtype)
+        if contiguous:
+            head_t = jnp.where(st["head"] < n, arrival[jnp.minimum(st["head"], n - 1)], inf)
+        else:
+            head_t = jnp.where(st["head"] >= 0, st["t_arr"][jnp.maximum(st["head"], 0)], inf)
+        return jnp.where(st["admitted"] > 0, st["clock"], jnp.maximum(st["clock"], head_t))
 
-    def next_arrival(st):
+    def next_arrival(stream, st):
         """(time, client) of the earliest pending arrival, ties to the lower request index."""
+        n = stream["arrival_s"].shape[0]
         t = jnp.min(st["client_time"])
-        key = jnp.where(st["client_time"] == t, st["client_next"], n + 1)
-        c = jnp.argmin(key)
+        c = jnp.argmin(jnp.where(st["client_time"] == t, st["client_next"], n + 1))
         return t, c
 
-    def route_one(st):
-        t, c = next_arrival(st)
+    def active(params, stream, st):
+        busy = jnp.isfinite(jnp.min(ready(stream, st)))
+        if not contiguous:
+            busy = busy | jnp.isfinite(next_arrival(stream, st)[0])
+        return busy & ~st["stuck"] & ~st["overflow"]
+
+    def route(stream, st, go):
+        """Route the earliest pending arrival where ``go``; a no-op elsewhere."""
+        arrival = stream["arrival_s"]
+        n = arrival.shape[0]
+        inf = jnp.asarray(jnp.inf, arrival.dtype)
+        t, c = next_arrival(stream, st)
         i = st["client_next"][c]
         if router == "round_robin":
             r = jnp.mod(i, R).astype(jnp.int32)
@@ -121,151 +144,179 @@ def _lane(params, stream, *, replicas: int, slots: int, clients: int, closed: bo
             load = st["in_system"] + jnp.where(st["clock"] > t, st["last_done"], 0)
             r = jnp.argmin(load).astype(jnp.int32)
         tail = st["tail"][r]
+        at_r = go & (jnp.arange(R) == r)
+        at_i = jnp.where(go, i, n)
         st = dict(st)
-        st["nextq"] = st["nextq"].at[jnp.where(tail >= 0, tail, n)].set(i, mode="drop")
-        st["head"] = st["head"].at[r].set(jnp.where(tail >= 0, st["head"][r], i))
-        st["tail"] = st["tail"].at[r].set(i)
-        st["t_arr"] = st["t_arr"].at[i].set(t)
-        st["route"] = st["route"].at[i].set(r)
-        st["qlen"] = st["qlen"].at[r].add(1)
-        st["in_system"] = st["in_system"].at[r].add(1)
+        st["nextq"] = st["nextq"].at[jnp.where(go & (tail >= 0), tail, n)].set(i, mode="drop")
+        st["head"] = jnp.where(at_r & (tail < 0), i, st["head"])
+        st["tail"] = jnp.where(at_r, i, st["tail"])
+        st["t_arr"] = st["t_arr"].at[at_i].set(t, mode="drop")
+        st["route"] = st["route"].at[at_i].set(r, mode="drop")
+        st["qlen"] = st["qlen"] + at_r
+        st["in_system"] = st["in_system"] + at_r
         succ = i + C if closed else i + 1
         has = succ < n
-        st["client_next"] = st["client_next"].at[c].set(jnp.where(has, succ, n))
         later = inf if closed else arrival[jnp.minimum(succ, n - 1)]
-        st["client_time"] = st["client_time"].at[c].set(jnp.where(has, later, inf))
+        at_c = go & (jnp.arange(st["client_time"].shape[0]) == c)
+        st["client_next"] = jnp.where(at_c, jnp.where(has, succ, n), st["client_next"])
+        st["client_time"] = jnp.where(at_c, jnp.where(has, later, inf), st["client_time"])
         return st
 
-    def route_due(st):
-        def due(st):
-            t, _ = next_arrival(st)
-            return jnp.isfinite(t) & (t <= jnp.min(ready(st)))
-
-        return jax.lax.while_loop(due, route_one, st)
-
-    def step(st):
-        start = ready(st)
+    def step(params, stream, st, go):
+        """One engine step of the replica whose next step starts first, where ``go``; a no-op elsewhere."""
+        arrival, in_len, out_len = stream["arrival_s"], stream["input_len"], stream["output_len"]
+        footprint = params["footprint"]  # footprint(I + O) of each request on this lane's candidate (§3)
+        dt, n = arrival.dtype, arrival.shape[0]
+        inf = jnp.asarray(jnp.inf, dt)
+        roof = params["roof"]
+        chunk = jnp.where(params["chunk_size"] > 0, params["chunk_size"], inf)
+        batch = params["batch"]
+        start = ready(stream, st)
         r = jnp.argmin(start)
         t = start[r]
-        req, p, j, last = st["slot_req"][r], st["slot_p"][r], st["slot_j"][r], st["slot_last"][r]
+        arr_of = (lambda h: arrival[h]) if contiguous else (lambda h: st["t_arr"][h])  # noqa: E731
+        next_of = (lambda h: h + 1) if contiguous else (lambda h: st["nextq"][h])  # noqa: E731
+
+        def waiting(h):
+            if contiguous:
+                return (h < n) & (arrival[jnp.minimum(h, n - 1)] <= t)
+            return h >= 0
 
         def can_admit(carry):
-            head, free, count, req = carry
-            fp = footprint[jnp.maximum(head, 0)]
-            return (count < batch) & (head >= 0) & (fp <= free)
+            head, free, count, _ = carry
+            fp = footprint[jnp.clip(head, 0, n - 1)]
+            return go & (count < batch) & (count < S) & waiting(head) & (fp <= free)
 
         def admit(carry):
-            head, free, count, req = carry
-            return st["nextq"][head], free - footprint[head], count + 1, req.at[count].set(head)
+            head, free, count, sl = carry
+            row = jnp.stack(
+                [head.astype(dt), 0.0, 0.0, in_len[head], out_len[head], footprint[head], t, jnp.nan, arr_of(head)]
+            )
+            return next_of(head), free - footprint[head], count + 1, sl.at[count].set(row.astype(dt))
 
         head0, free0, count0 = st["head"][r], st["free"][r], st["admitted"][r]
-        head, free, count, req = jax.lax.while_loop(can_admit, admit, (head0, free0, count0, req))
+        head, free, count, sl = jax.lax.while_loop(can_admit, admit, (head0, free0, count0, st["slots"][r]))
+        # the slot arrays, not the batch limit, stopped an admission: this lane's results are void (rerun wider)
+        blocked = (count == S) & (count < batch) & waiting(head) & (footprint[jnp.clip(head, 0, n - 1)] <= free)
         pos = jnp.arange(S, dtype=jnp.int32)
-        newly = (pos >= count0) & (pos < count)
-        p, j, last = jnp.where(newly, 0.0, p), jnp.where(newly, 0.0, j), jnp.where(newly, t, last)
-        admitted_ids = jnp.where(newly, req, n)
         occ = pos < count
-        rc = jnp.maximum(req, 0)
-        i_len, o_len = in_len[rc], out_len[rc]
+        p, j, i_len, o_len = sl[:, _P], sl[:, _J], sl[:, _IN], sl[:, _OUT]
         dec = occ & (p >= i_len)
         pre = occ & (p < i_len)
         context = i_len + j
         d = jnp.sum(dec)
-        budget = jnp.maximum(budget_tokens - d, 0.0)
+        budget = jnp.maximum(params["step_tokens"] - d, 0.0)
         need = jnp.where(pre, jnp.minimum(i_len - p, chunk), 0.0)
         before = jnp.cumsum(need) - need
         new = jnp.where(pre, jnp.clip(budget - before, 0.0, need), 0.0)
         chunked = new > 0
         zero = jnp.zeros((), dt)
-        n_tok = d + jnp.sum(new)
         tau = batching.step_time(
-            n_tok,
+            d + jnp.sum(new),
             jnp.sum(jnp.where(dec, context, zero)),
             jnp.sum(jnp.where(dec, batching.context_kv_bytes(context, roof), zero)),
             jnp.sum(jnp.where(chunked, batching.chunk_attention_tokens(new, p), zero)),
             jnp.sum(jnp.where(chunked, batching.context_kv_bytes(p, roof), zero)),
             roof,
-            a_pre,
-            a_dec,
+            params["a_pre"],
+            params["a_dec"],
             params["step_overhead_s"],
         )
         end = t + tau
         p_new = p + new
         first = chunked & (p_new >= i_len)
         j_new = jnp.where(dec, j + 1.0, jnp.where(first, 1.0, j))
-        gap_w = jnp.where(dec, 1.0, 0.0).astype(dt)
-        gaps = st["gaps"].at[_gap_bin(end - last)].add(gap_w)
-        last = jnp.where(dec | first, end, last)
-        done = (dec | first) & (j_new >= o_len)
+        t_first = jnp.where(first, end, sl[:, _FIRST])
+        done = go & (dec | first) & (j_new >= o_len)
         keep = occ & ~done
-        kept = jnp.sum(keep).astype(jnp.int32)
-        dest = jnp.where(keep, jnp.cumsum(keep) - 1, S)
+        req = sl[:, _REQ].astype(jnp.int32)
+        rows = jnp.stack([sl[:, _ARR], sl[:, _ADMIT], t_first, jnp.broadcast_to(end, (S,))], axis=-1)
 
         st = dict(st)
-        st["t_admit"] = st["t_admit"].at[admitted_ids].set(t, mode="drop")
-        st["t_first"] = st["t_first"].at[jnp.where(first, req, n)].set(end, mode="drop")
-        st["t_end"] = st["t_end"].at[jnp.where(done, req, n)].set(end, mode="drop")
+        st["records"] = st["records"].at[jnp.where(done, req, n)].set(rows, mode="drop")
+        # every decoding request's last token came at this step's start (a replica holding requests steps back to
+        # back), so all d gaps of the step are τ
+        st["gaps"] = st["gaps"].at[jnp.where(go, _gap_bin(tau), GAP_BINS)].add(d.astype(dt), mode="drop")
         if closed:
             owner = jnp.where(done, jnp.mod(req, C), C)
             freed_time = st["client_time"].at[owner].set(end, mode="drop")
             st["client_time"] = jnp.where(st["client_next"] < n, freed_time, inf)
         n_done = jnp.sum(done).astype(jnp.int32)
-        # one scatter for the four slot fields (XLA:CPU runs a batched scatter as a loop over lanes)
-        fields = jnp.stack([req.astype(dt), p_new, j_new, last], axis=-1)
-        packed = jnp.zeros_like(fields).at[:, 0].set(-1.0).at[dest].set(fields, mode="drop")
-        st["slot_req"] = st["slot_req"].at[r].set(packed[:, 0].astype(jnp.int32))
-        st["slot_p"] = st["slot_p"].at[r].set(packed[:, 1])
-        st["slot_j"] = st["slot_j"].at[r].set(packed[:, 2])
-        st["slot_last"] = st["slot_last"].at[r].set(packed[:, 3])
-        st["head"] = st["head"].at[r].set(head)
-        st["tail"] = st["tail"].at[r].set(jnp.where(head >= 0, st["tail"][r], -1))
-        st["qlen"] = st["qlen"].at[r].add(-(count - count0).astype(jnp.int32))
-        st["queue_peak"] = st["queue_peak"].at[r].max(st["qlen"][r])
-        kv_in_use = params["pool"] - free
-        st["kv_peak"] = st["kv_peak"].at[r].max(kv_in_use)
-        st["free"] = st["free"].at[r].set(free + jnp.sum(jnp.where(done, footprint[rc], zero)))
-        st["admitted"] = st["admitted"].at[r].set(kept)
-        st["in_system"] = st["in_system"].at[r].add(-n_done)
-        st["last_done"] = st["last_done"].at[r].set(n_done)
-        st["clock"] = st["clock"].at[r].set(end)
-        st["busy"] = st["busy"].at[r].add(tau)
-        st["gaps"] = gaps
-        st["steps"] = st["steps"] + 1
-        st["stuck"] = count == 0
+        dest = jnp.where(keep, jnp.cumsum(keep) - 1, S)
+        fields = sl.at[:, _P].set(p_new).at[:, _J].set(j_new).at[:, _FIRST].set(t_first)
+        packed = jnp.zeros_like(fields).at[:, _REQ].set(-1.0).at[dest].set(fields, mode="drop")
+        at_r = go & (jnp.arange(R) == r)
+        st["slots"] = st["slots"].at[r].set(jnp.where(go, packed, st["slots"][r]))
+        st["head"] = jnp.where(at_r, head, st["head"])
+        admitted_now = (count - count0).astype(jnp.int32)
+        if contiguous:
+            qlen = jnp.searchsorted(arrival, t, side="right").astype(jnp.int32) - head
+        else:
+            st["tail"] = jnp.where(at_r & (head < 0), -1, st["tail"])
+            st["qlen"] = st["qlen"] - jnp.where(at_r, admitted_now, 0)
+            qlen = st["qlen"][r]
+            st["in_system"] = st["in_system"] - jnp.where(at_r, n_done, 0)
+            st["last_done"] = jnp.where(at_r, n_done, st["last_done"])
+        st["queue_peak"] = jnp.where(at_r, jnp.maximum(st["queue_peak"], qlen), st["queue_peak"])
+        st["kv_peak"] = jnp.where(at_r, jnp.maximum(st["kv_peak"], params["pool"] - free), st["kv_peak"])
+        freed = jnp.sum(jnp.where(done, sl[:, _FP], zero))
+        st["free"] = jnp.where(at_r, free + freed, st["free"])
+        st["admitted"] = jnp.where(at_r, jnp.sum(keep).astype(jnp.int32), st["admitted"])
+        st["clock"] = jnp.where(at_r, end, st["clock"])
+        st["busy"] = jnp.where(at_r, st["busy"] + tau, st["busy"])
+        st["steps"] = st["steps"] + go
+        st["stuck"] = st["stuck"] | (go & (count == 0))
+        st["overflow"] = st["overflow"] | (go & blocked)
         return st
 
-    def body(st):
-        st = route_due(st)
-        return jax.lax.cond(jnp.isfinite(jnp.min(ready(st))), step, lambda s: s, st)
+    def body(params, stream, st):
+        live = active(params, stream, st)
+        soonest = jnp.min(ready(stream, st))
+        if contiguous:
+            return step(params, stream, st, live)
+        t, _ = next_arrival(stream, st)
+        arriving = live & jnp.isfinite(t) & (t <= soonest)
+        st = route(stream, st, arriving)
+        return step(params, stream, st, live & ~arriving)
 
-    def more(st):
-        t, _ = next_arrival(st)
-        return (jnp.isfinite(t) | jnp.isfinite(jnp.min(ready(st)))) & ~st["stuck"]
+    return init, active, body
 
-    st = jax.lax.while_loop(more, body, state)
+
+def _records(stream, st, contiguous: bool):
+    rec = st["records"]
+    n = rec.shape[0]
     return {
-        "arrival_s": st["t_arr"],
-        "admit_s": st["t_admit"],
-        "first_token_s": st["t_first"],
-        "end_s": st["t_end"],
-        "replica": st["route"],
+        "arrival_s": stream["arrival_s"] if contiguous else st["t_arr"],
+        "admit_s": rec[:, 1],
+        "first_token_s": rec[:, 2],
+        "end_s": rec[:, 3],
+        "replica": jnp.zeros(n, jnp.int32) if contiguous else st["route"],
         "busy_s": st["busy"],
         "queue_peak": st["queue_peak"],
         "kv_peak_bytes": st["kv_peak"],
         "gaps": st["gaps"],
         "steps": st["steps"],
         "stuck": st["stuck"],
+        "overflow": st["overflow"],
     }
 
 
 @functools.partial(jax.jit, static_argnames=("replicas", "slots", "clients", "closed", "router", "shared_stream"))
 def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, router="round_robin", shared_stream=True):
     """§9 over lanes: every leaf of ``params`` has a leading lane axis; ``stream``'s leaves are (N,) shared by
-    every lane (``shared_stream``) or (lanes, N). Returns :func:`_lane`'s records with a leading lane axis."""
+    every lane (``shared_stream``) or (lanes, N). Returns the records (per request arrival, admission, first
+    token and end times and replica; per replica busy time, peak queue and peak KV in use; per lane the
+    inter-token gap histogram, step count and whether it stuck) with a leading lane axis."""
     if router not in ROUTERS:
         raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
-    lane = functools.partial(_lane, replicas=replicas, slots=slots, clients=clients, closed=closed, router=router)
-    return jax.vmap(lane, in_axes=(0, None if shared_stream else 0))(params, stream)
+    init, active, body = _lane_fns(replicas=replicas, slots=slots, clients=clients, closed=closed, router=router)
+    axes = (0, None if shared_stream else 0)
+    state = jax.vmap(init, in_axes=axes)(params, stream)
+    live = jax.vmap(active, in_axes=(*axes, 0))
+    step = jax.vmap(body, in_axes=(*axes, 0))
+    state = jax.lax.while_loop(lambda st: jnp.any(live(params, stream, st)), lambda st: step(params, stream, st), state)
+    contiguous = replicas == 1 and not closed
+    return jax.vmap(functools.partial(_records, contiguous=contiguous), in_axes=(axes[1], 0))(stream, state)
 
 
 def run_dealt(params, stream, *, shared_stream=True, **static):
@@ -277,6 +328,7 @@ def run_dealt(params, stream, *, shared_stream=True, **static):
     devices = compute_devices()
     d = max(1, min(len(devices), lanes))
     per = -(-lanes // d)
+    per = 2 ** int(np.ceil(np.log2(per))) if per <= 16 else -(-per // 16) * 16  # few distinct shapes to compile
     index = np.minimum(np.arange(per * d), lanes - 1)  # the last lane repeated as padding, dropped below
     chunks = [index[k * per : (k + 1) * per] for k in range(d)]
 
@@ -290,34 +342,57 @@ def run_dealt(params, stream, *, shared_stream=True, **static):
     return {key: np.concatenate([np.asarray(p[key]) for p in parts])[:lanes] for key in parts[0]}
 
 
+FIRST_SLOTS = 16  # slot width of a lane's first run; widened by doubling where the width, not B, stopped admission
+
+
+def _take(tree, idx):
+    return jax.tree_util.tree_map(lambda x: np.asarray(x)[idx], tree)
+
+
 def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients=None):
     """§9 for K candidates at R replicas each: ``terms`` (:func:`slimjax.model.batching.replica_terms`, leaves
     (K,)), ``batch`` (K,), ``footprint`` (K, N), ``stream`` (arrival_s, input_len, output_len), (N,) each.
 
-    A lane's slot arrays are as wide as its batch limit rounded up to a power of two (candidates are run in
-    groups of equal width: every op of a step is over the slots, so a B = 8 lane must not pay for B = 512).
+    Every op of a step is over a lane's slots, so slots are as wide as the requests a replica actually holds
+    at once, not as its batch limit: each candidate first runs at ``FIRST_SLOTS`` (or its batch limit rounded
+    up to a power of two, if smaller); one whose admission the width stopped (``overflow``) runs again at twice
+    the width, up to its limit. The results are those of slots as wide as B: a run that never filled its slots
+    never met their bound. Candidates of equal width run as one group.
     Returns numpy records: per request (K, N) in stream order, per replica (K, R), per candidate (K, …)."""
     batch = np.asarray(batch)
-    width = 2 ** np.ceil(np.log2(np.maximum(batch, 1))).astype(int)
-    groups = [np.flatnonzero(width == w) for w in np.unique(width)]
-    if len(groups) == 1:
-        return _simulate_group(terms, batch, footprint, stream, replicas=replicas, router=router, clients=clients)
-    parts = []
-    for idx in groups:
-        sub = jax.tree_util.tree_map(lambda x, idx=idx: np.asarray(x)[idx], terms)
-        parts.append(
-            _simulate_group(
-                sub, batch[idx], np.asarray(footprint)[idx], stream, replicas=replicas, router=router, clients=clients
+    need = 2 ** np.ceil(np.log2(np.maximum(batch, 1))).astype(int)
+    width = np.minimum(need, FIRST_SLOTS)
+    pending, parts, order = np.arange(len(batch)), [], []
+    while pending.size:
+        retry = []
+        for w in np.unique(width[pending]):
+            idx = pending[width[pending] == w]
+            out = _simulate_group(
+                _take(terms, idx),
+                batch[idx],
+                np.asarray(footprint)[idx],
+                stream,
+                slots=int(w),
+                replicas=replicas,
+                router=router,
+                clients=clients,
             )
-        )
-    order = np.argsort(np.concatenate(groups))
-    return {key: np.concatenate([np.asarray(p[key]) for p in parts])[order] for key in parts[0]}
+            wider = out["overflow"] & (w < need[idx])
+            parts.append(_take(out, ~wider))
+            order.append(idx[~wider])
+            width[idx[wider]] = 2 * w
+            retry.append(idx[wider])
+        pending = np.concatenate(retry)
+    if len(parts) == 1:
+        return parts[0]
+    back = np.argsort(np.concatenate(order))
+    return {key: np.concatenate([np.asarray(p[key]) for p in parts])[back] for key in parts[0]}
 
 
 def _simulate_group(
-    terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients: int | None = None
+    terms, batch, footprint, stream, *, slots: int, replicas: int, router: str = "round_robin", clients=None
 ):
-    """One group of :func:`simulate_candidates` (slots as wide as its largest batch limit, to a power of two).
+    """One group of :func:`simulate_candidates`, every lane ``slots`` wide.
 
     Round robin on an open stream makes the replicas independent (request i is replica i mod R's whatever the
     others do), so each replica is a lane of its own on its sub-stream: the same results as one lane of R
@@ -326,7 +401,6 @@ def _simulate_group(
     (K, R), per candidate (K, …)."""
     K, N = footprint.shape
     R = int(replicas)
-    slots = int(2 ** np.ceil(np.log2(max(float(np.max(batch)), 1.0))))
     closed = clients is not None
     if router == "round_robin" and not closed and R > 1:
         M = -(-N // R)
@@ -356,6 +430,7 @@ def _simulate_group(
         records["gaps"] = out["gaps"].reshape(K, R, -1).sum(axis=1)
         records["steps"] = out["steps"].reshape(K, R).sum(axis=1)
         records["stuck"] = out["stuck"].reshape(K, R).any(axis=1)
+        records["overflow"] = out["overflow"].reshape(K, R).any(axis=1)
         return records
     per_candidate = dict(terms, batch=batch, footprint=footprint)
     return run_dealt(per_candidate, stream, replicas=R, slots=slots, clients=clients or 1, closed=closed, router=router)
