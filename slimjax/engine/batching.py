@@ -360,6 +360,8 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
     never met their bound. Candidates of equal width run as one group.
     Returns numpy records: per request (K, N) in stream order, per replica (K, R), per candidate (K, …)."""
     batch = np.asarray(batch)
+    if router == "round_robin" and clients is None:
+        return simulate_round_robin(terms, batch, footprint, stream, np.full(len(batch), int(replicas)))
     need = 2 ** np.ceil(np.log2(np.maximum(batch, 1))).astype(int)
     width = np.minimum(need, FIRST_SLOTS)
     pending, parts, order = np.arange(len(batch)), [], []
@@ -392,48 +394,92 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
 def _simulate_group(
     terms, batch, footprint, stream, *, slots: int, replicas: int, router: str = "round_robin", clients=None
 ):
-    """One group of :func:`simulate_candidates`, every lane ``slots`` wide.
-
-    Round robin on an open stream makes the replicas independent (request i is replica i mod R's whatever the
-    others do), so each replica is a lane of its own on its sub-stream: the same results as one lane of R
-    replicas, with work proportional to N rather than to R·N. ``least_loaded`` and closed loops couple the
-    replicas: one lane holds all R. Returns numpy records: per request (K, N) in stream order, per replica
-    (K, R), per candidate (K, …)."""
-    K, N = footprint.shape
-    R = int(replicas)
-    closed = clients is not None
-    if router == "round_robin" and not closed and R > 1:
-        M = -(-N // R)
-        index = np.arange(R)[:, None] + R * np.arange(M)[None, :]  # (R, M): replica r's requests
-        real = index < N
-        safe = np.where(real, index, 0)
-        lane_of = lambda x: np.repeat(np.asarray(x), R, axis=0)  # noqa: E731  (K,) → (K·R,)
-        params = jax.tree_util.tree_map(lane_of, dict(terms, batch=batch))
-        fp = np.where(real[None], np.asarray(footprint)[:, safe], 0.0).reshape(K * R, M)
-        params["footprint"] = fp.astype(np.asarray(footprint).dtype)
-        sub = {
-            "arrival_s": np.where(real, np.asarray(stream["arrival_s"])[safe], np.inf),
-            "input_len": np.where(real, np.asarray(stream["input_len"])[safe], 1.0),
-            "output_len": np.where(real, np.asarray(stream["output_len"])[safe], 1.0),
-        }
-        sub = {k: np.tile(v.astype(np.asarray(stream[k]).dtype), (K, 1)) for k, v in sub.items()}
-        out = run_dealt(params, sub, replicas=1, slots=slots, shared_stream=False)
-        records = {}
-        flat = index[real]
-        for key in ("arrival_s", "admit_s", "first_token_s", "end_s"):
-            full = np.full((K, N), np.nan, out[key].dtype)
-            full[:, flat] = out[key].reshape(K, R, M)[:, real]
-            records[key] = full
-        records["replica"] = np.broadcast_to(np.arange(N) % R, (K, N)).copy()
-        for key in ("busy_s", "queue_peak", "kv_peak_bytes"):
-            records[key] = out[key].reshape(K, R)
-        records["gaps"] = out["gaps"].reshape(K, R, -1).sum(axis=1)
-        records["steps"] = out["steps"].reshape(K, R).sum(axis=1)
-        records["stuck"] = out["stuck"].reshape(K, R).any(axis=1)
-        records["overflow"] = out["overflow"].reshape(K, R).any(axis=1)
-        return records
+    """One group of :func:`simulate_candidates`, every lane ``slots`` wide: one lane holds all R replicas
+    (``least_loaded`` and closed loops couple them). Round robin on an open stream goes to
+    :func:`simulate_round_robin` instead."""
     per_candidate = dict(terms, batch=batch, footprint=footprint)
-    return run_dealt(per_candidate, stream, replicas=R, slots=slots, clients=clients or 1, closed=closed, router=router)
+    closed = clients is not None
+    return run_dealt(
+        per_candidate, stream, replicas=int(replicas), slots=slots, clients=clients or 1, closed=closed, router=router
+    )
+
+
+LANE_ELEMENTS = 1 << 22  # requests × lanes per call of the sub-lane runs (their per-request arrays)
+
+
+def _widened(params, sub, batch):
+    """Lanes of one replica each (``sub`` (L, M) per lane), every lane first ``FIRST_SLOTS`` wide (or its batch
+    limit, to a power of two) and rerun at twice the width where the width stopped an admission."""
+    need = 2 ** np.ceil(np.log2(np.maximum(batch, 1))).astype(int)
+    width = np.minimum(need, FIRST_SLOTS)
+    out, pending = None, np.arange(len(batch))
+    while pending.size:
+        retry = []
+        for w in np.unique(width[pending]):
+            idx = pending[width[pending] == w]
+            got = run_dealt(_take(params, idx), _take(sub, idx), replicas=1, slots=int(w), shared_stream=False)
+            if out is None:
+                out = {k: np.zeros((len(batch), *v.shape[1:]), v.dtype) for k, v in got.items()}
+            wider = got["overflow"] & (w < need[idx])
+            for k, v in got.items():
+                out[k][idx[~wider]] = v[~wider]
+            width[idx[wider]] = 2 * w
+            retry.append(idx[wider])
+        pending = np.concatenate(retry)
+    return out
+
+
+def simulate_round_robin(terms, batch, footprint, stream, replicas):
+    """§9 for K candidates on one open stream under round robin, candidate k at ``replicas[k]`` replicas.
+
+    Round robin makes the replicas independent (request i is replica i mod R's whatever the others do), so each
+    replica is a lane of its own on its sub-stream: the same results as one lane of R replicas, with work
+    proportional to N rather than to R·N, and candidates of different R in one run. Sub-lanes are grouped by
+    length (to a power of two, padded with requests at +inf) and run ``LANE_ELEMENTS`` at a time.
+    Returns numpy records: per request (K, N) in stream order, per replica (K, max R; zero past a candidate's
+    R, whose count is ``records["replicas"]``), per candidate (K, …)."""
+    footprint = np.asarray(footprint)
+    K, N = footprint.shape
+    R = np.asarray(replicas, dtype=np.int64).reshape(K)
+    lane_cand = np.repeat(np.arange(K), R)
+    lane_rep = np.arange(len(lane_cand)) - np.repeat(np.cumsum(R) - R, R)
+    lane_len = -(-(N - lane_rep) // R[lane_cand])  # requests r, r + R, … below N
+    bucket = 2 ** np.ceil(np.log2(np.maximum(lane_len, 1))).astype(int)
+    dt = np.asarray(stream["arrival_s"]).dtype
+    records = {k: np.full((K, N), np.nan, dt) for k in ("arrival_s", "admit_s", "first_token_s", "end_s")}
+    records["arrival_s"][:] = np.asarray(stream["arrival_s"])[None]
+    records["replica"] = np.broadcast_to(np.arange(N)[None] % R[:, None], (K, N)).copy()
+    per_replica = {k: np.zeros((K, int(R.max())), dt) for k in ("busy_s", "kv_peak_bytes")}
+    per_replica["queue_peak"] = np.zeros((K, int(R.max())), np.int32)
+    per_lane = {"gaps": np.zeros((K, GAP_BINS), dt), "steps": np.zeros(K, np.int64)}
+    flags = {"stuck": np.zeros(K, bool), "overflow": np.zeros(K, bool)}
+    terms = dict(terms, batch=np.asarray(batch))
+    for m in np.unique(bucket):
+        lanes = np.flatnonzero(bucket == m)
+        for start in range(0, len(lanes), max(1, LANE_ELEMENTS // m)):
+            chunk = lanes[start : start + max(1, LANE_ELEMENTS // m)]
+            c, r = lane_cand[chunk], lane_rep[chunk]
+            index = r[:, None] + R[c][:, None] * np.arange(m)[None, :]  # (L, m): each sub-lane's requests
+            real = index < N
+            safe = np.where(real, index, 0)
+            params = _take(terms, c)
+            params["footprint"] = np.where(real, footprint[c[:, None], safe], 0.0).astype(footprint.dtype)
+            sub = {
+                "arrival_s": np.where(real, np.asarray(stream["arrival_s"])[safe], np.inf).astype(dt),
+                "input_len": np.where(real, np.asarray(stream["input_len"])[safe], 1.0).astype(dt),
+                "output_len": np.where(real, np.asarray(stream["output_len"])[safe], 1.0).astype(dt),
+            }
+            out = _widened(params, sub, np.asarray(params["batch"]))
+            rows, cols = np.broadcast_to(c[:, None], index.shape)[real], index[real]
+            for key in ("admit_s", "first_token_s", "end_s"):
+                records[key][rows, cols] = out[key][real]
+            for key in per_replica:
+                per_replica[key][c, r] = out[key][:, 0]
+            np.add.at(per_lane["gaps"], c, out["gaps"])
+            np.add.at(per_lane["steps"], c, out["steps"])
+            for key in flags:
+                np.logical_or.at(flags[key], c, out[key])
+    return {**records, **per_replica, **per_lane, **flags, "replicas": R}
 
 
 SUMMARY_QUANTILES = (0.5, 0.9, 0.99)
@@ -495,7 +541,8 @@ def summaries(records, output_len, clients: int | None = None) -> dict:
         span = np.nanmax(records["end_s"], axis=-1) - np.nanmin(records["arrival_s"], axis=-1)
     out["token_gap_p90_s"] = gap_quantile(records["gaps"], 0.9)
     busy = records["busy_s"]
-    out["utilization"] = np.sum(busy, axis=-1) / (busy.shape[-1] * span)
+    replicas = records.get("replicas", busy.shape[-1])
+    out["utilization"] = np.sum(busy, axis=-1) / (replicas * span)
     out["queue_peak"] = np.max(records["queue_peak"], axis=-1).astype(float)
     out["kv_peak_bytes"] = np.max(records["kv_peak_bytes"], axis=-1)
     return out
