@@ -73,9 +73,18 @@ def procure_outputs() -> tuple[dict, str]:
     """The shipped procurement study (sweeps/procure_azure.yaml, on the shared Azure traces): every array's
     digest and the ranked tables exactly as ``slimjax procure`` prints them."""
     import slimjax
+    from slimjax.inputs import procurefile
 
-    ds = slimjax.procure(str(PROCURE_STUDY))
+    ds = slimjax.procure(screen_of(procurefile.parse(str(PROCURE_STUDY))))
     return array_digests(ds), slimjax.procure_tables(ds) + "\n"
+
+
+def screen_of(study):
+    """The study sized by its screen alone (MODEL.md §8's closed form): what the golden records (sizing by
+    simulation is checked against the reference event loop in tests/test_sizing.py, not frozen)."""
+    import dataclasses
+
+    return dataclasses.replace(study, sizing={**study.sizing, "method": "screen"})
 
 
 def validate_table_csv(data: Path) -> str:

@@ -267,9 +267,39 @@ def procure(
     rate and model, the cheapest feasible choice and the per-class mix. It runs through the same engine
     as :func:`sweep` — block plan under ``memory_budget_bytes``, a journaled store at ``out`` (atomic,
     ``resume`` after an interruption, ``slimjax verify``), ``scheduler="dask"`` — with the same options.
-    Print it with :func:`procure_tables`."""
-    given = spec if isinstance(spec, procurefile.Study) else None
-    return _evaluate(given, lambda: procurefile.parse(spec), out, **_engine_options(locals()))
+    Print it with :func:`procure_tables`.
+
+    The fleet is sized by simulation (MODEL.md §8 "Sizing by simulation", the study's ``sizing``): the screen
+    runs in memory, then every candidate's R_sim is searched on the workload's own stream and the Dataset (cost,
+    choice, mix on R_sim; the screen's R as ``replicas_screen``) is written to ``out`` at the end, atomically.
+    ``resume`` and Dask apply to ``sizing: screen``, the closed form alone."""
+    options = _engine_options(locals())
+    with float64_scope():
+        study = spec if isinstance(spec, procurefile.Study) else procurefile.parse(spec)
+    if study.sizing["method"] == "screen":
+        return _evaluate(study, None, out, **options)
+    for flag, given in (("resume", resume), ("scheduler", scheduler == "dask")):
+        if given:
+            raise SlimjaxError(
+                flag, "applies to the screen alone: give sizing: screen, or run sized by simulation without it"
+            )
+    from .studies import sizing
+
+    target = store.check_target(out, overwrite) if out is not None else None
+    screen = _evaluate(study, None, None, **options)
+    progress = _progress(quiet)
+    if progress is not None:
+        progress.set_description("slimjax sizing")
+        progress.unit = "simulation"
+    try:
+        with float64_scope():
+            ds = sizing.size(study, screen, None if progress is None else progress.update)
+    finally:
+        if progress is not None:
+            progress.close()
+    if target is not None:
+        store.write_dataset(ds, target)
+    return ds
 
 
 def simulate(spec, out: str | os.PathLike | None = None, *, overwrite: bool = False) -> xr.Dataset:

@@ -230,6 +230,7 @@ SMALL = dict(
     tp=[1, 2, 4],
     batch=[1, 4, 16, 64],
     slo=dict(ttft_s=1.5, itl_s=0.04),
+    sizing="screen",  # the §8 closed form; sizing by simulation is tests/test_sizing.py's
 )
 
 
@@ -461,12 +462,12 @@ def test_shipped_example_is_bit_identical_to_its_golden_store_and_tables(shared_
     import json
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from golden import GOLDEN, array_digests
+    from golden import GOLDEN, array_digests, screen_of
 
     study = procurefile.parse("sweeps/procure_azure.yaml")
     assert [w.name for w in study.workloads] == ["conversation", "code"]
     assert study.rate_labels == ["1x", "4x", "16x"] and len(study.gpus) == 6
-    ds = slimjax.procure(study)
+    ds = slimjax.procure(screen_of(study))
     want = json.loads((GOLDEN / "procure.json").read_text())
     got = array_digests(ds)
     assert sorted(got) == sorted(want)
@@ -484,6 +485,7 @@ def test_ties_go_to_fewer_gpus_then_smaller_tp_then_smaller_batch_then_the_first
         tp=[1, 2],
         batch=[4, 8, 16],
         slo=dict(itl_s=1.0),
+        sizing="screen",
     )
     ds = slimjax.procure(spec).isel(workload=0, rate=0, model=0)
     # one replica of one GPU serves 0.2 requests/s at every batch: the cheapest cost is shared by six

@@ -30,6 +30,7 @@ STUDY = dict(
     tp=[1, 2, 4],
     batch=[2, 3, 4],  # one queue bucket: one bisection to compile
     slo=dict(ttft_s=2.0, itl_s=0.08),
+    sizing="screen",  # the engine's own options (blocks, stores, resume, Dask) are the screen's
 )
 SMALL_BUDGET = 20e3  # bytes: one (workload, model) cell per block (17 kB each)
 

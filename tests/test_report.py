@@ -39,6 +39,7 @@ STUDY = dict(
     tp=[1, 2],
     batch=[4, 16, 64],
     slo=dict(ttft_s=2.0, itl_s=0.05),
+    sizing="screen",
 )
 
 

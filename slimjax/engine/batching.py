@@ -328,7 +328,7 @@ def run_dealt(params, stream, *, shared_stream=True, **static):
     devices = compute_devices()
     d = max(1, min(len(devices), lanes))
     per = -(-lanes // d)
-    per = 2 ** int(np.ceil(np.log2(per))) if per <= 16 else -(-per // 16) * 16  # few distinct shapes to compile
+    per = 2 ** int(np.ceil(np.log2(per)))  # few distinct shapes to compile (each costs about a second)
     index = np.minimum(np.arange(per * d), lanes - 1)  # the last lane repeated as padding, dropped below
     chunks = [index[k * per : (k + 1) * per] for k in range(d)]
 
@@ -430,56 +430,82 @@ def _widened(params, sub, batch):
 
 
 def simulate_round_robin(terms, batch, footprint, stream, replicas):
-    """§9 for K candidates on one open stream under round robin, candidate k at ``replicas[k]`` replicas.
+    """§9 for K candidates on one open stream under round robin, candidate k at ``replicas[k]`` replicas:
+    :func:`round_robin_jobs` with one stream. Returns numpy records: per request (K, N) in stream order, per
+    replica (K, max R; zero past a candidate's R, whose count is ``records["replicas"]``), per candidate (K, …)."""
+    K = len(np.asarray(batch))
+    return round_robin_jobs(terms, batch, [footprint], [stream], np.zeros(K, int), np.arange(K), replicas)[0]
+
+
+def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidate, job_replicas):
+    """§9 under round robin for jobs (stream s, candidate c, R replicas) over several open streams at once.
 
     Round robin makes the replicas independent (request i is replica i mod R's whatever the others do), so each
     replica is a lane of its own on its sub-stream: the same results as one lane of R replicas, with work
-    proportional to N rather than to R·N, and candidates of different R in one run. Sub-lanes are grouped by
-    length (to a power of two, padded with requests at +inf) and run ``LANE_ELEMENTS`` at a time.
-    Returns numpy records: per request (K, N) in stream order, per replica (K, max R; zero past a candidate's
-    R, whose count is ``records["replicas"]``), per candidate (K, …)."""
-    footprint = np.asarray(footprint)
-    K, N = footprint.shape
-    R = np.asarray(replicas, dtype=np.int64).reshape(K)
-    lane_cand = np.repeat(np.arange(K), R)
-    lane_rep = np.arange(len(lane_cand)) - np.repeat(np.cumsum(R) - R, R)
-    lane_len = -(-(N - lane_rep) // R[lane_cand])  # requests r, r + R, … below N
-    bucket = 2 ** np.ceil(np.log2(np.maximum(lane_len, 1))).astype(int)
-    dt = np.asarray(stream["arrival_s"]).dtype
-    records = {k: np.full((K, N), np.nan, dt) for k in ("arrival_s", "admit_s", "first_token_s", "end_s")}
-    records["arrival_s"][:] = np.asarray(stream["arrival_s"])[None]
-    records["replica"] = np.broadcast_to(np.arange(N)[None] % R[:, None], (K, N)).copy()
-    per_replica = {k: np.zeros((K, int(R.max())), dt) for k in ("busy_s", "kv_peak_bytes")}
-    per_replica["queue_peak"] = np.zeros((K, int(R.max())), np.int32)
-    per_lane = {"gaps": np.zeros((K, GAP_BINS), dt), "steps": np.zeros(K, np.int64)}
-    flags = {"stuck": np.zeros(K, bool), "overflow": np.zeros(K, bool)}
-    terms = dict(terms, batch=np.asarray(batch))
+    proportional to N rather than to R·N, and jobs of any R and stream in one run (few calls, few shapes to
+    compile). Sub-lanes are grouped by length (to a power of four, padded with requests at +inf) and run
+    ``LANE_ELEMENTS`` at a time. ``terms``, ``batch``: per candidate (leaves (C,)); ``footprints[s]`` (C, N_s);
+    ``streams[s]``: arrival_s, input_len, output_len (N_s,). Returns per stream the records of its jobs, in job
+    order: per request (J_s, N_s), per replica (J_s, max R), per job (J_s, …); ``replicas`` the R of each."""
+    job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
+    R = np.asarray(job_replicas, dtype=np.int64).reshape(len(job_stream))
+    batch = np.asarray(batch)
+    dt = np.asarray(streams[0]["arrival_s"]).dtype
+    n_of = np.array([len(st["arrival_s"]) for st in streams])[job_stream]
+    lane_job = np.repeat(np.arange(len(R)), R)
+    lane_rep = np.arange(len(lane_job)) - np.repeat(np.cumsum(R) - R, R)
+    lane_len = -(-(n_of[lane_job] - lane_rep) // R[lane_job])  # requests r, r + R, … below N
+    # lengths to a power of 4: padding requests (at +inf) cost memory, not steps, and each shape is a compile
+    bucket = 4 ** np.ceil(np.log(np.maximum(lane_len, 1)) / np.log(4)).astype(int)
+    row = np.zeros(len(R), int)  # each job's row among its stream's jobs
+    out = []
+    for s, st in enumerate(streams):
+        mine = np.flatnonzero(job_stream == s)
+        row[mine] = np.arange(len(mine))
+        n, r_max = len(st["arrival_s"]), int(R[mine].max()) if len(mine) else 1
+        rec = {k: np.full((len(mine), n), np.nan, dt) for k in ("admit_s", "first_token_s", "end_s")}
+        rec["arrival_s"] = np.broadcast_to(np.asarray(st["arrival_s"], dt), (len(mine), n)).copy()
+        rec["replica"] = np.arange(n)[None] % R[mine][:, None]
+        rec.update({k: np.zeros((len(mine), r_max), dt) for k in ("busy_s", "kv_peak_bytes")})
+        rec["queue_peak"] = np.zeros((len(mine), r_max), np.int32)
+        rec.update(gaps=np.zeros((len(mine), GAP_BINS), dt), steps=np.zeros(len(mine), np.int64))
+        rec.update(stuck=np.zeros(len(mine), bool), overflow=np.zeros(len(mine), bool), replicas=R[mine])
+        out.append(rec)
     for m in np.unique(bucket):
         lanes = np.flatnonzero(bucket == m)
-        for start in range(0, len(lanes), max(1, LANE_ELEMENTS // m)):
-            chunk = lanes[start : start + max(1, LANE_ELEMENTS // m)]
-            c, r = lane_cand[chunk], lane_rep[chunk]
-            index = r[:, None] + R[c][:, None] * np.arange(m)[None, :]  # (L, m): each sub-lane's requests
-            real = index < N
+        per_call = max(1, LANE_ELEMENTS // m)
+        for start in range(0, len(lanes), per_call):
+            chunk = lanes[start : start + per_call]
+            j, r = lane_job[chunk], lane_rep[chunk]
+            s_of, c_of = job_stream[j], job_candidate[j]
+            index = r[:, None] + R[j][:, None] * np.arange(m)[None, :]  # (L, m): each sub-lane's requests
+            real = index < n_of[j][:, None]
             safe = np.where(real, index, 0)
-            params = _take(terms, c)
-            params["footprint"] = np.where(real, footprint[c[:, None], safe], 0.0).astype(footprint.dtype)
-            sub = {
-                "arrival_s": np.where(real, np.asarray(stream["arrival_s"])[safe], np.inf).astype(dt),
-                "input_len": np.where(real, np.asarray(stream["input_len"])[safe], 1.0).astype(dt),
-                "output_len": np.where(real, np.asarray(stream["output_len"])[safe], 1.0).astype(dt),
-            }
-            out = _widened(params, sub, np.asarray(params["batch"]))
-            rows, cols = np.broadcast_to(c[:, None], index.shape)[real], index[real]
-            for key in ("admit_s", "first_token_s", "end_s"):
-                records[key][rows, cols] = out[key][real]
-            for key in per_replica:
-                per_replica[key][c, r] = out[key][:, 0]
-            np.add.at(per_lane["gaps"], c, out["gaps"])
-            np.add.at(per_lane["steps"], c, out["steps"])
-            for key in flags:
-                np.logical_or.at(flags[key], c, out[key])
-    return {**records, **per_replica, **per_lane, **flags, "replicas": R}
+            params = _take(dict(terms, batch=batch), c_of)
+            fp = np.zeros(index.shape, dt)
+            sub = {k: np.full(index.shape, np.inf if k == "arrival_s" else 1.0, dt) for k in streams[0]}
+            for s in np.unique(s_of):
+                at = s_of == s
+                ok = real[at]
+                fp[at] = np.where(ok, np.asarray(footprints[s])[c_of[at][:, None], safe[at]], 0.0)
+                for k in sub:
+                    sub[k][at] = np.where(ok, np.asarray(streams[s][k])[safe[at]], sub[k][at])
+            params["footprint"] = fp
+            got = _widened(params, sub, np.asarray(params["batch"]))
+            for s in np.unique(s_of):
+                at = np.flatnonzero(s_of == s)
+                rec, rows = out[s], row[j[at]]
+                ok = real[at]
+                rr, cols = np.broadcast_to(rows[:, None], ok.shape)[ok], index[at][ok]
+                for key in ("admit_s", "first_token_s", "end_s"):
+                    rec[key][rr, cols] = got[key][at][ok]
+                for key in ("busy_s", "kv_peak_bytes", "queue_peak"):
+                    rec[key][rows, r[at]] = got[key][at, 0]
+                np.add.at(rec["gaps"], rows, got["gaps"][at])
+                np.add.at(rec["steps"], rows, got["steps"][at])
+                for key in ("stuck", "overflow"):
+                    np.logical_or.at(rec[key], rows, got[key][at])
+    return out
 
 
 SUMMARY_QUANTILES = (0.5, 0.9, 0.99)

@@ -23,26 +23,45 @@ from . import catalog
 from .axes import parse_axis
 from .checks import checked_number, positive_number
 from .measured import MEASURED_KEYS, measured_block
-from .requests import TRACE_FORMATS, LengthClasses, length_classes, load_requests
+from .requests import TRACE_FORMATS, LengthClasses, RequestTrace, class_groups, length_classes, load_requests
 from .serving import serving_block
 from .sweepfile import load_spec
 
-KEYS = ("workloads", "rates", "rate_scale", "models", "gpus", "tp", "batch", "slo", "serving", "measured", "prices")
+KEYS = (
+    "workloads",
+    "rates",
+    "rate_scale",
+    "models",
+    "gpus",
+    "tp",
+    "batch",
+    "slo",
+    "serving",
+    "measured",
+    "prices",
+    "sizing",
+)
 REQUIRED = ("workloads", "models", "gpus", "slo")
 SLO_KEYS = ("ttft_s", "quantile", "itl_s", "e2e_s")
 DEFAULT_BATCH = tuple(sorted({2**k for k in range(10)} | {3 * 2**k for k in range(8)}))  # 1 … 512 and 3·2^k
 DEFAULT_CLASSES = 4
 DEFAULT_QUANTILE = 0.9
 DEFAULT_SERVING = {"efficiency": "calibrated", "kv_replication": "auto"}
+SIZING_METHODS = ("simulation", "screen")
+# §8 sizing: by simulation of the workload's own stream up to max_replicas, or the screen's R = ⌈Λ/λ*⌉ alone;
+# a workload without timestamps is simulated as a Poisson stream of `requests` requests (seeded)
+DEFAULT_SIZING = {"method": "simulation", "max_replicas": 1024, "requests": 2000, "seed": 0}
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Workload:
     name: str
     classes: LengthClasses
     trace_rate: float | None  # Λ_tr, requests/s (None: fixed lengths, or a trace without timestamps)
     source: str  # "fixed" or the trace file and its format
     requests: int  # requests in the trace (0 for fixed lengths)
+    trace: RequestTrace | None = None  # the requests themselves (None for fixed lengths)
+    class_of: np.ndarray | None = None  # each trace request's length class
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -68,6 +87,7 @@ class Study:
     price_source: dict[str, str]  # GPU -> where its price came from
     source: str
     spec: dict
+    sizing: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_SIZING))
 
     @property
     def n_classes(self) -> int:
@@ -132,7 +152,10 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
         trace = load_requests(path, fmt)
         k = entry.get("classes", DEFAULT_CLASSES)
         classes = length_classes(trace.input_len, trace.output_len, k, f"{field}.classes")
-        return Workload(name, classes, trace.rate, f"{path} ({trace.format})", trace.n_requests)
+        class_of = np.zeros(trace.n_requests, np.int64)
+        for c, members in enumerate(class_groups(trace.input_len, trace.output_len, k)):
+            class_of[members] = c
+        return Workload(name, classes, trace.rate, f"{path} ({trace.format})", trace.n_requests, trace, class_of)
     for k in ("input_len", "output_len"):
         if k not in entry:
             raise SlimjaxError(
@@ -183,6 +206,25 @@ def _slo(value: Any) -> dict[str, float]:
     out["quantile"] = checked_number(
         value.get("quantile", DEFAULT_QUANTILE), "slo.quantile", lambda v: 0 < v < 1, "in (0, 1)"
     )
+    return out
+
+
+def _sizing(value: Any) -> dict:
+    if value is None:
+        return dict(DEFAULT_SIZING)
+    if isinstance(value, str):
+        value = {"method": value}
+    if not isinstance(value, Mapping):
+        raise SlimjaxError("sizing", f"must be 'simulation', 'screen' or a mapping of {', '.join(DEFAULT_SIZING)}")
+    bad = [k for k in value if k not in DEFAULT_SIZING]
+    if bad:
+        raise SlimjaxError(f"sizing.{bad[0]}", f"unknown key{suggest(str(bad[0]), tuple(DEFAULT_SIZING))}")
+    out = {**DEFAULT_SIZING, **value}
+    if out["method"] not in SIZING_METHODS:
+        raise SlimjaxError("sizing.method", f"must be one of {', '.join(SIZING_METHODS)}, got {out['method']!r}")
+    for k in ("max_replicas", "requests"):
+        out[k] = int(positive_number(out[k], f"sizing.{k}", integer=True))
+    out["seed"] = int(checked_number(out["seed"], "sizing.seed", lambda v: v >= 0 and v == int(v), "an integer ≥ 0"))
     return out
 
 
@@ -321,4 +363,5 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
         price_source=price_source,
         source=source,
         spec=data,
+        sizing=_sizing(data.get("sizing")),
     )

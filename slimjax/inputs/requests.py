@@ -236,6 +236,13 @@ class LengthClasses:
         return float(np.sum(self.weight * (self.input_len + self.output_len)))
 
 
+def class_groups(input_len: np.ndarray, output_len: np.ndarray, k: int) -> list[np.ndarray]:
+    """The request indices of each of ``k`` length classes (§8): sorted by I + O (stable), cut into groups of
+    as equal count as possible; each group's indices in stream order."""
+    order = np.argsort(np.asarray(input_len) + np.asarray(output_len), kind="stable")
+    return [np.sort(g) for g in np.array_split(order, k)]
+
+
 def length_classes(input_len: np.ndarray, output_len: np.ndarray, k: int, field: str = "classes") -> LengthClasses:
     """Sort requests by I + O (stable), cut into ``k`` groups of as equal count as possible (sizes differ
     by at most one), and represent each by its rounded mean I and O (at least one token each)."""
@@ -244,8 +251,7 @@ def length_classes(input_len: np.ndarray, output_len: np.ndarray, k: int, field:
         raise SlimjaxError(field, f"must be a positive integer, got {k!r}")
     if k > n:
         raise SlimjaxError(field, f"{k} classes from {n} request(s); give at most {n}")
-    order = np.argsort(np.asarray(input_len) + np.asarray(output_len), kind="stable")
-    groups = np.array_split(order, k)
+    groups = class_groups(input_len, output_len, k)
     count = np.array([len(g) for g in groups], dtype=np.float64)
     mean_in = np.array([np.mean(input_len[g]) for g in groups])
     mean_out = np.array([np.mean(output_len[g]) for g in groups])

@@ -9,6 +9,7 @@ import numpy as np
 import xarray as xr
 
 from ..engine.procurement import REASONS
+from ..studies.sizing import SIM_REASONS
 
 REASON_TEXT = {
     "tp_does_not_divide_heads": "TP degree does not divide the query heads",
@@ -20,6 +21,15 @@ REASON_TEXT = {
 }
 
 
+SIM_REASON_TEXT = {
+    "does_not_fit": "does not fit",
+    "request_too_large": "a request's KV footprint exceeds the whole pool",
+    "ttft": "simulated TTFT above the SLO",
+    "itl": "simulated TPOT above the ITL SLO",
+    "e2e": "simulated mean E2E above the SLO",
+}
+
+
 def _money(x: float) -> str:
     return f"${x:,.2f}" if x < 1000 else f"${x:,.0f}"
 
@@ -28,8 +38,15 @@ def _ms(x: float) -> str:
     return "n/a" if not np.isfinite(x) else (f"{x * 1e3:,.0f} ms" if x < 10 else f"{x:,.1f} s")
 
 
-def _why(ds: xr.Dataset, at: xr.Dataset, slo: dict) -> str:
-    """Why no batch of one (GPU, TP) works, from its furthest-reaching batch, in words and figures."""
+def _why(ds: xr.Dataset, at: xr.Dataset, slo: dict, sized: xr.Dataset | None = None) -> str:
+    """Why no batch of one (GPU, TP) works, from its furthest-reaching batch, in words and figures; ``sized``
+    (the group at one rate, sized by simulation): why its simulated fleets fail, where they ran."""
+    if sized is not None:
+        codes = sized["sim_reason"].values
+        ran = codes[codes != SIM_REASONS.index("does_not_fit")]
+        if ran.size:
+            name = SIM_REASONS[int(np.bincount(ran).argmax())]
+            return f"{SIM_REASON_TEXT[name]} at up to {ds.attrs['max_replicas']} replicas (simulated)"
     reasons = at["infeasible_reason"].values
     code = int(reasons.max())
     name = REASONS[code]
@@ -56,14 +73,22 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
 
     slo = {k: (np.inf if v is None else v) for k, v in json.loads(ds.attrs["slo"]).items()}
     prices = json.loads(ds.attrs["prices"])
+    simulated = ds.attrs.get("sizing") == "simulation"
+    p = f"p{slo['quantile'] * 100:g}"
+    slos = "SLOs: " + ", ".join(f"{k} {_ms(v)}" for k, v in slo.items() if k != "quantile" and np.isfinite(v))
     lines = [
         f"Prices: illustrative $/GPU-hour, dated {ds.attrs['price_date']} — "
-        + ", ".join(f"{g} {p['usd_per_gpu_hour']:g}" for g, p in prices.items()),
-        "SLOs: "
-        + ", ".join(f"{k} {_ms(v)}" for k, v in slo.items() if k != "quantile" and np.isfinite(v))
-        + f" (TTFT at p{slo['quantile'] * 100:g}, per-request screen of MODEL.md §8)",
+        + ", ".join(f"{g} {price['usd_per_gpu_hour']:g}" for g, price in prices.items()),
     ]
-    q = f"TTFT p{slo['quantile'] * 100:g}"
+    if simulated:
+        lines += [
+            slos,
+            f"replicas: the fewest whose MODEL.md §9 simulation of the workload's own stream meets the SLOs (TTFT "
+            f"and TPOT at {p}, simulated); screen: §8's R = ⌈Λ/λ*⌉ and its {p} TTFT, the closed form it replaces",
+        ]
+    else:
+        lines.append(f"{slos} (TTFT at {p}, per-request screen of MODEL.md §8)")
+    q = f"TTFT {p}"
     for wl in ds["workload"].values:
         w = ds.sel(workload=wl)
         present = w["class_weight"].values > 0
@@ -90,27 +115,35 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                         gpus = np.where(feas, cand["gpus_total"].values, np.inf)
                         i = int(np.lexsort((ds["batch"].values, gpus, cost))[0])
                         pick = cand.isel(batch=i)
-                        rows.append(
-                            {
-                                "GPU": g,
-                                "TP": int(n),
-                                "batch": int(ds["batch"].values[i]),
-                                "replicas": int(pick["replicas"]),
-                                "GPUs": int(pick["gpus_total"]),
-                                "$/hour": float(pick["cost_per_hour"]),
-                                "$/Mtok": float(pick["cost_per_mtok"]),
-                                q: _ms(float(pick["ttft_p_s"])),
-                                "ITL": _ms(float(pick["itl_s"])),
-                                "util": f"{float(pick['utilization']):.0%}",
-                                "KV headroom": f"{float(pick['memory_headroom']):.0%}",
-                            }
-                        )
+                        row = {"GPU": g, "TP": int(n), "batch": int(ds["batch"].values[i])}
+                        row["replicas"] = int(pick["replicas"])
+                        if simulated:
+                            screen = float(pick["replicas_screen"])
+                            row["screen"] = str(int(screen)) if np.isfinite(screen) else "none"
+                        row.update({"GPUs": int(pick["gpus_total"]), "$/hour": float(pick["cost_per_hour"])})
+                        row["$/Mtok"] = float(pick["cost_per_mtok"])
+                        if simulated:
+                            row[q] = _ms(float(pick["sim_ttft_p_s"]))
+                            row[f"screen {q}"] = _ms(float(pick["ttft_p_s"]))
+                            row[f"TPOT {p}"] = _ms(float(pick["sim_tpot_p_s"]))
+                            row["util"] = f"{float(pick['sim_utilization']):.0%}"
+                        else:
+                            row.update({q: _ms(float(pick["ttft_p_s"])), "ITL": _ms(float(pick["itl_s"]))})
+                            row["util"] = f"{float(pick['utilization']):.0%}"
+                        row["KV headroom"] = f"{float(pick['memory_headroom']):.0%}"
+                        rows.append(row)
                 if rows:
                     table = pd.DataFrame(rows).sort_values(["$/hour", "GPUs", "TP", "batch"], kind="stable").head(top)
                     table["$/hour"] = table["$/hour"].map(_money)
                     table["$/Mtok"] = table["$/Mtok"].map(lambda x: f"${x:,.3f}")
                     table.index = range(1, len(table) + 1)
                     lines.append(table.to_string())
+                elif simulated and int(c["binding_slo"]) > 0:
+                    reason = SIM_REASONS[int(c["binding_slo"])]
+                    lines.append(
+                        f"no feasible candidate: {SIM_REASON_TEXT[reason]} at up to {ds.attrs['max_replicas']} "
+                        "replicas (simulated)"
+                    )
                 else:
                     reason = REASONS[int(c["binding_reason"])]
                     lines.append(f"no feasible candidate: binding reason {reason} ({REASON_TEXT[reason]})")
@@ -125,7 +158,7 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                                 int(n) * prices[g]["usd_per_gpu_hour"],
                                 int(n),
                                 g,
-                                _why(ds, w.sel(model=model, gpu=g, tp=n), slo),
+                                _why(ds, w.sel(model=model, gpu=g, tp=n), slo, cand if simulated else None),
                             )
                         )
                 if failing:

@@ -51,19 +51,24 @@ SUMMARIES = {
 COUNTS = {"fits": ("1", "the configuration runs: weights and runtime leave a KV pool, and TP divides H_q")}
 
 
-def _broadcast(sim: Simulation):
-    """Model, GPU and serving specs broadcast to (M, G, N, B), then flattened to K candidates."""
-    shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.batch))
+def flat_candidates(model: ModelSpec, gpu: GPUSpec, serving: ServingSpec, batch, shape):
+    """Model (M,), GPU (G,) and serving (M, G, N) specs and batch limits (B,) broadcast to (M, G, N, B), then
+    flattened to K candidates: (model, gpu, serving, batch) with leaves (K,)."""
 
     def flat(x, index):
         return np.broadcast_to(np.asarray(x, float)[index], shape).reshape(-1)
 
     at_model, at_gpu, at_group = (slice(None), None, None, None), (None, slice(None), None, None), (..., None)
-    model = ModelSpec(**{f.name: flat(getattr(sim.model, f.name), at_model) for f in dataclasses.fields(ModelSpec)})
-    gpu = GPUSpec(**{k: flat(v, at_gpu) for k, v in sim.gpu.fields().items()})
-    serving = ServingSpec(**{k: flat(v, at_group) for k, v in sim.serving.fields().items()})
-    batch = flat(sim.batch, (None, None, None, slice(None)))
-    return model, gpu, serving, batch, shape
+    model = ModelSpec(**{f.name: flat(getattr(model, f.name), at_model) for f in dataclasses.fields(ModelSpec)})
+    gpu = GPUSpec(**{k: flat(v, at_gpu) for k, v in gpu.fields().items()})
+    serving = ServingSpec(**{k: flat(v, at_group) for k, v in serving.fields().items()})
+    return model, gpu, serving, flat(batch, (None, None, None, slice(None)))
+
+
+def _broadcast(sim: Simulation):
+    """The simulation's candidates flattened (:func:`flat_candidates`), and their (M, G, N, B) shape."""
+    shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.batch))
+    return (*flat_candidates(sim.model, sim.gpu, sim.serving, sim.batch, shape), shape)
 
 
 def candidate_inputs(model, gpu, serving, stream: Stream, dtype):

@@ -1,0 +1,332 @@
+"""Procurement sized by simulation (MODEL.md §8 "Sizing by simulation"): R_sim per candidate, then cost, choice
+and mix on it.
+
+The screen (:mod:`slimjax.engine.procurement`) gives λ* and R_screen = ⌈Λ/λ*⌉. Here every candidate that fits is
+simulated (§9, round robin) on the workload's own request stream at each total rate, and R_sim is the smallest R
+for which the p-quantile TTFT, the p-quantile TPOT (the ITL SLO) and the mean E2E all meet the SLOs. The search
+is vectorised across candidates, a host loop over rounds only: it starts at R_screen (the screen is a starting
+point, not a bound), halves while the SLOs hold or doubles while they fail (up to ``max_replicas``), then bisects
+between the largest failing and the smallest meeting R. It assumes what MODEL.md does (meeting is monotone in R up
+to simulation ties) and no more. A candidate that fails at ``max_replicas`` is infeasible with the SLO that failed
+there named. The mix (each length class alone at w_k·Λ) runs the same search on each class's own requests.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import xarray as xr
+
+from ..engine import batching as engine
+from ..engine.grid import labelled
+from ..engine.procurement import _choose, _pick
+from ..model import procurement as proc
+from ..model.specs import ServingSpec
+from .simulate import candidate_inputs, flat_candidates
+
+# why a candidate's simulated fleet is not feasible (checked in this order at max_replicas)
+SIM_REASONS = ("feasible", "does_not_fit", "request_too_large", "ttft", "itl", "e2e")
+_CODE = {name: i for i, name in enumerate(SIM_REASONS)}
+SIZED = ("workload", "rate", "model", "gpu", "tp", "batch")
+CHOICE = ("workload", "rate", "model")
+
+# name -> (dims, units, long name): what sizing adds to (or replaces in) a procurement Dataset
+SIZING = {
+    "replicas_screen": (SIZED, "replica groups", "the screen's R = ⌈Λ/λ*⌉ (MODEL.md §8)"),
+    "replicas": (SIZED, "replica groups", "R_sim: the fewest replicas whose §9 simulation meets every SLO"),
+    "sim_ttft_p_s": (SIZED, "s", "simulated p-quantile TTFT at R_sim"),
+    "sim_tpot_p_s": (SIZED, "s", "simulated p-quantile TPOT at R_sim (the ITL SLO's figure)"),
+    "sim_e2e_mean_s": (SIZED, "s", "simulated mean E2E at R_sim"),
+    "sim_utilization": (SIZED, "1", "simulated busy time / (R_sim × span of the run)"),
+    "sim_reason": (SIZED, "1", "why no R ≤ max_replicas serves the stream (0: feasible)"),
+    "best_replicas_screen": (CHOICE, "replica groups", "the screen's R of the chosen candidate"),
+    "best_sim_ttft_p_s": (CHOICE, "s", "simulated p-quantile TTFT of the choice"),
+    "best_sim_tpot_p_s": (CHOICE, "s", "simulated p-quantile TPOT of the choice"),
+    "binding_slo": (CHOICE, "1", "0 when a candidate is feasible, else the SLO most candidates fail at max_replicas"),
+}
+_FLAGGED = ("sim_reason", "binding_slo")
+JOBS_PER_CALL = 256  # candidates simulated together on one stream (their (K, N) per-request records)
+
+
+def _stream(workload, total_rate: float, sizing: dict, members=None) -> dict:
+    """The request stream a workload sends at total rate Λ (seconds from 0, sorted): a trace's own timestamps
+    time-compressed by Λ_tr/Λ; without timestamps a seeded Poisson stream at Λ over its lengths (a fixed-length
+    workload: ``requests`` of them). ``members``: only those trace requests (a class alone), at the same
+    compression (so at ≈ w_k·Λ)."""
+    trace = workload.trace
+    rng = np.random.default_rng(sizing["seed"])
+    if trace is None:
+        n = sizing["requests"]
+        i_len = np.full(n, float(workload.classes.input_len[0]))
+        o_len = np.full(n, float(workload.classes.output_len[0]))
+        arrival = None
+    else:
+        keep = np.arange(trace.n_requests) if members is None else np.asarray(members)
+        i_len, o_len = trace.input_len[keep].astype(float), trace.output_len[keep].astype(float)
+        arrival = None if trace.arrival_s is None else trace.arrival_s[keep] * (workload.trace_rate / total_rate)
+        if members is not None and arrival is None:
+            total_rate = total_rate * len(keep) / trace.n_requests
+    if arrival is None:
+        gaps = rng.exponential(1.0 / total_rate, len(i_len))
+        arrival = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    arrival = arrival - arrival[0]
+    return {"arrival_s": arrival, "input_len": i_len, "output_len": o_len}
+
+
+def _metrics(records, output_len, quantile: float) -> dict:
+    """p-quantile TTFT and TPOT, mean E2E, utilisation per candidate (numpy's linear quantiles, as §9's)."""
+    ttft, e2e, tpot = engine.request_times(records, output_len)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        span = np.nanmax(records["end_s"], axis=-1) - np.nanmin(records["arrival_s"], axis=-1)
+        return {
+            "ttft": np.nanquantile(ttft, quantile, axis=-1),
+            "tpot": np.nanquantile(tpot, quantile, axis=-1),
+            "e2e": np.nanmean(e2e, axis=-1),
+            "util": np.sum(records["busy_s"], axis=-1) / (records["replicas"] * span),
+            "done": np.all(np.isfinite(records["end_s"]), axis=-1),
+        }
+
+
+def _reason(m: dict, slo: dict) -> np.ndarray:
+    """0 where every SLO holds, else the first failing (TTFT, ITL on TPOT, mean E2E); NaN TPOT (all O = 1)
+    holds."""
+    fail_tpot = np.where(np.isnan(m["tpot"]), False, m["tpot"] > slo["itl_s"])
+    return np.select(
+        [~m["done"] | (m["ttft"] > slo["ttft_s"]), fail_tpot, m["e2e"] > slo["e2e_s"]],
+        [_CODE["ttft"], _CODE["itl"], _CODE["e2e"]],
+        0,
+    )
+
+
+JOB_ELEMENTS = 1 << 24  # jobs × requests simulated in one call (their per-request records)
+
+
+def _evaluate(terms, batch, footprints, streams, job_stream, job_candidate, replicas, slo):
+    """Simulate jobs (stream, candidate, R) on their streams; (reason codes, metrics) per job."""
+    J = len(job_stream)
+    reason, metrics = np.zeros(J, np.int64), {}
+    size = np.array([len(st["arrival_s"]) for st in streams])[job_stream]
+    cut = np.searchsorted(np.cumsum(size), np.arange(JOB_ELEMENTS, int(size.sum()) + JOB_ELEMENTS, JOB_ELEMENTS))
+    for part in np.split(np.arange(J), np.unique(np.minimum(cut + 1, J))[:-1]):
+        if part.size == 0:
+            continue
+        records = engine.round_robin_jobs(
+            terms, batch, footprints, streams, job_stream[part], job_candidate[part], replicas[part]
+        )
+        for s, rec in enumerate(records):
+            at = part[job_stream[part] == s]
+            if at.size == 0:
+                continue
+            m = _metrics(rec, streams[s]["output_len"], slo["quantile"])
+            reason[at] = _reason(m, slo)
+            for k, v in m.items():
+                metrics.setdefault(k, np.zeros(J, v.dtype))[at] = v
+    return reason, metrics
+
+
+def search_replicas(
+    terms, batch, footprints, streams, job_stream, job_candidate, start, slo, max_replicas: int, progress=None
+) -> dict:
+    """R_sim for each job (stream, candidate): the smallest R in [1, max_replicas] whose simulation on the
+    job's stream meets ``slo``, from ``start`` (R_screen; clipped into range) by halving or doubling, then
+    bisection, every job's round in one run. Returns replicas (NaN where none meets), reason (0 or the SLO
+    failing at max_replicas), and the metrics at R_sim."""
+    job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
+    J = len(job_stream)
+    lo = np.zeros(J, np.int64)  # the largest R known to fail (0: none)
+    hi = np.zeros(J, np.int64)  # the smallest R known to meet (0: none)
+    cur = np.clip(np.nan_to_num(np.asarray(start, float), nan=1.0), 1, max_replicas).astype(np.int64)
+    reason = np.zeros(J, np.int64)
+    found = {k: np.full(J, np.nan) for k in ("ttft", "tpot", "e2e", "util")}
+    active = np.ones(J, bool)
+    while active.any():
+        idx = np.flatnonzero(active)
+        code, m = _evaluate(terms, batch, footprints, streams, job_stream[idx], job_candidate[idx], cur[idx], slo)
+        met = code == 0
+        hi[idx[met]] = cur[idx[met]]
+        for k in found:
+            found[k][idx[met]] = m[k][met]
+        lo[idx[~met]] = cur[idx[~met]]
+        reason[idx[~met]] = code[~met]
+        if progress is not None:
+            progress(len(idx))
+        # the next R to try: bisect a bracket, else halve (meets) or double (fails)
+        both = (hi > 0) & (lo > 0)
+        nxt = np.where(both, (lo + hi) // 2, np.where(hi > 0, hi // 2, np.minimum(2 * lo, max_replicas)))
+        finished = (both & (hi - lo <= 1)) | ((hi == 1) & (lo == 0)) | ((hi == 0) & (lo >= max_replicas))
+        active = ~finished
+        cur = np.where(active, np.maximum(nxt, 1), cur)
+    feasible = hi > 0
+    return {
+        "replicas": np.where(feasible, hi, np.nan),
+        "reason": np.where(feasible, 0, reason),
+        **{k: np.where(feasible, v, np.nan) for k, v in found.items()},
+    }
+
+
+def _candidates(study):
+    """Flattened (model, GPU, TP, batch) candidates of a study: (terms builder inputs, batch (K,), shape)."""
+    shape = (len(study.models), len(study.gpus), len(study.tp), len(study.batch))
+    serving = ServingSpec(**{k: np.asarray(v, float) for k, v in study.serving.fields().items()})
+    return flat_candidates(study.model, study.gpu, serving, study.batch, shape), shape
+
+
+def size(study, ds: xr.Dataset, progress=None) -> xr.Dataset:
+    """The screened procurement Dataset ``ds`` of ``study`` sized by simulation: R_sim for every candidate and
+    rate (and each class alone, for the mix), then fleet, cost, choice and mix on it; the screen's R kept as
+    ``replicas_screen``."""
+    (model, gpu, serving, batch), shape = _candidates(study)
+    W, Rr, K, C = len(study.workloads), len(study.rate_labels), study.n_classes, int(np.prod(shape))
+    slots = ds["slots"].transpose("workload", "model", "gpu", "tp", "batch").values  # (W, M, G, N, B)
+    screen = ds["replicas"].transpose(*SIZED).values.reshape(W, Rr, C)
+    weight = ds["class_weight"].transpose("workload", "class").values
+    terms = None
+    streams, footprints, jobs = [], [], []  # jobs: (stream, candidate, start, where the answer goes)
+    reason = np.full((W, Rr, C), _CODE["does_not_fit"], np.int64)
+    for w, wl in enumerate(study.workloads):
+        runs = slots[w].reshape(-1) >= 1
+        for r in range(Rr):
+            rate = float(study.total_rate[w, r])
+            if not np.isfinite(rate):
+                continue
+            classes = [k for k in range(K) if weight[w, k] > 0] if wl.trace is not None else []
+            for k in [None, *classes]:
+                stream = _stream(wl, rate, study.sizing, None if k is None else np.flatnonzero(wl.class_of == k))
+                terms, footprint, _ = candidate_inputs(model, gpu, serving, _Lengths(stream), np.float64)
+                fits = runs & np.all(footprint <= terms["pool"][:, None], axis=-1)
+                if k is None:
+                    reason[w, r, runs & ~fits] = _CODE["request_too_large"]
+                start = screen[w, r]
+                if k is not None:  # the screen's mixture R scaled by the class's share: only a starting point
+                    start = np.ceil(np.nan_to_num(start, nan=1.0) * weight[w, k])
+                for c in np.flatnonzero(fits):
+                    jobs.append((len(streams), c, start[c], (w, r, -1 if k is None else k, c)))
+                streams.append(stream)
+                footprints.append(footprint)
+    r_sim = np.full((W, Rr, C), np.nan)
+    r_class = np.full((W, Rr, K, C), np.nan)
+    metrics = {k: np.full((W, Rr, C), np.nan) for k in ("ttft", "tpot", "e2e", "util")}
+    if jobs:
+        got = search_replicas(
+            terms,
+            batch,
+            footprints,
+            streams,
+            [j[0] for j in jobs],
+            [j[1] for j in jobs],
+            [j[2] for j in jobs],
+            study.slo,
+            study.sizing["max_replicas"],
+            progress,
+        )
+        for i, (_, _, _, (w, r, k, c)) in enumerate(jobs):
+            if k < 0:
+                r_sim[w, r, c], reason[w, r, c] = got["replicas"][i], got["reason"][i]
+                for name in metrics:
+                    metrics[name][w, r, c] = got[name][i]
+            else:
+                r_class[w, r, k, c] = got["replicas"][i]
+    return _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape)
+
+
+class _Lengths:
+    """The lengths :func:`candidate_inputs` reads from a stream."""
+
+    def __init__(self, stream):
+        self.input_len, self.output_len = stream["input_len"], stream["output_len"]
+
+
+def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Dataset:
+    M, G, N, B = shape
+    W, Rr, K = r_sim.shape[0], r_sim.shape[1], study.n_classes
+    grid = (W, Rr, M, G, N, B)
+    replicas = r_sim.reshape(grid)
+    tp, batch = np.asarray(study.tp, float), np.asarray(study.batch, float)
+    n_gpu = tp[None, None, None, None, :, None]
+    price = np.asarray(study.gpu.price_per_hour, float)[None, None, None, :, None, None]
+    rate = np.asarray(study.total_rate, float)[:, :, None, None, None, None]
+    weight = ds["class_weight"].transpose("workload", "class").values
+    tokens = np.sum(
+        weight * (ds["class_input_len"].transpose("workload", "class").values + ds["class_output_len"].values), -1
+    )[:, None, None, None, None, None]
+    feasible = np.isfinite(replicas)
+    cost = np.where(feasible, proc.cost_per_hour(replicas, n_gpu, price), np.nan)
+    gpus_total = replicas * n_gpu
+    best, any_ok = (np.asarray(v) for v in _choose(cost, gpus_total, feasible, tp, batch))
+    choice_shape = best.shape
+
+    def pick(x):
+        return np.where(any_ok, np.asarray(_pick(x, best, choice_shape)), np.nan)
+
+    n_b = len(batch)
+    out = ds.copy()
+    sized = lambda v: xr.Variable(SIZED, v)  # noqa: E731
+    out["replicas_screen"] = ds["replicas"].transpose(*SIZED)
+    out["replicas"] = sized(replicas)
+    out["feasible"] = sized(feasible)
+    out["gpus_total"] = sized(gpus_total)
+    out["cost_per_hour"] = sized(cost)
+    out["cost_per_mtok"] = sized(np.asarray(proc.cost_per_mtok(cost, rate, tokens)))
+    for k, name in (("ttft", "sim_ttft_p_s"), ("tpot", "sim_tpot_p_s"), ("e2e", "sim_e2e_mean_s")):
+        out[name] = sized(metrics[k].reshape(grid))
+    out["sim_utilization"] = sized(metrics["util"].reshape(grid))
+    code = reason.reshape(grid)
+    out["sim_reason"] = sized(code.astype(np.int8))
+    choice = lambda v: xr.Variable(CHOICE, v)  # noqa: E731
+    best_tp = np.where(any_ok, tp[(best // n_b) % N], 0.0)
+    out["best_gpu"] = choice(labelled(study, "best_gpu", np.where(any_ok, best // (N * n_b), -1)))
+    out["best_tp"] = choice(best_tp)
+    out["best_batch"] = choice(np.where(any_ok, batch[best % n_b], 0.0))
+    out["best_replicas"] = choice(pick(replicas))
+    out["best_replicas_screen"] = choice(pick(ds["replicas"].transpose(*SIZED).values))
+    out["best_gpus"] = choice(pick(replicas) * best_tp)
+    best_cost = pick(cost)
+    out["best_cost_per_hour"] = choice(best_cost)
+    out["best_cost_per_mtok"] = choice(pick(out["cost_per_mtok"].values))
+    out["best_sim_ttft_p_s"] = choice(pick(out["sim_ttft_p_s"].values))
+    out["best_sim_tpot_p_s"] = choice(pick(out["sim_tpot_p_s"].values))
+    fails = np.stack([np.sum(code == _CODE[n], axis=(3, 4, 5)) for n in ("ttft", "itl", "e2e")], -1)
+    no_rate = ~np.isfinite(np.asarray(study.total_rate, float))[:, :, None]
+    binding = np.where(any_ok | no_rate, 0, np.where(fails.sum(-1) > 0, _CODE["ttft"] + np.argmax(fails, -1), 1))
+    out["binding_slo"] = choice(binding.astype(np.int8))
+    # the mix: class k alone at w_k·Λ on its own cheapest candidate
+    rk = np.moveaxis(r_class.reshape(W, Rr, K, M, G, N, B), 2, 3)  # (W, Rr, M, K, G, N, B)
+    ok_k = np.isfinite(rk)
+    cost_k = np.where(ok_k, proc.cost_per_hour(rk, n_gpu[:, :, :, None], price[:, :, :, None]), np.nan)
+    best_k, any_k = (np.asarray(v) for v in _choose(cost_k, rk * n_gpu[:, :, :, None], ok_k, tp, batch))
+    present = (weight > 0)[:, None, None, :]
+    mix_ok = any_k & present
+    cost_k_best = np.where(mix_ok, np.asarray(_pick(cost_k, best_k, best_k.shape)), np.nan)
+    mix_cost = np.where(np.all(any_k | ~present, -1), np.nansum(np.where(present, cost_k_best, 0.0), -1), np.nan)
+    if "mix_cost_per_hour" in ds:
+        mix = lambda v: xr.Variable((*CHOICE, "class"), v)  # noqa: E731
+        out["mix_cost_per_hour"] = choice(mix_cost)
+        out["mix_saving_per_hour"] = choice(best_cost - mix_cost)
+        out["mix_gpu"] = mix(labelled(study, "mix_gpu", np.where(mix_ok, best_k // (N * n_b), -1)))
+        out["mix_tp"] = mix(np.where(mix_ok, tp[(best_k // n_b) % N], 0.0))
+        out["mix_batch"] = mix(np.where(mix_ok, batch[best_k % n_b], 0.0))
+        out["mix_replicas"] = mix(np.where(mix_ok, np.asarray(_pick(rk, best_k, best_k.shape)), np.nan))
+        out["mix_class_cost_per_hour"] = mix(cost_k_best)
+    for name, (_, units, long) in SIZING.items():
+        attrs = {"units": units, "long_name": long}
+        if name in _FLAGGED:
+            attrs.update(flag_values=list(range(len(SIM_REASONS))), flag_meanings=" ".join(SIM_REASONS))
+        out[name].attrs = attrs
+    for name in ("feasible", "gpus_total", "cost_per_hour", "cost_per_mtok", "best_gpu", "best_tp", "best_batch"):
+        out[name].attrs = ds[name].attrs
+    out["feasible"].attrs = {**ds["feasible"].attrs, "long_name": "R_sim exists: the simulated fleet meets the SLOs"}
+    for name in ("ttft_p_s", "e2e_mean_s", "utilization"):
+        out[name].attrs = {**ds[name].attrs, "long_name": "screen: " + ds[name].attrs["long_name"] + " at R_screen"}
+    for name in ("best_replicas", "best_gpus", "best_cost_per_hour", "best_cost_per_mtok"):
+        out[name].attrs = ds[name].attrs
+    out.attrs = {
+        **ds.attrs,
+        "sizing": "simulation",
+        "max_replicas": study.sizing["max_replicas"],
+        "sizing_note": "replicas is R_sim, the fewest replicas whose MODEL.md §9 simulation (round robin, the "
+        "workload's own stream at each rate) meets every SLO; replicas_screen and ttft_p_s, e2e_mean_s, "
+        "utilization are §8's screen",
+    }
+    return out

@@ -1,0 +1,124 @@
+"""MODEL.md §8 "Sizing by simulation": R_sim is the smallest R whose §9 simulation meets the SLOs, checked with
+the plain Python event loop of tests/serving_reference.py on a slice of Azure's conversation trace, where the
+screen is optimistic and where it is pessimistic; a candidate no R can serve is infeasible with its SLO named."""
+
+import numpy as np
+import pytest
+import serving_reference as sref
+
+import slimjax
+from slimjax.errors import SlimjaxError
+from slimjax.inputs import catalog, procurefile
+from slimjax.studies import sizing
+
+SLO = {"ttft_s": 1.0, "itl_s": 0.05, "quantile": 0.9}
+
+
+@pytest.fixture(scope="module")
+def azure_slice(shared_data, tmp_path_factory):
+    lines = (shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv").read_text().splitlines()[:241]
+    path = tmp_path_factory.mktemp("trace") / "conv_slice.csv"
+    path.write_text("\n".join(lines) + "\n")  # a slice of the shared trace, in the test's own temp dir
+    return path
+
+
+@pytest.fixture(scope="module")
+def sized(azure_slice):
+    spec = dict(
+        workloads=[dict(name="conv", trace=str(azure_slice), format="azure", classes=2)],
+        rate_scale=[4],
+        models=["Llama-3.1-8B"],
+        gpus=["H100-SXM", "A100-SXM-80GB", "L40S"],
+        tp=[1],
+        batch=[8, 32],
+        slo=SLO,
+    )
+    study = procurefile.parse(spec)
+    return study, slimjax.procure(study)
+
+
+def _reference_meets(study, m, g, n, b, replicas):
+    """The reference event loop's verdict on (model m, GPU g, TP index n, batch index b) at ``replicas``."""
+    wl = study.workloads[0]
+    stream = sizing._stream(wl, float(study.total_rate[0, 0]), study.sizing)
+    sv = {k: float(np.asarray(v)[m, g, n]) for k, v in study.serving.fields().items()}
+    terms = sref.replica_terms(catalog.resolve_model(study.models[m])[1], catalog.resolve_gpu(study.gpus[g])[1], sv)
+    out = sref.simulate(
+        terms,
+        stream["arrival_s"].tolist(),
+        [int(x) for x in stream["input_len"]],
+        [int(x) for x in stream["output_len"]],
+        int(study.batch[b]),
+        replicas,
+    )
+    ttft, e2e, o_len = np.asarray(out["ttft"]), np.asarray(out["e2e"]), stream["output_len"]
+    tpot = np.where(o_len > 1, (e2e - ttft) / np.maximum(o_len - 1, 1), np.nan)
+    q = study.slo["quantile"]
+    return np.quantile(ttft, q) <= study.slo["ttft_s"] and np.nanquantile(tpot, q) <= study.slo["itl_s"]
+
+
+def test_replicas_are_the_fewest_the_reference_simulation_accepts(sized):
+    study, ds = sized
+    r_sim = ds.replicas.isel(workload=0, rate=0, model=0, tp=0).values  # (gpu, batch)
+    r_screen = ds.replicas_screen.isel(workload=0, rate=0, model=0, tp=0).values
+    ok = np.isfinite(r_sim) & np.isfinite(r_screen)
+    assert (r_screen[ok] < r_sim[ok]).any() and (r_screen[ok] > r_sim[ok]).any()  # the screen errs both ways
+    picks = [np.argwhere(ok & (r_screen < r_sim))[0], np.argwhere(ok & (r_screen > r_sim))[0]]
+    for g, b in picks:
+        r = int(r_sim[g, b])
+        assert _reference_meets(study, 0, g, 0, b, r)
+        assert r == 1 or not _reference_meets(study, 0, g, 0, b, r - 1)
+
+
+def test_cost_and_choice_follow_the_simulated_fleet(sized):
+    study, ds = sized
+    sel = dict(workload=0, rate=0, model=0)
+    cost = ds.cost_per_hour.isel(sel)
+    price = np.asarray(study.gpu.price_per_hour)[:, None, None]
+    np.testing.assert_allclose(cost.values, ds.replicas.isel(sel).values * ds.tp.values[None, :, None] * price)
+    assert float(ds.best_cost_per_hour.isel(sel)) == float(np.nanmin(cost.values))
+    best = ds.sel(
+        gpu=str(ds.best_gpu.isel(sel).values), tp=int(ds.best_tp.isel(sel)), batch=int(ds.best_batch.isel(sel))
+    )
+    best = best.isel(sel)
+    assert float(best.replicas) == float(ds.best_replicas.isel(sel))
+    assert float(best.sim_ttft_p_s) <= SLO["ttft_s"] and float(best.sim_tpot_p_s) <= SLO["itl_s"]
+    assert float(ds.best_replicas_screen.isel(sel)) == float(best.replicas_screen)
+    assert np.isfinite(float(ds.mix_cost_per_hour.isel(sel)))
+
+
+def test_a_lone_request_breaking_an_slo_is_infeasible_with_it_named(azure_slice):
+    spec = dict(
+        workloads=[dict(name="conv", trace=str(azure_slice), format="azure", classes=1)],
+        rate_scale=[1],
+        models=["Llama-3.1-8B"],
+        gpus=["L40S"],
+        tp=[1],
+        batch=[8],
+        slo={"ttft_s": 2.0, "itl_s": 0.004},  # a token every 4 ms: faster than one L40S decode step
+        sizing={"max_replicas": 8},
+    )
+    ds = slimjax.procure(spec)
+    assert not bool(ds.feasible.squeeze()) and np.isnan(float(ds.replicas.squeeze()))
+    assert sizing.SIM_REASONS[int(ds.sim_reason.squeeze())] == "itl"
+    assert sizing.SIM_REASONS[int(ds.binding_slo.squeeze())] == "itl"
+    assert np.isnan(float(ds.best_cost_per_hour.squeeze()))
+
+
+def test_bad_sizing_names_the_field():
+    base = dict(
+        workloads=[dict(name="w", input_len=100, output_len=10)],
+        rates=[1],
+        models=["Llama-3.1-8B"],
+        gpus=["H100-SXM"],
+        slo={"ttft_s": 1},
+    )
+    for bad, field in (
+        ({"method": "guess"}, "sizing.method"),
+        ({"max_replicas": 0}, "sizing.max_replicas"),
+        ({"replicas": 3}, "sizing.replicas"),
+    ):
+        with pytest.raises(SlimjaxError, match=field.replace(".", r"\.")):
+            procurefile.parse({**base, "sizing": bad})
+    with pytest.raises(SlimjaxError, match="resume"):
+        slimjax.procure(base, resume=True)
