@@ -582,17 +582,26 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
     "--exclude", multiple=True, help="Pandas query over trace columns; matching rows leave the study (repeatable)."
 )
 @click.option("--out", type=click.Path(), default=None, help="CSV of every held-out prediction.")
+@click.option(
+    "--serving",
+    is_flag=True,
+    help="Score the §9 serving simulation (closed loop at each row's concurrency) against measured TTFT and "
+    "TPOT instead (default traces: the shared serving runs).",
+)
+@click.option("--requests-per-client", default=4, show_default=True, type=int, help="With --serving.")
 @_reports_errors()
-def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
+def validate(traces, fmt, methods, scenarios, exclude, out, serving, requests_per_client) -> None:
     """The SLIM paper's generalization study on measured TRACES (default: llm_inference_bench.csv and
-    its TTFT table under $SLIMJAX_DATA or ../shared/data): MAPE of throughput / E2E per scenario and method."""
+    its TTFT table under $SLIMJAX_DATA or ../shared/data): MAPE of throughput / E2E per scenario and method.
+    With --serving: the serving simulation's TTFT and TPOT MAPE and bias per GPU, TP, precision and
+    concurrency band."""
     import pandas as pd
 
     import slimjax
-    from slimjax.fit.validate import default_trace_paths, markdown_table
+    from slimjax.fit.validate import default_serving_paths, default_trace_paths, markdown_table
     from slimjax.fit.validate import validate as run
 
-    paths = list(traces) or default_trace_paths()
+    paths = list(traces) or (default_serving_paths() if serving else default_trace_paths())
     if out:
         _check_file(out)
     for p in paths:
@@ -602,6 +611,17 @@ def validate(traces, fmt, methods, scenarios, exclude, out) -> None:
     for p, f in zip(paths, frames, strict=True):
         click.echo(_read_line(p, f))
     frame = pd.concat(frames, ignore_index=True)
+    if serving:
+        from slimjax.studies.serving_check import error_markdown, error_table, simulate_rows
+
+        scored = simulate_rows(frame, requests_per_client=requests_per_client)
+        if out:
+            scored.to_csv(out, index=False)
+        click.echo("TTFT / TPOT error %, closed-loop §9 simulation vs measured (bias: mean signed error):\n")
+        click.echo(error_markdown(error_table(scored)))
+        if out:
+            click.echo(f"\nwrote {out}: {len(scored)} scored rows")
+        return
     result = run(frame, methods=_list(methods), scenarios=_list(scenarios), exclude=exclude)
     if out:
         result.predictions.to_csv(out, index=False)

@@ -66,17 +66,29 @@ class Validation(NamedTuple):
     bandwidth_exponents: dict  # slim-kv's β per GPU-transfer fold, chosen on the other settings' transfers
 
 
-def default_trace_paths() -> list[Path]:
-    """llm_inference_bench.csv and its TTFT table under $SLIMJAX_DATA, else ../shared/data beside the
-    working directory, else beside the repository slimjax runs from (so it works from any folder)."""
+def _measured_root() -> Path:
+    """measured/ under $SLIMJAX_DATA, else ../shared/data beside the working directory, else beside the
+    repository slimjax runs from (so it works from any folder)."""
     if os.environ.get("SLIMJAX_DATA"):
         root = Path(os.environ["SLIMJAX_DATA"])
     else:
         here = Path("..") / "shared" / "data"
         beside_repo = Path(__file__).resolve().parents[3] / "shared" / "data"
         root = here if here.is_dir() or not beside_repo.is_dir() else beside_repo
-    root = root / "measured"
+    return root / "measured"
+
+
+def default_trace_paths() -> list[Path]:
+    """llm_inference_bench.csv and its TTFT table (:func:`_measured_root`)."""
+    root = _measured_root()
     return [root / "llm_inference_bench.csv", root / "llm_inference_bench_ttft_e2e.csv"]
+
+
+def default_serving_paths() -> list[Path]:
+    """The measured serving runs ``validate --serving`` scores by default: aiconfigurator's TRT-LLM silicon
+    sweep of Llama-3.1-8B on H100 and Splitwise's perf model (:func:`_measured_root`)."""
+    root = _measured_root()
+    return [root / "serving_h100_trtllm_llama31_8b.csv", root / "splitwise_perf_model.csv"]
 
 
 def _roofline_e2e(rows: pd.DataFrame) -> np.ndarray:
