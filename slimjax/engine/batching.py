@@ -86,6 +86,7 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
             admitted=jnp.zeros(R, jnp.int32),
             slots=jnp.broadcast_to(empty, (R, S, _FIELDS)),
             queue_peak=jnp.zeros(R, jnp.int32),
+            held_peak=jnp.zeros(R, jnp.int32),
             kv_peak=jnp.zeros(R, dt),
             gaps=jnp.zeros(GAP_BINS, dt),
             steps=jnp.zeros((), jnp.int32),
@@ -259,6 +260,7 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
             st["last_done"] = jnp.where(at_r, n_done, st["last_done"])
         st["queue_peak"] = jnp.where(at_r, jnp.maximum(st["queue_peak"], qlen), st["queue_peak"])
         st["kv_peak"] = jnp.where(at_r, jnp.maximum(st["kv_peak"], params["pool"] - free), st["kv_peak"])
+        st["held_peak"] = jnp.where(at_r, jnp.maximum(st["held_peak"], count), st["held_peak"])
         freed = jnp.sum(jnp.where(done, sl[:, _FP], zero))
         st["free"] = jnp.where(at_r, free + freed, st["free"])
         st["admitted"] = jnp.where(at_r, jnp.sum(keep).astype(jnp.int32), st["admitted"])
@@ -293,6 +295,7 @@ def _records(stream, st, contiguous: bool):
         "replica": jnp.zeros(n, jnp.int32) if contiguous else st["route"],
         "busy_s": st["busy"],
         "queue_peak": st["queue_peak"],
+        "held_peak": st["held_peak"],
         "kv_peak_bytes": st["kv_peak"],
         "gaps": st["gaps"],
         "steps": st["steps"],
@@ -407,11 +410,16 @@ def _simulate_group(
 LANE_ELEMENTS = 1 << 22  # requests × lanes per call of the sub-lane runs (their per-request arrays)
 
 
-def _widened(params, sub, batch):
-    """Lanes of one replica each (``sub`` (L, M) per lane), every lane first ``FIRST_SLOTS`` wide (or its batch
-    limit, to a power of two) and rerun at twice the width where the width stopped an admission."""
-    need = 2 ** np.ceil(np.log2(np.maximum(batch, 1))).astype(int)
-    width = np.minimum(need, FIRST_SLOTS)
+def _pow2(x):
+    return 2 ** np.ceil(np.log2(np.maximum(x, 1))).astype(int)
+
+
+def _widened(params, sub, batch, first=None):
+    """Lanes of one replica each (``sub`` (L, M) per lane), every lane first ``first`` wide (default
+    ``FIRST_SLOTS``; at most its batch limit, to a power of two) and rerun at twice the width where the width
+    stopped an admission."""
+    need = _pow2(batch)
+    width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first))
     out, pending = None, np.arange(len(batch))
     while pending.size:
         retry = []
@@ -437,7 +445,7 @@ def simulate_round_robin(terms, batch, footprint, stream, replicas):
     return round_robin_jobs(terms, batch, [footprint], [stream], np.zeros(K, int), np.arange(K), replicas)[0]
 
 
-def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidate, job_replicas):
+def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidate, job_replicas, first_slots=None):
     """§9 under round robin for jobs (stream s, candidate c, R replicas) over several open streams at once.
 
     Round robin makes the replicas independent (request i is replica i mod R's whatever the others do), so each
@@ -445,8 +453,10 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
     proportional to N rather than to R·N, and jobs of any R and stream in one run (few calls, few shapes to
     compile). Sub-lanes are grouped by length (to a power of four, padded with requests at +inf) and run
     ``LANE_ELEMENTS`` at a time. ``terms``, ``batch``: per candidate (leaves (C,)); ``footprints[s]`` (C, N_s);
-    ``streams[s]``: arrival_s, input_len, output_len (N_s,). Returns per stream the records of its jobs, in job
-    order: per request (J_s, N_s), per replica (J_s, max R), per job (J_s, …); ``replicas`` the R of each."""
+    ``streams[s]``: arrival_s, input_len, output_len (N_s,); ``first_slots`` (J,): each job's first slot width
+    (default ``FIRST_SLOTS``; a good guess, such as the requests a replica held in an earlier run, saves reruns).
+    Returns per stream the records of its jobs, in job order: per request (J_s, N_s), per replica (J_s, max R),
+    per job (J_s, …); ``replicas`` the R of each."""
     job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
     R = np.asarray(job_replicas, dtype=np.int64).reshape(len(job_stream))
     batch = np.asarray(batch)
@@ -468,6 +478,7 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
         rec["replica"] = np.arange(n)[None] % R[mine][:, None]
         rec.update({k: np.zeros((len(mine), r_max), dt) for k in ("busy_s", "kv_peak_bytes")})
         rec["queue_peak"] = np.zeros((len(mine), r_max), np.int32)
+        rec["held_peak"] = np.zeros((len(mine), r_max), np.int32)
         rec.update(gaps=np.zeros((len(mine), GAP_BINS), dt), steps=np.zeros(len(mine), np.int64))
         rec.update(stuck=np.zeros(len(mine), bool), overflow=np.zeros(len(mine), bool), replicas=R[mine])
         out.append(rec)
@@ -491,7 +502,8 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
                 for k in sub:
                     sub[k][at] = np.where(ok, np.asarray(streams[s][k])[safe[at]], sub[k][at])
             params["footprint"] = fp
-            got = _widened(params, sub, np.asarray(params["batch"]))
+            first = None if first_slots is None else np.asarray(first_slots)[j]
+            got = _widened(params, sub, np.asarray(params["batch"]), first)
             for s in np.unique(s_of):
                 at = np.flatnonzero(s_of == s)
                 rec, rows = out[s], row[j[at]]
@@ -499,7 +511,7 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
                 rr, cols = np.broadcast_to(rows[:, None], ok.shape)[ok], index[at][ok]
                 for key in ("admit_s", "first_token_s", "end_s"):
                     rec[key][rr, cols] = got[key][at][ok]
-                for key in ("busy_s", "kv_peak_bytes", "queue_peak"):
+                for key in ("busy_s", "kv_peak_bytes", "queue_peak", "held_peak"):
                     rec[key][rows, r[at]] = got[key][at, 0]
                 np.add.at(rec["gaps"], rows, got["gaps"][at])
                 np.add.at(rec["steps"], rows, got["steps"][at])

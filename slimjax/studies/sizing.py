@@ -103,8 +103,9 @@ def _reason(m: dict, slo: dict) -> np.ndarray:
 JOB_ELEMENTS = 1 << 24  # jobs × requests simulated in one call (their per-request records)
 
 
-def _evaluate(terms, batch, footprints, streams, job_stream, job_candidate, replicas, slo):
-    """Simulate jobs (stream, candidate, R) on their streams; (reason codes, metrics) per job."""
+def _evaluate(terms, batch, footprints, streams, job_stream, job_candidate, replicas, slo, first_slots=None):
+    """Simulate jobs (stream, candidate, R) on their streams; (reason codes, metrics) per job, the metrics with
+    ``held``: the most requests one replica held at once."""
     J = len(job_stream)
     reason, metrics = np.zeros(J, np.int64), {}
     size = np.array([len(st["arrival_s"]) for st in streams])[job_stream]
@@ -112,14 +113,16 @@ def _evaluate(terms, batch, footprints, streams, job_stream, job_candidate, repl
     for part in np.split(np.arange(J), np.unique(np.minimum(cut + 1, J))[:-1]):
         if part.size == 0:
             continue
+        first = None if first_slots is None else np.asarray(first_slots)[part]
         records = engine.round_robin_jobs(
-            terms, batch, footprints, streams, job_stream[part], job_candidate[part], replicas[part]
+            terms, batch, footprints, streams, job_stream[part], job_candidate[part], replicas[part], first
         )
         for s, rec in enumerate(records):
             at = part[job_stream[part] == s]
             if at.size == 0:
                 continue
             m = _metrics(rec, streams[s]["output_len"], slo["quantile"])
+            m["held"] = np.max(rec["held_peak"], axis=-1)
             reason[at] = _reason(m, slo)
             for k, v in m.items():
                 metrics.setdefault(k, np.zeros(J, v.dtype))[at] = v
@@ -127,12 +130,23 @@ def _evaluate(terms, batch, footprints, streams, job_stream, job_candidate, repl
 
 
 def search_replicas(
-    terms, batch, footprints, streams, job_stream, job_candidate, start, slo, max_replicas: int, progress=None
+    terms,
+    batch,
+    footprints,
+    streams,
+    job_stream,
+    job_candidate,
+    start,
+    slo,
+    max_replicas: int,
+    progress=None,
+    held_guess=None,
 ) -> dict:
     """R_sim for each job (stream, candidate): the smallest R in [1, max_replicas] whose simulation on the
     job's stream meets ``slo``, from ``start`` (R_screen; clipped into range) by halving or doubling, then
     bisection, every job's round in one run. Returns replicas (NaN where none meets), reason (0 or the SLO
-    failing at max_replicas), and the metrics at R_sim."""
+    failing at max_replicas), and the metrics at R_sim. ``held_guess``: requests one replica may hold at once at
+    ``start`` (a first slot width; the screen's busy slots ρ·m), refined by each run."""
     job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
     J = len(job_stream)
     lo = np.zeros(J, np.int64)  # the largest R known to fail (0: none)
@@ -141,9 +155,16 @@ def search_replicas(
     reason = np.zeros(J, np.int64)
     found = {k: np.full(J, np.nan) for k in ("ttft", "tpot", "e2e", "util")}
     active = np.ones(J, bool)
+    held = np.full(J, np.nan) if held_guess is None else np.asarray(held_guess, float).copy()
+    tried = cur.astype(float)  # held is for R = tried
     while active.any():
         idx = np.flatnonzero(active)
-        code, m = _evaluate(terms, batch, footprints, streams, job_stream[idx], job_candidate[idx], cur[idx], slo)
+        # first slot width: the last run's peak scaled to this R (a replica of R holds ~1/R of the stream)
+        guess = np.where(np.isnan(held[idx]), engine.FIRST_SLOTS, held[idx] * tried[idx] / cur[idx] * 1.25)
+        code, m = _evaluate(
+            terms, batch, footprints, streams, job_stream[idx], job_candidate[idx], cur[idx], slo, np.maximum(guess, 4)
+        )
+        held[idx], tried[idx] = m["held"], cur[idx]
         met = code == 0
         hi[idx[met]] = cur[idx[met]]
         for k in found:
@@ -182,6 +203,9 @@ def size(study, ds: xr.Dataset, progress=None) -> xr.Dataset:
     slots = ds["slots"].transpose("workload", "model", "gpu", "tp", "batch").values  # (W, M, G, N, B)
     screen = ds["replicas"].transpose(*SIZED).values.reshape(W, Rr, C)
     weight = ds["class_weight"].transpose("workload", "class").values
+    # the screen's busy slots ρ·m at R_screen: a first guess of what a replica holds (NaN: no guess)
+    rho = ds["utilization"].transpose(*SIZED).values.reshape(W, Rr, C)
+    busy = rho * slots.reshape(W, 1, C) * 1.25 + 4
     terms = None
     streams, footprints, jobs = [], [], []  # jobs: (stream, candidate, start, where the answer goes)
     reason = np.full((W, Rr, C), _CODE["does_not_fit"], np.int64)
@@ -202,7 +226,7 @@ def size(study, ds: xr.Dataset, progress=None) -> xr.Dataset:
                 if k is not None:  # the screen's mixture R scaled by the class's share: only a starting point
                     start = np.ceil(np.nan_to_num(start, nan=1.0) * weight[w, k])
                 for c in np.flatnonzero(fits):
-                    jobs.append((len(streams), c, start[c], (w, r, -1 if k is None else k, c)))
+                    jobs.append((len(streams), c, start[c], (w, r, -1 if k is None else k, c), busy[w, r, c]))
                 streams.append(stream)
                 footprints.append(footprint)
     r_sim = np.full((W, Rr, C), np.nan)
@@ -220,8 +244,9 @@ def size(study, ds: xr.Dataset, progress=None) -> xr.Dataset:
             study.slo,
             study.sizing["max_replicas"],
             progress,
+            [j[4] for j in jobs],
         )
-        for i, (_, _, _, (w, r, k, c)) in enumerate(jobs):
+        for i, (_, _, _, (w, r, k, c), _) in enumerate(jobs):
             if k < 0:
                 r_sim[w, r, c], reason[w, r, c] = got["replicas"][i], got["reason"][i]
                 for name in metrics:
