@@ -122,3 +122,18 @@ def test_bad_sizing_names_the_field():
             procurefile.parse({**base, "sizing": bad})
     with pytest.raises(SlimjaxError, match="resume"):
         slimjax.procure(base, resume=True)
+
+
+def test_reports_draw_sizing_and_simulation_stores(sized, tmp_path):
+    from slimjax.store.sink import write_dataset
+
+    _, ds = sized
+    write_dataset(ds, tmp_path / "sized.zarr")
+    stream = {"poisson": 4.0, "input_len": 500, "output_len": 40, "requests": 60, "seed": 1}
+    slimjax.simulate(dict(models=["Llama-3.1-8B"], gpus=["L40S"], batch=[4, 16], stream=stream), tmp_path / "sim.zarr")
+    page = slimjax.make_report([tmp_path / "sized.zarr", tmp_path / "sim.zarr"], tmp_path / "report")
+    html = page.read_text()
+    assert "Replicas by simulation vs the screen" in html and "TTFT and TPOT distributions" in html
+    assert (tmp_path / "report" / "sized_sizing_conv.png").is_file()
+    assert (tmp_path / "report" / "sim_simulation.png").is_file()
+    assert "Simulated candidates" in html

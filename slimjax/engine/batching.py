@@ -521,6 +521,12 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
 
 
 SUMMARY_QUANTILES = (0.5, 0.9, 0.99)
+SUMMARY_TIMES = ("ttft", "tpot")  # per-request times summarised by mean and SUMMARY_QUANTILES
+
+
+def summary_name(time: str, stat: str | float) -> str:
+    """The summary variable of a per-request time: ``ttft_mean_s``, ``tpot_p90_s`` (q = 0.9), …"""
+    return f"{time}_{stat}_s" if isinstance(stat, str) else f"{time}_p{round(stat * 100)}_s"
 
 
 def gap_quantile(gaps, q: float):
@@ -566,13 +572,13 @@ def summaries(records, output_len, clients: int | None = None) -> dict:
     ttft, e2e, tpot = request_times(records, output_len)
     counted = counted_requests(records, clients)
     out = {}
-    for name, x in (("ttft", ttft), ("tpot", tpot)):
+    for name, x in zip(SUMMARY_TIMES, (ttft, tpot), strict=True):
         x = np.where(counted, x, np.nan)
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            out[f"{name}_mean_s"] = np.nanmean(x, axis=-1)
+            out[summary_name(name, "mean")] = np.nanmean(x, axis=-1)
             for q in SUMMARY_QUANTILES:
-                out[f"{name}_p{round(q * 100)}_s"] = np.nanquantile(x, q, axis=-1)
+                out[summary_name(name, q)] = np.nanquantile(x, q, axis=-1)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         out["e2e_mean_s"] = np.nanmean(np.where(counted, e2e, np.nan), axis=-1)

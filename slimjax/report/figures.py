@@ -436,6 +436,53 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
                 f"{ds.attrs.get('price_date', '')}.",
             )
         )
+    return out + sizing_figures(ds)
+
+
+def sizing_figures(ds: xr.Dataset) -> list[Figure]:
+    """Replicas vs rate of a procurement sized by simulation: the choice's R_sim and R_screen, and every
+    candidate's R_sim / R_screen (above 1: the screen was optimistic)."""
+    if ds.attrs.get("sizing") != "simulation":
+        return []
+    out = []
+    for wl in ds["workload"].values:
+        w = ds.sel(workload=wl)
+        rates = w["total_rate"].values.astype(float)
+        ok = np.flatnonzero(np.isfinite(rates))
+        models = list(ds["model"].values)
+        fig, axes = _grid(2 * len(models), 4.6, 3.4)
+        for mi, m in enumerate(models):
+            c = w.sel(model=m)
+            ax = axes[2 * mi]
+            ax.plot(rates[ok], c["best_replicas"].values[ok], color=PALETTE[0], marker="o", label="R_sim (simulated)")
+            ax.plot(
+                rates[ok], c["best_replicas_screen"].values[ok], color=PALETTE[1], ls="--", marker="s", label="R_screen"
+            )
+            ax.set_xscale("log" if _spans_decades(rates[ok]) else "linear")
+            ax.set_xlabel("total rate Λ (requests/s)")
+            ax.set_ylabel("replicas of the choice")
+            ax.set_title(f"{wl}: {m}", fontsize=9)
+            ax.legend(fontsize=6)
+            ax = axes[2 * mi + 1]
+            ratio = (c["replicas"] / c["replicas_screen"]).transpose("rate", ...).values.reshape(len(rates), -1)
+            for k, r in enumerate(ok):
+                y = ratio[r][np.isfinite(ratio[r])]
+                ax.scatter(np.full(y.shape, rates[r]), y, s=8, alpha=0.5, color=PALETTE[k % len(PALETTE)])
+            ax.axhline(1.0, color="0.4", lw=0.8)
+            ax.set_xscale("log" if _spans_decades(rates[ok]) else "linear")
+            ax.set_yscale("log")
+            ax.set_xlabel("total rate Λ (requests/s)")
+            ax.set_ylabel("R_sim / R_screen (1)")
+            ax.set_title(f"{wl}: {m}, every candidate", fontsize=9)
+        out.append(
+            Figure(
+                f"sizing_{wl}",
+                f"Replicas by simulation vs the screen — {wl}",
+                fig,
+                "R_sim: the fewest replicas whose §9 simulation of the workload's own stream meets the SLOs; "
+                "R_screen: §8's ⌈Λ/λ*⌉. Above 1 the screen was optimistic, below 1 pessimistic.",
+            )
+        )
     return out
 
 
@@ -462,6 +509,79 @@ def procurement_table(ds: xr.Dataset) -> pd.DataFrame:
                         "$/Mtok": f"{float(c['best_cost_per_mtok']):,.3f}" if gpu else "—",
                     }
                 )
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------- simulation stores
+
+
+def _candidates(ds: xr.Dataset):
+    """(label, per-candidate Dataset) of a simulation store's runs that fit, the first MAX_PANELS."""
+    dims = list(ds["ttft_p90_s"].dims)
+    stacked = ds.stack(candidate=dims)
+    out = []
+    for i in range(stacked.sizes["candidate"]):
+        c = stacked.isel(candidate=i)
+        if not np.isfinite(c["ttft_p90_s"].values):
+            continue
+        label = " ".join(f"{d} {c[d].values}" for d in dims if ds.sizes[d] > 1) or "the candidate"
+        out.append((label, c))
+    return out[:MAX_PANELS]
+
+
+def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
+    """A §9 simulation store: TTFT and TPOT distributions per candidate, and each candidate's queue length
+    (requests routed but not yet admitted, all replicas) over the stream."""
+    runs = _candidates(ds)
+    if not runs:
+        return []
+    fig, axes = _grid(3, 4.8, 3.4)
+    a_ttft, a_tpot, a_queue = axes[:3]
+    for k, (label, c) in enumerate(runs):
+        color = PALETTE[k % len(PALETTE)]
+        for ax, var in ((a_ttft, "ttft_s"), (a_tpot, "tpot_s")):
+            x = np.sort(c[var].values[np.isfinite(c[var].values)])
+            if x.size:
+                ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, lw=1, label=label)
+        arrival, wait = c["arrival_s"].values, c["wait_s"].values
+        ok = np.isfinite(arrival) & np.isfinite(wait)
+        events = np.concatenate([arrival[ok], arrival[ok] + wait[ok]])
+        step = np.concatenate([np.ones(ok.sum()), -np.ones(ok.sum())])
+        order = np.lexsort((-step, events))  # an arrival before an admission at the same instant
+        a_queue.step(events[order], np.cumsum(step[order]), where="post", color=color, lw=0.8, label=label)
+    for ax, what in ((a_ttft, "TTFT (s)"), (a_tpot, "TPOT (s per token)")):
+        ax.set_xscale("log")
+        ax.set_xlabel(what)
+        ax.set_ylabel("fraction of requests (1)")
+        ax.axhline(0.9, color="0.6", lw=0.6, ls=":")
+    a_queue.set_xlabel("time in the stream (s)")
+    a_queue.set_ylabel("requests waiting (all replicas)")
+    a_ttft.legend(fontsize=6, loc="lower right")
+    return [
+        Figure(
+            "simulation",
+            "Serving simulation (MODEL.md §9): TTFT and TPOT distributions, queue over time",
+            fig,
+            f"{ds.attrs.get('stream', '')}; router {ds.attrs.get('router', '')}. The dotted line is p90.",
+        )
+    ]
+
+
+def simulation_summary(ds: xr.Dataset) -> pd.DataFrame:
+    """One row per simulated candidate: its §9 summaries."""
+    rows = []
+    for label, c in _candidates(ds):
+        rows.append(
+            {
+                "candidate": label,
+                "TTFT p50 (s)": f"{float(c['ttft_p50_s']):.3g}",
+                "TTFT p90 (s)": f"{float(c['ttft_p90_s']):.3g}",
+                "TPOT p90 (s)": f"{float(c['tpot_p90_s']):.3g}",
+                "E2E mean (s)": f"{float(c['e2e_mean_s']):.3g}",
+                "utilisation": f"{float(c['utilization']):.0%}",
+                "peak queue": int(c["queue_peak"]),
+            }
+        )
     return pd.DataFrame(rows)
 
 

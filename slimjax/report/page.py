@@ -52,14 +52,14 @@ def _open(path: Path):
     except Exception as e:  # noqa: BLE001 - whatever xarray says about a folder that is not a store
         raise SlimjaxError(str(path), f"not a zarr store slimjax can read ({e})") from None
     kind = ds.attrs.get("kind")  # every store slimjax writes says what it is
-    if kind in ("sweep", "procurement", "calibration"):
+    if kind in ("sweep", "procurement", "calibration", "simulation"):
         return kind, ds
     if kind == "roofline_calibration":
         raise SlimjaxError(str(path), "a roofline calibration store: its efficiencies feed sweeps, it has no report")
     raise SlimjaxError(
         str(path),
         "holds nothing slimjax reports on (attrs kind is "
-        f"{kind!r}, not a sweep, procurement or calibration store slimjax wrote)",
+        f"{kind!r}, not a sweep, procurement, simulation or calibration store slimjax wrote)",
     )
 
 
@@ -72,6 +72,8 @@ def figures_for(kind: str, obj, at=None) -> tuple[list, list[tuple[str, pd.DataF
         return F.procurement_figures(obj, at), [("Chosen fleet", F.procurement_table(obj))]
     if kind == "calibration":
         return F.calibration_figures(obj, at), [("Fitted coefficients", F.calibration_table(obj))]
+    if kind == "simulation":
+        return F.simulation_figures(obj, at), [("Simulated candidates", F.simulation_summary(obj))]
     return F.validation_figures(obj, at), [("Throughput MAPE (%) per scenario and method", F.validation_table(obj))]
 
 

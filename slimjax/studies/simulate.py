@@ -26,6 +26,7 @@ from ..model.specs import GPUSpec, ModelSpec, ServingSpec
 # name -> (units, long name): the one table of simulation outputs
 PER_REQUEST = {
     "arrival_s": ("s", "arrival time of each request (a closed loop's: its client's previous completion)"),
+    "wait_s": ("s", "time each request waited in its replica's queue (arrival to admission)"),
     "ttft_s": (
         "s",
         "time to first token of each request (arrival to the end of the step holding its last prompt token)",
@@ -34,14 +35,14 @@ PER_REQUEST = {
     "tpot_s": ("s", "time per output token of each request, (E2E − TTFT)/(O − 1) (NaN where O = 1)"),
 }
 SUMMARIES = {
-    "ttft_mean_s": ("s", "mean TTFT"),
-    "ttft_p50_s": ("s", "median TTFT"),
-    "ttft_p90_s": ("s", "p90 TTFT"),
-    "ttft_p99_s": ("s", "p99 TTFT"),
-    "tpot_mean_s": ("s", "mean TPOT"),
-    "tpot_p50_s": ("s", "median TPOT"),
-    "tpot_p90_s": ("s", "p90 TPOT (what vllm bench serve reports)"),
-    "tpot_p99_s": ("s", "p99 TPOT"),
+    **{
+        engine.summary_name(time, stat): (
+            "s",
+            f"{'mean' if stat == 'mean' else f'p{round(stat * 100)}'} {time.upper()}",
+        )
+        for time in engine.SUMMARY_TIMES
+        for stat in ("mean", *engine.SUMMARY_QUANTILES)
+    },
     "e2e_mean_s": ("s", "mean end-to-end latency"),
     "token_gap_p90_s": ("s", "p90 of every inter-token gap (histogram of 1.1 % log bins)"),
     "utilization": ("1", "busy time / (replicas × span of the run)"),
@@ -141,7 +142,14 @@ def run(sim: Simulation) -> xr.Dataset:
                 )
                 steps += int(np.sum(records["steps"]))
                 ttft, e2e, tpot = engine.request_times(records, stream.output_len[:n])
-                times = (("arrival_s", records["arrival_s"]), ("ttft_s", ttft), ("e2e_s", e2e), ("tpot_s", tpot))
+                wait = records["admit_s"] - records["arrival_s"]
+                times = (
+                    ("arrival_s", records["arrival_s"]),
+                    ("wait_s", wait),
+                    ("ttft_s", ttft),
+                    ("e2e_s", e2e),
+                    ("tpot_s", tpot),
+                )
                 for name, x in times:
                     per_request[name][:, r_i, c_i, :n] = x
                 for name, x in engine.summaries(records, stream.output_len[:n], clients).items():
