@@ -2,7 +2,7 @@
 in the same process (ratios, not timings: these machines are noisy), and the engine's steps/s on a slice of
 Azure's conversation trace.
 
-    python bench/simulate.py [--candidates 1,64,1024] [--requests 200] [--trace-seconds 120]
+    python bench/simulate.py [--candidates 1,64,1024] [--requests 200] [--trace-seconds 120] [--hour 1000]
 
 Candidates are Llama-3.1-8B on an H100 at batch limits spread over 8 … 256 (the reference is timed on a few of
 them and scaled per candidate: it is a loop per candidate by construction).
@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--candidates", default="1,64,1024")
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--trace-seconds", type=float, default=120.0)
+    ap.add_argument("--hour", type=int, default=0, help="candidates through the whole one-hour conversation trace")
     args = ap.parse_args()
     slimjax.configure()
     stream = dict(poisson=6.0, input_len=1000, output_len=200, requests=args.requests, seed=0)
@@ -85,6 +86,20 @@ def main() -> None:
         print(
             f"Azure conversation, first {args.trace_seconds:g} s ({sim.stream.n_requests} requests) x 4 candidates, "
             f"float32: {wall:.2f} s, {ds.attrs['engine_steps'] / wall:,.0f} lane-steps/s"
+        )
+
+    if args.hour and trace.is_file():
+        k = args.hour
+        batches = np.round(np.geomspace(8, 256, k)).astype(float)
+        spec = _spec([8], dict(trace=str(trace), format="azure", rate_scale=1))
+        sim = simulatefile.parse({**spec, "precision": "float32"})
+        sim = simulatefile.Simulation(**{**sim.__dict__, "batch": batches})
+        t = time.perf_counter()
+        ds = simulate.run(sim)
+        wall = time.perf_counter() - t
+        print(
+            f"Azure conversation, whole hour ({sim.stream.n_requests} requests) x {k} candidates (B 8 … 256), "
+            f"float32: {wall:.1f} s with compiles, {ds.attrs['engine_steps'] / wall:,.0f} lane-steps/s"
         )
 
 
