@@ -37,10 +37,10 @@ def sized(azure_slice):
     return study, slimjax.procure(study)
 
 
-def _reference_meets(study, m, g, n, b, replicas):
+def _reference_meets(study, m, g, n, b, replicas, stream=None):
     """The reference event loop's verdict on (model m, GPU g, TP index n, batch index b) at ``replicas``."""
-    wl = study.workloads[0]
-    stream = sizing._stream(wl, float(study.total_rate[0, 0]), study.sizing)
+    if stream is None:
+        stream = sizing._stream(study.workloads[0], float(study.total_rate[0, 0]), study.sizing)
     sv = {k: float(np.asarray(v)[m, g, n]) for k, v in study.serving.fields().items()}
     terms = sref.replica_terms(catalog.resolve_model(study.models[m])[1], catalog.resolve_gpu(study.gpus[g])[1], sv)
     out = sref.simulate(
@@ -137,3 +137,24 @@ def test_reports_draw_sizing_and_simulation_stores(sized, tmp_path):
     assert (tmp_path / "report" / "sized_sizing_conv.png").is_file()
     assert (tmp_path / "report" / "sim_simulation.png").is_file()
     assert "Simulated candidates" in html
+
+
+def test_a_fixed_length_workload_is_sized_on_a_seeded_poisson_stream():
+    spec = dict(
+        workloads=[dict(name="chat", input_len=800, output_len=60)],
+        rates=[6.0],
+        models=["Llama-3.1-8B"],
+        gpus=["L40S"],
+        tp=[1],
+        batch=[16],
+        slo={"ttft_s": 0.5, "itl_s": 0.05},
+        sizing={"requests": 150, "seed": 3},
+    )
+    study = procurefile.parse(spec)
+    stream = sizing._stream(study.workloads[0], 6.0, study.sizing)
+    assert len(stream["arrival_s"]) == 150 and np.all(np.diff(stream["arrival_s"]) >= 0)
+    assert 4.0 < 149 / stream["arrival_s"][-1] < 9.0  # about the study's rate
+    ds = slimjax.procure(study).squeeze()
+    r = int(ds.replicas)
+    assert float(ds.sim_ttft_p_s) <= 0.5 and float(ds.sim_tpot_p_s) <= 0.05
+    assert r == 1 or not _reference_meets(study, 0, 0, 0, 0, r - 1, stream=stream)
