@@ -45,6 +45,12 @@ def _reference_seconds(sim, batches, repeats=3):
     return (time.perf_counter() - t) / len(picks)
 
 
+def _timed(sim):
+    t = time.perf_counter()
+    ds = simulate.run(sim)
+    return ds, time.perf_counter() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--candidates", default="1,64,1024")
@@ -80,9 +86,7 @@ def main() -> None:
         )
         sim = simulatefile.parse({**spec, "precision": "float32"})
         simulate.run(sim)
-        t = time.perf_counter()
-        ds = simulate.run(sim)
-        wall = time.perf_counter() - t
+        ds, wall = _timed(sim)
         print(
             f"Azure conversation, first {args.trace_seconds:g} s ({sim.stream.n_requests} requests) x 4 candidates, "
             f"float32: {wall:.2f} s, {ds.attrs['engine_steps'] / wall:,.0f} lane-steps/s"
@@ -94,9 +98,7 @@ def main() -> None:
         spec = _spec([8], dict(trace=str(trace), format="azure", rate_scale=1))
         sim = simulatefile.parse({**spec, "precision": "float32"})
         sim = simulatefile.Simulation(**{**sim.__dict__, "batch": batches})
-        t = time.perf_counter()
-        ds = simulate.run(sim)
-        wall = time.perf_counter() - t
+        ds, wall = _timed(sim)
         print(
             f"Azure conversation, whole hour ({sim.stream.n_requests} requests) x {k} candidates (B 8 … 256), "
             f"float32: {wall:.1f} s with compiles, {ds.attrs['engine_steps'] / wall:,.0f} lane-steps/s"
