@@ -274,6 +274,8 @@ def procure(
     choice, mix on R_sim; the screen's R as ``replicas_screen``) is written to ``out`` at the end, atomically.
     ``resume`` and Dask apply to ``sizing: screen``, the closed form alone."""
     options = _engine_options(locals())
+    if out is not None:  # before any work, the study's own checks included
+        store.check_target(out, overwrite, resume)
     with float64_scope():
         study = spec if isinstance(spec, procurefile.Study) else procurefile.parse(spec)
     if study.sizing["method"] == "screen":
