@@ -365,33 +365,20 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
     batch = np.asarray(batch)
     if router == "round_robin" and clients is None:
         return simulate_round_robin(terms, batch, footprint, stream, np.full(len(batch), int(replicas)))
-    need = 2 ** np.ceil(np.log2(np.maximum(batch, 1))).astype(int)
-    width = np.minimum(need, FIRST_SLOTS)
-    pending, parts, order = np.arange(len(batch)), [], []
-    while pending.size:
-        retry = []
-        for w in np.unique(width[pending]):
-            idx = pending[width[pending] == w]
-            out = _simulate_group(
-                _take(terms, idx),
-                batch[idx],
-                np.asarray(footprint)[idx],
-                stream,
-                slots=int(w),
-                replicas=replicas,
-                router=router,
-                clients=clients,
-            )
-            wider = out["overflow"] & (w < need[idx])
-            parts.append(_take(out, ~wider))
-            order.append(idx[~wider])
-            width[idx[wider]] = 2 * w
-            retry.append(idx[wider])
-        pending = np.concatenate(retry)
-    if len(parts) == 1:
-        return parts[0]
-    back = np.argsort(np.concatenate(order))
-    return {key: np.concatenate([np.asarray(p[key]) for p in parts])[back] for key in parts[0]}
+
+    def run(idx, width):
+        return _simulate_group(
+            _take(terms, idx),
+            batch[idx],
+            np.asarray(footprint)[idx],
+            stream,
+            slots=width,
+            replicas=replicas,
+            router=router,
+            clients=clients,
+        )
+
+    return _widened(run, batch)
 
 
 def _simulate_group(
@@ -414,10 +401,10 @@ def _pow2(x):
     return 2 ** np.ceil(np.log2(np.maximum(x, 1))).astype(int)
 
 
-def _widened(params, sub, batch, first=None):
-    """Lanes of one replica each (``sub`` (L, M) per lane), every lane first ``first`` wide (default
-    ``FIRST_SLOTS``; at most its batch limit, to a power of two) and rerun at twice the width where the width
-    stopped an admission."""
+def _widened(run, batch, first=None):
+    """``run(idx, width)``'s records for lanes ``idx`` at slot width ``width``, every lane first ``first`` wide
+    (default ``FIRST_SLOTS``; at most its batch limit, to a power of two) and rerun at twice the width where the
+    width, not B, stopped an admission (``overflow``); lanes of equal width run together. Records per lane."""
     need = _pow2(batch)
     width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first))
     out, pending = None, np.arange(len(batch))
@@ -425,12 +412,12 @@ def _widened(params, sub, batch, first=None):
         retry = []
         for w in np.unique(width[pending]):
             idx = pending[width[pending] == w]
-            got = run_dealt(_take(params, idx), _take(sub, idx), replicas=1, slots=int(w), shared_stream=False)
+            got = run(idx, int(w))
             if out is None:
-                out = {k: np.zeros((len(batch), *v.shape[1:]), v.dtype) for k, v in got.items()}
-            wider = got["overflow"] & (w < need[idx])
+                out = {k: np.zeros((len(batch), *np.shape(v)[1:]), np.asarray(v).dtype) for k, v in got.items()}
+            wider = np.asarray(got["overflow"]) & (w < need[idx])
             for k, v in got.items():
-                out[k][idx[~wider]] = v[~wider]
+                out[k][idx[~wider]] = np.asarray(v)[~wider]
             width[idx[wider]] = 2 * w
             retry.append(idx[wider])
         pending = np.concatenate(retry)
@@ -503,7 +490,13 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
                     sub[k][at] = np.where(ok, np.asarray(streams[s][k])[safe[at]], sub[k][at])
             params["footprint"] = fp
             first = None if first_slots is None else np.asarray(first_slots)[j]
-            got = _widened(params, sub, np.asarray(params["batch"]), first)
+            got = _widened(
+                lambda idx, w, params=params, sub=sub: run_dealt(
+                    _take(params, idx), _take(sub, idx), replicas=1, slots=w, shared_stream=False
+                ),
+                np.asarray(params["batch"]),
+                first,
+            )
             for s in np.unique(s_of):
                 at = np.flatnonzero(s_of == s)
                 rec, rows = out[s], row[j[at]]

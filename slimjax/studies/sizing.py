@@ -109,10 +109,9 @@ def _evaluate(terms, batch, footprints, streams, job_stream, job_candidate, repl
     J = len(job_stream)
     reason, metrics = np.zeros(J, np.int64), {}
     size = np.array([len(st["arrival_s"]) for st in streams])[job_stream]
-    cut = np.searchsorted(np.cumsum(size), np.arange(JOB_ELEMENTS, int(size.sum()) + JOB_ELEMENTS, JOB_ELEMENTS))
-    for part in np.split(np.arange(J), np.unique(np.minimum(cut + 1, J))[:-1]):
-        if part.size == 0:
-            continue
+    chunk = (np.cumsum(size) - size) // JOB_ELEMENTS  # consecutive jobs, about JOB_ELEMENTS requests per call
+    for c in np.unique(chunk):
+        part = np.flatnonzero(chunk == c)
         first = None if first_slots is None else np.asarray(first_slots)[part]
         records = engine.round_robin_jobs(
             terms, batch, footprints, streams, job_stream[part], job_candidate[part], replicas[part], first
@@ -339,13 +338,12 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
         if name in _FLAGGED:
             attrs.update(flag_values=list(range(len(SIM_REASONS))), flag_meanings=" ".join(SIM_REASONS))
         out[name].attrs = attrs
-    for name in ("feasible", "gpus_total", "cost_per_hour", "cost_per_mtok", "best_gpu", "best_tp", "best_batch"):
+    replaced = [n for n in out.data_vars if n in ds and n not in SIZING and not out[n].attrs]  # same meaning, on R_sim
+    for name in replaced:
         out[name].attrs = ds[name].attrs
     out["feasible"].attrs = {**ds["feasible"].attrs, "long_name": "R_sim exists: the simulated fleet meets the SLOs"}
     for name in ("ttft_p_s", "e2e_mean_s", "utilization"):
         out[name].attrs = {**ds[name].attrs, "long_name": "screen: " + ds[name].attrs["long_name"] + " at R_screen"}
-    for name in ("best_replicas", "best_gpus", "best_cost_per_hour", "best_cost_per_mtok"):
-        out[name].attrs = ds[name].attrs
     out.attrs = {
         **ds.attrs,
         "sizing": "simulation",
