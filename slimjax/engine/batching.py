@@ -53,7 +53,10 @@ _REQ, _P, _J, _IN, _OUT, _FP, _ADMIT, _FIRST, _ARR = range(9)
 _FIELDS = 9
 
 
-def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: str):
+_WINDOW = 8  # arrivals a pointer moves over per pass (a pass more while all of them qualify)
+
+
+def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: str, stopping: bool = False):
     """(init, active, body) of one lane, each a function of (params, stream[, state]); the while loop over steps
     lives outside the vmap over lanes (:func:`run_lanes`), so a step writes the per-request arrays only where it
     completes requests (a vmapped while loop would select every carried array, per-request ones included, on
@@ -61,9 +64,20 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
 
     ``contiguous`` lanes (one replica on an open stream) need no routing: the queue is the stream itself, from
     ``head`` (the next request to admit) to the last arrival due; others route one arrival per iteration
-    through per-replica linked lists."""
+    through per-replica linked lists.
+
+    A step the slot width would stop an admission in is not taken: the lane stops with ``overflow`` set and its
+    state as before that step, so widening its slot rows (empty rows appended) and going on is a run as wide as
+    B from the start.
+
+    ``stopping`` (contiguous lanes; :func:`advance_lanes`): each step also counts the lane's requests certain to
+    miss a TTFT SLO (first token late, or none yet with the SLO already past at the step's end) and completed
+    requests over a TPOT SLO, with a relative margin of ``_STOP_MARGIN`` so that rounding cannot count one the
+    host would not."""
     R, S, C = replicas, slots, clients
     contiguous = R == 1 and not closed
+    if stopping and not contiguous:
+        raise ValueError("stopping counts need contiguous lanes (one replica on an open stream)")
 
     def init(params, stream):
         arrival = stream["arrival_s"]
@@ -93,6 +107,16 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
             stuck=jnp.zeros((), bool),  # an empty replica whose queue head does not fit its pool: stop, never spin
             overflow=jnp.zeros((), bool),
         )
+        if contiguous:
+            st["arrived"] = jnp.zeros(R, jnp.int32)  # requests arrived by the replica's last step start
+        if stopping:
+            st.update(
+                late_ptr=jnp.zeros((), jnp.int32),  # requests whose TTFT SLO passed by the last step's end
+                ttft_first=jnp.zeros((), jnp.int32),  # first tokens over the TTFT SLO
+                ttft_late=jnp.zeros((), jnp.int32),  # requests certain to miss it, as of the last step
+                tpot_late=jnp.zeros((), jnp.int32),  # completed requests over the TPOT SLO
+                stopped=jnp.zeros((), bool),
+            )
         if not contiguous:
             st.update(
                 t_arr=jnp.full(n, inf, dt),
@@ -130,7 +154,8 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
         busy = jnp.isfinite(jnp.min(ready(stream, st)))
         if not contiguous:
             busy = busy | jnp.isfinite(next_arrival(stream, st)[0])
-        return busy & ~st["stuck"] & ~st["overflow"]
+        busy = busy & ~st["stuck"] & ~st["overflow"]
+        return busy & ~st["stopped"] if stopping else busy
 
     def route(stream, st, go):
         """Route the earliest pending arrival where ``go``; a no-op elsewhere."""
@@ -199,6 +224,8 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
         head, free, count, sl = jax.lax.while_loop(can_admit, admit, (head0, free0, count0, st["slots"][r]))
         # the slot arrays, not the batch limit, stopped an admission: this lane's results are void (rerun wider)
         blocked = (count == S) & (count < batch) & waiting(head) & (footprint[jnp.clip(head, 0, n - 1)] <= free)
+        stop_wide = go & blocked
+        go = go & ~blocked  # the step is not taken: the state stays as before it, to go on wider
         pos = jnp.arange(S, dtype=jnp.int32)
         occ = pos < count
         p, j, i_len, o_len = sl[:, _P], sl[:, _J], sl[:, _IN], sl[:, _OUT]
@@ -251,7 +278,9 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
         st["head"] = jnp.where(at_r, head, st["head"])
         admitted_now = (count - count0).astype(jnp.int32)
         if contiguous:
-            qlen = jnp.searchsorted(arrival, t, side="right").astype(jnp.int32) - head
+            arrived = _pointer(st["arrived"][0], arrival, lambda a: a <= t)
+            st["arrived"] = jnp.where(go, arrived, st["arrived"])
+            qlen = arrived - head
         else:
             st["tail"] = jnp.where(at_r & (head < 0), -1, st["tail"])
             st["qlen"] = st["qlen"] - jnp.where(at_r, admitted_now, 0)
@@ -268,7 +297,23 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
         st["busy"] = jnp.where(at_r, st["busy"] + tau, st["busy"])
         st["steps"] = st["steps"] + go
         st["stuck"] = st["stuck"] | (go & (count == 0))
-        st["overflow"] = st["overflow"] | (go & blocked)
+        st["overflow"] = st["overflow"] | stop_wide
+        if stopping:
+            margin = 1.0 + _STOP_MARGIN
+            late_slo = params["ttft_slo_s"] * margin
+            arr = sl[:, _ARR]
+            late_first = jnp.sum(first & ((end - arr) > late_slo)).astype(jnp.int32)
+            # admitted with no first token yet: it comes at a later step's end, after this one's
+            waiting_late = jnp.sum(keep & ~first & (j_new == 0) & ((end - arr) > late_slo)).astype(jnp.int32)
+            late_ptr = _pointer(st["late_ptr"], arrival, lambda a: (end - a) > late_slo)
+            queued_late = jnp.maximum(late_ptr - head, 0)  # not admitted, SLO past at this end
+            ttft_first = st["ttft_first"] + jnp.where(go, late_first, 0)
+            st["ttft_first"] = ttft_first
+            st["late_ptr"] = jnp.where(go, late_ptr, st["late_ptr"])
+            st["ttft_late"] = jnp.where(go, ttft_first + waiting_late + queued_late, st["ttft_late"])
+            tpot = ((end - arr) - (t_first - arr)) / jnp.maximum(o_len - 1.0, 1.0)  # as request_times has it
+            slow = done & (o_len > 1.0) & (tpot > params["itl_slo_s"] * margin)
+            st["tpot_late"] = st["tpot_late"] + jnp.sum(slow).astype(jnp.int32)
         return st
 
     def body(params, stream, st):
@@ -284,15 +329,32 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
     return init, active, body
 
 
-def _records(stream, st, contiguous: bool):
+_STOP_MARGIN = 1e-5  # relative: a count the host's own arithmetic (another rounding) could not contradict
+
+
+def _pointer(ptr, arrival, due):
+    """The first index from ``ptr`` on whose arrival is not ``due`` (``due`` monotone along the sorted
+    stream, so the due ones are a run from ``ptr``), ``_WINDOW`` arrivals a pass."""
+    n = arrival.shape[0]
+
+    def scan(p):
+        idx = p + jnp.arange(_WINDOW, dtype=jnp.int32)
+        ok = (idx < n) & due(arrival[jnp.minimum(idx, n - 1)])
+        k = jnp.sum(jnp.cumprod(ok.astype(jnp.int32))).astype(jnp.int32)
+        return (p + k).astype(jnp.int32), k == _WINDOW
+
+    return jax.lax.while_loop(lambda c: c[1], lambda c: scan(c[0]), scan(ptr))[0]
+
+
+def _records(arrival, st, contiguous: bool, xp=jnp):
+    """The records of lanes (leading lane axis) from their state; ``arrival``: each lane's (lanes, N)."""
     rec = st["records"]
-    n = rec.shape[0]
-    return {
-        "arrival_s": stream["arrival_s"] if contiguous else st["t_arr"],
-        "admit_s": rec[:, 1],
-        "first_token_s": rec[:, 2],
-        "end_s": rec[:, 3],
-        "replica": jnp.zeros(n, jnp.int32) if contiguous else st["route"],
+    out = {
+        "arrival_s": arrival if contiguous else st["t_arr"],
+        "admit_s": rec[..., 1],
+        "first_token_s": rec[..., 2],
+        "end_s": rec[..., 3],
+        "replica": xp.zeros(rec.shape[:-1], xp.int32) if contiguous else st["route"],
         "busy_s": st["busy"],
         "queue_peak": st["queue_peak"],
         "held_peak": st["held_peak"],
@@ -302,54 +364,225 @@ def _records(stream, st, contiguous: bool):
         "stuck": st["stuck"],
         "overflow": st["overflow"],
     }
+    if "stopped" in st:
+        out["stopped"] = st["stopped"]
+    return out
 
 
-@functools.partial(jax.jit, static_argnames=("replicas", "slots", "clients", "closed", "router", "shared_stream"))
-def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, router="round_robin", shared_stream=True):
-    """§9 over lanes: every leaf of ``params`` has a leading lane axis; ``stream``'s leaves are (N,) shared by
-    every lane (``shared_stream``) or (lanes, N). Returns the records (per request arrival, admission, first
-    token and end times and replica; per replica busy time, peak queue and peak KV in use; per lane the
-    inter-token gap histogram, step count and whether it stuck) with a leading lane axis."""
+_STATIC = ("replicas", "slots", "clients", "closed", "router", "shared_stream")
+# what a lane carries to be stopped early (its job's index, SLOs and the late counts that settle a miss)
+STOP_KEYS = ("job", "ttft_slo_s", "itl_slo_s", "ttft_allowed", "tpot_allowed")
+
+
+def _fns(params, *, replicas, slots, clients, closed, router):
     if router not in ROUTERS:
         raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
-    init, active, body = _lane_fns(replicas=replicas, slots=slots, clients=clients, closed=closed, router=router)
-    axes = (0, None if shared_stream else 0)
-    state = jax.vmap(init, in_axes=axes)(params, stream)
+    stopping = "job" in params
+    return _lane_fns(
+        replicas=replicas, slots=slots, clients=clients, closed=closed, router=router, stopping=stopping
+    )
+
+
+def _axes(shared_stream):
+    return (0, None if shared_stream else 0)
+
+
+def _init(params, stream, *, shared_stream, **static):
+    init, _, _ = _fns(params, **static)
+    return jax.vmap(init, in_axes=_axes(shared_stream))(params, stream)
+
+
+def _advance(params, stream, state, outside, min_live, *, shared_stream, **static):
+    """Steps every lane until at most ``min_live`` lanes are live; (state, live). A stopping run stops every lane
+    of a job once the late counts of its lanes here plus ``outside`` (its lanes elsewhere, as last known: a
+    lower bound, counts only grow) reach the job's allowance (the count past which its quantile misses)."""
+    _, active, body = _fns(params, **static)
+    axes = _axes(shared_stream)
     live = jax.vmap(active, in_axes=(*axes, 0))
     step = jax.vmap(body, in_axes=(*axes, 0))
-    state = jax.lax.while_loop(lambda st: jnp.any(live(params, stream, st)), lambda st: step(params, stream, st), state)
-    contiguous = replicas == 1 and not closed
-    return jax.vmap(functools.partial(_records, contiguous=contiguous), in_axes=(axes[1], 0))(stream, state)
+
+    def stop(st):
+        if "job" not in params:
+            return st
+        job = params["job"]
+        lanes = job.shape[0]
+
+        def total(x):
+            return jax.ops.segment_sum(x, job, num_segments=lanes)[job]
+
+        late = (total(st["ttft_late"]) + outside["ttft"] >= params["ttft_allowed"]) | (
+            total(st["tpot_late"]) + outside["tpot"] >= params["tpot_allowed"]
+        )
+        return dict(st, stopped=st["stopped"] | late)
+
+    state = jax.lax.while_loop(
+        lambda st: jnp.sum(live(params, stream, st)) > min_live, lambda st: stop(step(params, stream, st)), stop(state)
+    )
+    return state, live(params, stream, state)
 
 
-def run_dealt(params, stream, *, shared_stream=True, **static):
-    """:func:`run_lanes` with the lanes dealt in equal chunks to every compute device (one core each on the CPU,
-    :mod:`.dispatch`); the same records, per lane, as one call."""
-    from .dispatch import compute_devices, pipelined
+init_lanes = jax.jit(_init, static_argnames=_STATIC)
+advance_lanes = jax.jit(_advance, static_argnames=_STATIC)
 
-    lanes = len(np.asarray(params["batch"]))
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, router="round_robin", shared_stream=True):
+    """§9 over lanes, to the end, at one slot width: every leaf of ``params`` has a leading lane axis;
+    ``stream``'s leaves are (N,) shared by every lane (``shared_stream``) or (lanes, N). Returns the records
+    (per request arrival, admission, first token and end times and replica; per replica busy time, peak queue
+    and peak KV in use; per lane the inter-token gap histogram, step count and whether it stuck or overflowed)
+    with a leading lane axis."""
+    static = dict(replicas=replicas, slots=slots, clients=clients, closed=closed, router=router)
+    state = _init(params, stream, shared_stream=shared_stream, **static)
+    lanes = params["batch"].shape[0]
+    outside = {"ttft": jnp.zeros(lanes, jnp.int32), "tpot": jnp.zeros(lanes, jnp.int32)}
+    state, _ = _advance(params, stream, state, outside, 0, shared_stream=shared_stream, **static)
+    arrival = jnp.broadcast_to(stream["arrival_s"], state["records"].shape[:-1])
+    return _records(arrival, state, replicas == 1 and not closed)
+
+
+FIRST_SLOTS = 16  # slot width a lane starts at (at most its batch limit to a power of two), doubled as needed
+PACKET_LANES = 128  # lanes a device steps together: past this the per-lane work dominates the per-step cost
+SMALLEST_PACKET = 8
+
+
+def _pow2(x):
+    return 2 ** np.ceil(np.log2(np.maximum(x, 1))).astype(int)
+
+
+def _widen(rows, width):
+    """Slot rows (R, s, F) with empty rows appended up to ``width``."""
+    extra = np.zeros((*rows.shape[:-2], width - rows.shape[-2], rows.shape[-1]), rows.dtype)
+    extra[..., _REQ] = -1.0
+    return np.concatenate([rows, extra], axis=-2)
+
+
+def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **static):
+    """§9 over lanes to the end, on every compute device, in packets (:data:`PACKET_LANES` lanes) that devices
+    take from one pool, each lane at the slot width it needs: it starts ``first`` wide (default
+    :data:`FIRST_SLOTS`; at most its batch limit, to a power of two) and goes on twice as wide from where the
+    width would have stopped an admission (the same results as slots as wide as B). A packet runs until a
+    quarter of its lanes are live; those go back to the pool, so the lanes still running are packed densely
+    and none waits for the longest. ``stop`` (contiguous lanes): per lane ``job``, ``ttft_slo_s``, ``itl_slo_s``
+    and per job ``ttft_allowed``, ``tpot_allowed``: a job's lanes stop once its late count reaches either
+    (:func:`_advance`). Returns numpy records per lane, as :func:`run_lanes` (``stopped`` too, when stopping)."""
+    import threading
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .dispatch import compute_devices
+
+    static = {"clients": 1, "closed": False, "router": "round_robin", **static}
+    params = jax.tree_util.tree_map(np.asarray, params)
+    stream = {k: np.asarray(v) for k, v in stream.items()}
+    lanes = len(params["batch"])
+    need = _pow2(params["batch"])
+    width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first)).astype(int)
+    contiguous = static["replicas"] == 1 and not static.get("closed", False)
+    per_lane = dict(params)
+    job = None
+    if stop is not None:
+        job = np.asarray(stop["job"], np.int64)
+        for k in ("ttft_slo_s", "itl_slo_s"):
+            per_lane[k] = np.asarray(stop[k], params["batch"].dtype)
+        for k in ("ttft_allowed", "tpot_allowed"):
+            per_lane[k] = np.asarray(stop[k], np.int64)[job].astype(np.int32)
+    state = jax.device_get(init_lanes(_marked(per_lane, job), stream, slots=1, shared_stream=shared_stream, **static))
+    state = {k: np.array(v) for k, v in state.items()}
+    rows = [_widen(state["slots"][k], width[k]) for k in range(lanes)]
+    del state["slots"]
+    pending = {}
+    for k in range(lanes):
+        pending.setdefault(int(width[k]), deque()).append(k)
     devices = compute_devices()
-    d = max(1, min(len(devices), lanes))
-    per = -(-lanes // d)
-    per = 2 ** int(np.ceil(np.log2(per)))  # few distinct shapes to compile (each costs about a second)
-    index = np.minimum(np.arange(per * d), lanes - 1)  # the last lane repeated as padding, dropped below
-    chunks = [index[k * per : (k + 1) * per] for k in range(d)]
+    lock = threading.Condition()
+    busy = [0]
 
-    def run(chunk, device):
-        sub = jax.tree_util.tree_map(lambda x: jax.device_put(np.asarray(x)[chunk], device), params)
-        take = (lambda x: np.asarray(x)) if shared_stream else (lambda x: np.asarray(x)[chunk])
-        st = jax.tree_util.tree_map(lambda x: jax.device_put(take(x), device), stream)
-        return run_lanes(sub, st, shared_stream=shared_stream, **static)
+    def take():
+        with lock:
+            while True:
+                groups = [w for w, q in pending.items() if q]
+                if groups:
+                    w = max(groups, key=lambda g: len(pending[g]))
+                    q = pending[w]
+                    got = [q.popleft() for _ in range(min(PACKET_LANES, len(q)))]
+                    busy[0] += 1
+                    return w, np.array(got)
+                if busy[0] == 0:
+                    return None
+                lock.wait()
 
-    parts = [jax.device_get(out) for _, out in pipelined(chunks, run, devices[:d])]
-    return {key: np.concatenate([np.asarray(p[key]) for p in parts])[:lanes] for key in parts[0]}
+    def packet(w, got, device):
+        size = max(SMALLEST_PACKET, int(_pow2(len(got))))
+        idx = np.concatenate([got, np.full(size - len(got), got[-1])])
+        sub = _take(per_lane, idx)
+        sub_state = {k: v[idx] for k, v in state.items()}
+        sub_state["slots"] = np.stack([rows[i] for i in idx])
+        pad = np.arange(size) >= len(got)
+        sub_state["stuck"] = sub_state["stuck"] | pad  # padding lanes never step
+        outside = {"ttft": np.zeros(size, np.int32), "tpot": np.zeros(size, np.int32)}
+        if job is not None:
+            local = np.unique(job[got], return_inverse=True)[1].reshape(-1)
+            sub["job"] = np.concatenate([local, np.full(size - len(got), size - 1)]).astype(np.int32)
+            for name, key in (("ttft", "ttft_late"), ("tpot", "tpot_late")):
+                with lock:
+                    known = np.bincount(job, weights=state[key], minlength=job.max() + 1)
+                    mine = np.bincount(job[got], weights=state[key][got], minlength=job.max() + 1)
+                outside[name][: len(got)] = (known - mine)[job[got]]
+        sub_stream = stream if shared_stream else {k: v[idx] for k, v in stream.items()}
+        put = functools.partial(jax.device_put, device=device)
+        out, live = advance_lanes(
+            jax.tree_util.tree_map(put, sub),
+            jax.tree_util.tree_map(put, sub_stream),
+            jax.tree_util.tree_map(put, sub_state),
+            jax.tree_util.tree_map(put, outside),
+            size // 4 if size > SMALLEST_PACKET else 0,
+            slots=w,
+            shared_stream=shared_stream,
+            **static,
+        )
+        out, live = jax.device_get((out, live))
+        n = len(got)
+        with lock:
+            for k, v in out.items():
+                if k != "slots":
+                    state[k][got] = v[:n]
+            for i, lane in enumerate(got):
+                rows[lane] = out["slots"][i]
+                if live[i]:
+                    pending.setdefault(w, deque()).append(lane)
+                elif out["overflow"][i] and not out["stuck"][i] and not out.get("stopped", np.zeros(n, bool))[i]:
+                    state["overflow"][lane] = False  # the step it stopped at is taken again, wider
+                    rows[lane] = _widen(rows[lane], 2 * w)
+                    pending.setdefault(2 * w, deque()).append(lane)
+            busy[0] -= 1
+            lock.notify_all()
 
+    def worker(device):
+        while (task := take()) is not None:
+            try:
+                packet(*task, device)
+            except BaseException:
+                with lock:
+                    busy[0] -= 1
+                    pending.clear()
+                    lock.notify_all()
+                raise
 
-FIRST_SLOTS = 16  # slot width of a lane's first run; widened by doubling where the width, not B, stopped admission
+    with ThreadPoolExecutor(len(devices)) as pool:
+        for f in [pool.submit(worker, d) for d in devices]:
+            f.result()
+    arrival = np.broadcast_to(stream["arrival_s"], state["records"].shape[:-1])
+    return _records(arrival, state, contiguous, xp=np)
 
 
 def _take(tree, idx):
     return jax.tree_util.tree_map(lambda x: np.asarray(x)[idx], tree)
+
+
+def _marked(params, job):
+    """``params`` with the stop keys' ``job`` where stopping (the init needs its counters)."""
+    return params if job is None else dict(params, job=np.zeros(len(job), np.int32))
 
 
 def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients=None):
@@ -357,71 +590,25 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
     (K,)), ``batch`` (K,), ``footprint`` (K, N), ``stream`` (arrival_s, input_len, output_len), (N,) each.
 
     Every op of a step is over a lane's slots, so slots are as wide as the requests a replica actually holds
-    at once, not as its batch limit: each candidate first runs at ``FIRST_SLOTS`` (or its batch limit rounded
-    up to a power of two, if smaller); one whose admission the width stopped (``overflow``) runs again at twice
-    the width, up to its limit. The results are those of slots as wide as B: a run that never filled its slots
-    never met their bound. Candidates of equal width run as one group.
+    at once, not as its batch limit (:func:`run_pool`): the results are those of slots as wide as B.
     Returns numpy records: per request (K, N) in stream order, per replica (K, R), per candidate (K, …)."""
     batch = np.asarray(batch)
     if router == "round_robin" and clients is None:
         return simulate_round_robin(terms, batch, footprint, stream, np.full(len(batch), int(replicas)))
 
-    def run(idx, width):
-        return _simulate_group(
-            _take(terms, idx),
-            batch[idx],
-            np.asarray(footprint)[idx],
-            stream,
-            slots=width,
-            replicas=replicas,
-            router=router,
-            clients=clients,
-        )
-
-    return _widened(run, batch)
-
-
-def _simulate_group(
-    terms, batch, footprint, stream, *, slots: int, replicas: int, router: str = "round_robin", clients=None
-):
-    """One group of :func:`simulate_candidates`, every lane ``slots`` wide: one lane holds all R replicas
-    (``least_loaded`` and closed loops couple them). Round robin on an open stream goes to
-    :func:`simulate_round_robin` instead."""
-    per_candidate = dict(terms, batch=batch, footprint=footprint)
-    closed = clients is not None
-    return run_dealt(
-        per_candidate, stream, replicas=int(replicas), slots=slots, clients=clients or 1, closed=closed, router=router
+    # one lane holds all R replicas: least_loaded and closed loops couple them
+    return run_pool(
+        dict(terms, batch=batch, footprint=np.asarray(footprint)),
+        stream,
+        replicas=int(replicas),
+        clients=clients or 1,
+        closed=clients is not None,
+        router=router,
     )
 
 
-LANE_ELEMENTS = 1 << 22  # requests × lanes per call of the sub-lane runs (their per-request arrays)
-
-
-def _pow2(x):
-    return 2 ** np.ceil(np.log2(np.maximum(x, 1))).astype(int)
-
-
-def _widened(run, batch, first=None):
-    """``run(idx, width)``'s records for lanes ``idx`` at slot width ``width``, every lane first ``first`` wide
-    (default ``FIRST_SLOTS``; at most its batch limit, to a power of two) and rerun at twice the width where the
-    width, not B, stopped an admission (``overflow``); lanes of equal width run together. Records per lane."""
-    need = _pow2(batch)
-    width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first))
-    out, pending = None, np.arange(len(batch))
-    while pending.size:
-        retry = []
-        for w in np.unique(width[pending]):
-            idx = pending[width[pending] == w]
-            got = run(idx, int(w))
-            if out is None:
-                out = {k: np.zeros((len(batch), *np.shape(v)[1:]), np.asarray(v).dtype) for k, v in got.items()}
-            wider = np.asarray(got["overflow"]) & (w < need[idx])
-            for k, v in got.items():
-                out[k][idx[~wider]] = np.asarray(v)[~wider]
-            width[idx[wider]] = 2 * w
-            retry.append(idx[wider])
-        pending = np.concatenate(retry)
-    return out
+LANE_ELEMENTS = 1 << 22  # requests × lanes in one pool of the sub-lane runs (their per-request arrays)
+POOL_LANES = 8192  # lanes in one pool at most (each carries a gap histogram)
 
 
 def simulate_round_robin(terms, batch, footprint, stream, replicas):
@@ -432,7 +619,9 @@ def simulate_round_robin(terms, batch, footprint, stream, replicas):
     return round_robin_jobs(terms, batch, [footprint], [stream], np.zeros(K, int), np.arange(K), replicas)[0]
 
 
-def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidate, job_replicas, first_slots=None):
+def round_robin_jobs(
+    terms, batch, footprints, streams, job_stream, job_candidate, job_replicas, first_slots=None, stop=None
+):
     """§9 under round robin for jobs (stream s, candidate c, R replicas) over several open streams at once.
 
     Round robin makes the replicas independent (request i is replica i mod R's whatever the others do), so each
@@ -443,7 +632,9 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
     ``streams[s]``: arrival_s, input_len, output_len (N_s,); ``first_slots`` (J,): each job's first slot width
     (default ``FIRST_SLOTS``; a good guess, such as the requests a replica held in an earlier run, saves reruns).
     Returns per stream the records of its jobs, in job order: per request (J_s, N_s), per replica (J_s, max R),
-    per job (J_s, …); ``replicas`` the R of each."""
+    per job (J_s, …); ``replicas`` the R of each. ``stop``: per job ``ttft_slo_s``, ``itl_slo_s``, ``ttft_allowed``,
+    ``tpot_allowed`` (:func:`run_pool`): a job's sub-lanes stop once it is certain to miss (its records are then
+    incomplete and ``stopped`` is set)."""
     job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
     R = np.asarray(job_replicas, dtype=np.int64).reshape(len(job_stream))
     batch = np.asarray(batch)
@@ -468,10 +659,11 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
         rec["held_peak"] = np.zeros((len(mine), r_max), np.int32)
         rec.update(gaps=np.zeros((len(mine), GAP_BINS), dt), steps=np.zeros(len(mine), np.int64))
         rec.update(stuck=np.zeros(len(mine), bool), overflow=np.zeros(len(mine), bool), replicas=R[mine])
+        rec["stopped"] = np.zeros(len(mine), bool)
         out.append(rec)
     for m in np.unique(bucket):
         lanes = np.flatnonzero(bucket == m)
-        per_call = max(1, LANE_ELEMENTS // m)
+        per_call = max(1, min(POOL_LANES, LANE_ELEMENTS // m))
         for start in range(0, len(lanes), per_call):
             chunk = lanes[start : start + per_call]
             j, r = lane_job[chunk], lane_rep[chunk]
@@ -490,13 +682,12 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
                     sub[k][at] = np.where(ok, np.asarray(streams[s][k])[safe[at]], sub[k][at])
             params["footprint"] = fp
             first = None if first_slots is None else np.asarray(first_slots)[j]
-            got = _widened(
-                lambda idx, w, params=params, sub=sub: run_dealt(
-                    _take(params, idx), _take(sub, idx), replicas=1, slots=w, shared_stream=False
-                ),
-                np.asarray(params["batch"]),
-                first,
-            )
+            lane_stop = None
+            if stop is not None:
+                lane_stop = {k: np.asarray(stop[k])[j] for k in ("ttft_slo_s", "itl_slo_s")}
+                jobs, local = np.unique(j, return_inverse=True)
+                lane_stop.update(job=local.reshape(-1), **{k: np.asarray(stop[k])[jobs] for k in STOP_KEYS[3:]})
+            got = run_pool(params, sub, first=first, shared_stream=False, stop=lane_stop, replicas=1)
             for s in np.unique(s_of):
                 at = np.flatnonzero(s_of == s)
                 rec, rows = out[s], row[j[at]]
@@ -508,8 +699,9 @@ def round_robin_jobs(terms, batch, footprints, streams, job_stream, job_candidat
                     rec[key][rows, r[at]] = got[key][at, 0]
                 np.add.at(rec["gaps"], rows, got["gaps"][at])
                 np.add.at(rec["steps"], rows, got["steps"][at])
-                for key in ("stuck", "overflow"):
-                    np.logical_or.at(rec[key], rows, got[key][at])
+                for key in ("stuck", "overflow", "stopped"):
+                    if key in got:
+                        np.logical_or.at(rec[key], rows, got[key][at])
     return out
 
 

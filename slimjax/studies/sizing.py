@@ -103,9 +103,34 @@ def _reason(m: dict, slo: dict) -> np.ndarray:
 JOB_ELEMENTS = 1 << 24  # jobs × requests simulated in one call (their per-request records)
 
 
-def _evaluate(terms, batch, footprints, streams, job_stream, job_candidate, replicas, slo, first_slots=None):
+def _allowed(n, quantile: float):
+    """The late count that settles a miss: with that many of n values over the SLO, numpy's linear p-quantile
+    (from x[⌊q(n−1)⌋] up) is over it too (⌊·⌋ taken low, so rounding cannot make it one short)."""
+    n = np.asarray(n, np.int64)
+    return np.where(n > 0, n - np.floor(quantile * (n - 1) - 1e-9).astype(np.int64), np.iinfo(np.int32).max)
+
+
+def _stops(streams, job_stream, replicas, slo, max_replicas):
+    """What lets a job's simulation stop once it must miss the TTFT or TPOT SLO (:func:`engine.run_pool`): such
+    a job fails whatever the rest of its stream does, and its incomplete records read as failing. The TPOT stop
+    is off at ``max_replicas``, where the failing SLO is reported (a stopped run reads as a TTFT miss)."""
+    n = np.array([len(st["arrival_s"]) for st in streams])[job_stream]
+    n_tpot = np.array([np.sum(np.asarray(st["output_len"]) > 1) for st in streams])[job_stream]
+    tpot = np.where(np.asarray(replicas) >= max_replicas, np.iinfo(np.int32).max, _allowed(n_tpot, slo["quantile"]))
+    return {
+        "ttft_slo_s": np.full(len(n), float(slo["ttft_s"])),
+        "itl_slo_s": np.full(len(n), float(slo["itl_s"])),
+        "ttft_allowed": _allowed(n, slo["quantile"]),
+        "tpot_allowed": tpot,
+    }
+
+
+def _evaluate(
+    terms, batch, footprints, streams, job_stream, job_candidate, replicas, slo, first_slots=None, max_replicas=None
+):
     """Simulate jobs (stream, candidate, R) on their streams; (reason codes, metrics) per job, the metrics with
-    ``held``: the most requests one replica held at once."""
+    ``held``: the most requests one replica held at once. With ``max_replicas`` a job stops as soon as it must
+    miss (:func:`_stops`): its code is then a TTFT miss, exact at ``max_replicas`` and only "fails" below it."""
     J = len(job_stream)
     reason, metrics = np.zeros(J, np.int64), {}
     size = np.array([len(st["arrival_s"]) for st in streams])[job_stream]
@@ -113,8 +138,11 @@ def _evaluate(terms, batch, footprints, streams, job_stream, job_candidate, repl
     for c in np.unique(chunk):
         part = np.flatnonzero(chunk == c)
         first = None if first_slots is None else np.asarray(first_slots)[part]
+        stop = None
+        if max_replicas is not None:
+            stop = _stops(streams, job_stream[part], replicas[part], slo, max_replicas)
         records = engine.round_robin_jobs(
-            terms, batch, footprints, streams, job_stream[part], job_candidate[part], replicas[part], first
+            terms, batch, footprints, streams, job_stream[part], job_candidate[part], replicas[part], first, stop
         )
         for s, rec in enumerate(records):
             at = part[job_stream[part] == s]
@@ -161,7 +189,16 @@ def search_replicas(
         # first slot width: the last run's peak scaled to this R (a replica of R holds ~1/R of the stream)
         guess = np.where(np.isnan(held[idx]), engine.FIRST_SLOTS, held[idx] * tried[idx] / cur[idx] * 1.25)
         code, m = _evaluate(
-            terms, batch, footprints, streams, job_stream[idx], job_candidate[idx], cur[idx], slo, np.maximum(guess, 4)
+            terms,
+            batch,
+            footprints,
+            streams,
+            job_stream[idx],
+            job_candidate[idx],
+            cur[idx],
+            slo,
+            np.maximum(guess, 4),
+            max_replicas,
         )
         held[idx], tried[idx] = m["held"], cur[idx]
         met = code == 0
