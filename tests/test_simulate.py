@@ -149,7 +149,8 @@ def test_closed_loop_equals_the_event_loop():
 
 def test_round_robin_lanes_equal_one_lane_of_all_replicas():
     """Open-stream round robin runs each replica as its own lane; the same requests in one lane of R replicas
-    give the same per-request times."""
+    give the same per-request times (to rounding: one-replica lanes take decode-only stretches at once, whose sums
+    run in another order)."""
     sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 4, replicas=3))
     model, gpu, serving, batch, _ = simulate._broadcast(sim)
     terms, fp, _ = simulate.candidate_inputs(model, gpu, serving, sim.stream, np.float64)
@@ -158,7 +159,7 @@ def test_round_robin_lanes_equal_one_lane_of_all_replicas():
         split = engine.simulate_candidates(terms, batch, fp, stream, replicas=3)
         joint = dict(engine.run_lanes(dict(terms, batch=batch, footprint=fp), stream, replicas=3, slots=4))
     for key in ("first_token_s", "end_s"):
-        np.testing.assert_array_equal(split[key], np.asarray(joint[key]))
+        np.testing.assert_allclose(split[key], np.asarray(joint[key]), rtol=1e-14, atol=0)
 
 
 def test_lone_request_is_section_4():

@@ -316,11 +316,60 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
             st["tpot_late"] = st["tpot_late"] + jnp.sum(slow).astype(jnp.int32)
         return st
 
+    def coast(params, stream, st, go):
+        """Up to ``_COAST_STEPS`` decode-only steps at once where ``go`` and nothing else can happen in them: every
+        held request decoding, none completing, no admission (the queue head not yet arrived at a step's start,
+        or held back by the batch limit or the pool, which decode steps do not change). Each step's τ from the
+        same terms as :func:`step`'s, its start the previous one's end (the same additions as one step at a
+        time); the step after them is an ordinary one, so queue peaks and late counts are taken there."""
+        arrival = stream["arrival_s"]
+        dt, n = arrival.dtype, arrival.shape[0]
+        inf = jnp.asarray(jnp.inf, dt)
+        roof = params["roof"]
+        sl, count, head, free = st["slots"][0], st["admitted"][0], st["head"][0], st["free"][0]
+        occ = jnp.arange(S, dtype=jnp.int32) < count
+        p, j, i_len, o_len = sl[:, _P], sl[:, _J], sl[:, _IN], sl[:, _OUT]
+        dec = occ & (p >= i_len)
+        d = jnp.sum(dec)
+        ahead = jnp.arange(_COAST_STEPS, dtype=dt)
+        context = (i_len + j)[:, None] + ahead  # (slots, steps): each decode's context at each step
+        zero = jnp.zeros((), dt)
+        tau = batching.step_time(
+            jnp.broadcast_to(d.astype(dt), ahead.shape),
+            jnp.sum(jnp.where(dec[:, None], context, zero), axis=0),
+            jnp.sum(jnp.where(dec[:, None], batching.context_kv_bytes(context, roof), zero), axis=0),
+            zero,
+            zero,
+            roof,
+            params["a_pre"],
+            params["a_dec"],
+            params["step_overhead_s"],
+        )
+        ends, t = [], st["clock"][0]
+        for k in range(_COAST_STEPS):  # sequential, as the steps add up one at a time
+            t = t + tau[k]
+            ends.append(t)
+        ends = jnp.stack(ends)
+        starts = jnp.concatenate([st["clock"][:1], ends[:-1]])
+        fits = (head < n) & (count < params["batch"]) & (params["footprint"][jnp.clip(head, 0, n - 1)] <= free)
+        head_t = jnp.where(fits, arrival[jnp.minimum(head, n - 1)], inf)
+        left = jnp.min(jnp.where(dec, o_len - j, inf))  # tokens to the first completion
+        ok = go & (count > 0) & (d == count) & (ahead < left - 1.0) & (starts < head_t)
+        take = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
+        k = jnp.sum(take).astype(jnp.int32)
+        st = dict(st)
+        st["slots"] = st["slots"].at[0, :, _J].set(jnp.where(dec, j + k.astype(dt), j))
+        st["clock"] = jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], st["clock"])
+        st["busy"] = st["busy"].at[0].add(jnp.sum(jnp.where(take, tau, zero)))
+        st["gaps"] = st["gaps"].at[jnp.where(take, _gap_bin(tau), GAP_BINS)].add(d.astype(dt), mode="drop")
+        st["steps"] = st["steps"] + k
+        return st
+
     def body(params, stream, st):
         live = active(params, stream, st)
         soonest = jnp.min(ready(stream, st))
         if contiguous:
-            return step(params, stream, st, live)
+            return step(params, stream, coast(params, stream, st, live), live)
         t, _ = next_arrival(stream, st)
         arriving = live & jnp.isfinite(t) & (t <= soonest)
         st = route(stream, st, arriving)
@@ -329,6 +378,7 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
     return init, active, body
 
 
+_COAST_STEPS = 32  # decode-only steps one iteration may take at once (contiguous lanes)
 _STOP_MARGIN = 1e-5  # relative: a count the host's own arithmetic (another rounding) could not contradict
 
 
@@ -378,9 +428,7 @@ def _fns(params, *, replicas, slots, clients, closed, router):
     if router not in ROUTERS:
         raise ValueError(f"router must be one of {ROUTERS}, got {router!r}")
     stopping = "job" in params
-    return _lane_fns(
-        replicas=replicas, slots=slots, clients=clients, closed=closed, router=router, stopping=stopping
-    )
+    return _lane_fns(replicas=replicas, slots=slots, clients=clients, closed=closed, router=router, stopping=stopping)
 
 
 def _axes(shared_stream):
