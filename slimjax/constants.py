@@ -42,6 +42,9 @@ API_DEFAULTS = {
 # Stores and schedulers.
 COMPRESSIONS = ("none", "zstd")
 SCHEDULERS = ("local", "dask")
+# how a tensor-parallel group's GPUs are linked (MODEL.md §4c): switch (NVSwitch: the per-GPU figure whatever n),
+# mesh (xGMI: one link of link_gbs to each peer, n − 1 of them in use), pcie (the host switch's per-GPU figure)
+LINK_TOPOLOGIES = ("switch", "mesh", "pcie")
 ROUTERS = ("round_robin", "least_loaded")  # how a §9 fleet deals arrivals to its replicas
 DEFAULT_MEMORY_BUDGET = "256MiB"
 

@@ -165,6 +165,12 @@ def moe_weight_bytes(n, M_W, ext):
     return M_W - (E - distinct) * ext["routed"]
 
 
+def link_bytes_per_s(gpu, n):
+    """η_link·BW_link(n) of MODEL.md §4c's topologies: a mesh's n − 1 peer links, else the per-GPU figure."""
+    links = max(n - 1, 1) if gpu.get("link_mesh", 0.0) else 1
+    return gpu.get("link_efficiency", 1.0) * links * gpu.get("link_bytes_per_s", 0.0)
+
+
 def comm_seconds(tokens, ext):
     """2·L·t_ar(tokens·D·2) (MODEL.md §4c) for ``ext`` = {n, L, D, link, tau}; 0 without."""
     if not ext or ext.get("n", 1) <= 1 or not ext.get("link"):
@@ -254,7 +260,7 @@ def capacity_point(arch, gpu, serving, B, I, O, measured=None):
         n=sv["n_gpu"],
         L=L,
         D=arch["hidden"],
-        link=gpu.get("link_bytes_per_s", 0.0),
+        link=link_bytes_per_s(gpu, sv["n_gpu"]),
         tau=gpu.get("allreduce_latency_s", 0.0),
     )
     rest = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from reference import footprint, kv_bytes_per_layer_token, moe_weight_bytes, peak_flops
+from reference import footprint, kv_bytes_per_layer_token, link_bytes_per_s, moe_weight_bytes, peak_flops
 
 
 def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
@@ -25,7 +25,7 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
         a_pre = a_dec = 4 * L * H * arch["head_dim"]
     M_W = arch["n_params"] * sv["bytes_per_weight"]
     n = sv["n_gpu"]
-    link = gpu.get("link_bytes_per_s", 0.0)
+    link = link_bytes_per_s(gpu, sv["n_gpu"])
     return dict(
         P_act=arch["n_params"] - arch["n_moe_layers"] * (arch["n_experts"] - arch["experts_per_token"]) * P_e,
         a_pre=a_pre,

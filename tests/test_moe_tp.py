@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import slimjax
+from slimjax.errors import SlimjaxError
+from slimjax.inputs import catalog
 from slimjax.inputs.catalog import resolve_model
 from slimjax.model import experts, parallel, roofline
 
@@ -126,6 +128,45 @@ def test_allreduce_matches_nccl_bus_bandwidth_relation():
     fixed, per_token = parallel.tp_comm_terms(80, 8192, 8.0, link, 1e-5)
     assert float(fixed + 512 * per_token) == pytest.approx(
         2 * 80 * float(parallel.allreduce_time(512 * 8192 * 2, 8.0, link, 1e-5))
+    )
+
+
+@pytest.mark.parametrize(
+    "gpu, n, hand_s",
+    [
+        # x = 512 tokens · 8192 · 2 bytes = 8 MiB; t_ar = 10 µs + 2(n − 1)/n · x / BW_link(n)
+        ("H100-SXM", 8, 1e-5 + 2 * 7 / 8 * 8388608 / 450e9),  # NVSwitch: 450 GB/s whatever n
+        ("H100-SXM", 2, 1e-5 + 2 * 1 / 2 * 8388608 / 450e9),
+        ("MI300X", 2, 1e-5 + 2 * 1 / 2 * 8388608 / 64e9),  # xGMI mesh: one 64 GB/s link to the peer
+        ("MI300X", 8, 1e-5 + 2 * 7 / 8 * 8388608 / 448e9),  # seven links in parallel rings
+        ("L40S", 4, 1e-5 + 2 * 3 / 4 * 8388608 / 32e9),  # PCIe 4.0 x16 through the host
+    ],
+)
+def test_link_topology_against_hand_numbers(gpu, n, hand_s):
+    """§4c's BW_link(n) per topology, from the catalog entry, against hand arithmetic."""
+    g = catalog.resolve_gpu(gpu)[1]
+    bw = parallel.link_bandwidth(float(n), g["link_bytes_per_s"], g["link_mesh"], g["link_efficiency"])
+    assert float(parallel.allreduce_time(512 * 8192 * 2.0, float(n), bw, g["allreduce_latency_s"])) == pytest.approx(
+        hand_s, rel=1e-12
+    )
+
+
+def test_link_topology_and_efficiency_are_checked_and_scale_the_link():
+    """A mesh needs its per-peer link; a per-GPU figure on a mesh, a bad topology or η outside (0, 1] is an error
+    naming the key; η_link scales the bandwidth."""
+    base = {"name": "X", "tflops": 100, "bandwidth_tbs": 1, "memory_gib": 80}
+    for bad, key in (
+        ({"link_topology": "mesh"}, "link_gbs"),
+        ({"link_topology": "mesh", "interconnect_gbs": 448}, "interconnect_gbs"),
+        ({"link_topology": "ring"}, "link_topology"),
+        ({"interconnect_gbs": 450, "link_gbs": 64}, "link_gbs"),
+        ({"interconnect_gbs": 450, "link_efficiency": 1.5}, "link_efficiency"),
+    ):
+        with pytest.raises(SlimjaxError, match=key):
+            catalog.resolve_gpu({**base, **bad})
+    g = catalog.resolve_gpu({**base, "interconnect_gbs": 450, "link_efficiency": 0.6})[1]
+    assert float(parallel.link_bandwidth(8.0, g["link_bytes_per_s"], g["link_mesh"], g["link_efficiency"])) == (
+        pytest.approx(0.6 * 450e9, rel=1e-15)
     )
 
 

@@ -55,6 +55,8 @@ gpus = st.fixed_dictionaries(
         flops_fp8_per_s=st.just(0.0),
         flops_fp4_per_s=st.just(0.0),
         link_bytes_per_s=st.just(0.0),
+        link_mesh=st.just(0.0),
+        link_efficiency=st.just(1.0),
         allreduce_latency_s=st.just(1e-5),
     )
 )

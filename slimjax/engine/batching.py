@@ -14,6 +14,10 @@ requests (head, tail, next), so routing and admission are O(1) each.
 Streams: open (arrival times known; padding requests arrive at +inf and are never routed) or closed loop
 (C clients; request i belongs to client i mod C and its successor i + C arrives when it completes).
 
+A one-replica open-stream lane takes a decode-only stretch (every held request decoding, none completing, no
+admission possible) as up to ``_COAST_STEPS`` steps in one iteration: each step's τ from the same terms, its start
+the previous one's end, so the results are those of one step at a time (to the order of a sum).
+
 Per request the loop records arrival, admission, first-token and completion times (written once, at
 completion) and its replica; per replica its busy time, peak queue (requests still waiting after a step's
 admission) and peak KV in use; per lane a histogram of every inter-token gap (log bins, for the token-gap

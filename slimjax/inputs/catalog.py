@@ -511,6 +511,44 @@ def _latency(row: Mapping, key: str, field: str) -> float:
     return checked_number(value, f"{field}.{key}", lambda v: v >= 0, "non-negative")
 
 
+def _topology(row: Mapping, field: str) -> str:
+    value = row.get("link_topology", "switch")
+    if value not in constants.LINK_TOPOLOGIES:
+        raise SlimjaxError(
+            f"{field}.link_topology", f"must be one of {', '.join(constants.LINK_TOPOLOGIES)}, got {value!r}"
+        )
+    return value
+
+
+def _link_figure(row: Mapping, key: str, field: str) -> float:
+    """The link figure in GB/s: ``interconnect_gbs`` per GPU (switch, PCIe) or ``link_gbs`` per peer (mesh)."""
+    if _topology(row, field) == "mesh":
+        if row.get(key) is not None:
+            raise SlimjaxError(
+                f"{field}.{key}",
+                "a mesh GPU gives its per-peer link as link_gbs (BW_link(n) = (n − 1)·link_gbs, MODEL.md §4c), "
+                "not a per-GPU figure",
+            )
+        if row.get("link_gbs") is None:
+            raise SlimjaxError(f"{field}.link_gbs", "link_topology: mesh needs link_gbs, one peer link's GB/s")
+        return positive_number(row["link_gbs"], f"{field}.link_gbs")
+    if row.get("link_gbs") is not None:
+        raise SlimjaxError(
+            f"{field}.link_gbs",
+            f"link_gbs is a mesh's per-peer link; a {_topology(row, field)} GPU's figure is {key} (per GPU)",
+        )
+    return optional_positive(row, key, field)
+
+
+def _is_mesh(row: Mapping, key: str, field: str) -> float:
+    return float(_topology(row, field) == "mesh")
+
+
+def _link_efficiency(row: Mapping, key: str, field: str) -> float:
+    value = row.get(key, 1.0)
+    return checked_number(value, f"{field}.{key}", lambda v: 0 < v <= 1, "in (0, 1]")
+
+
 @dataclasses.dataclass(frozen=True)
 class GPUField:
     """One row of the GPU table: a catalog key (catalog units) read into a GPUSpec field (base units)."""
@@ -542,11 +580,14 @@ for _row in (
     GPUField("fp8_tflops", "flops_fp8_per_s", 1e12, optional_positive, "dense FP8 peak, TFLOP/s"),
     GPUField("fp4_tflops", "flops_fp4_per_s", 1e12, optional_positive, "dense FP4 peak, TFLOP/s"),
     # tensor-parallel link (MODEL.md §4c; 0: no figure, no cost)
-    GPUField("interconnect_gbs", "link_bytes_per_s", 1e9, optional_positive, "per-GPU one-direction link, GB/s"),
+    GPUField("interconnect_gbs", "link_bytes_per_s", 1e9, _link_figure, "link per direction, GB/s (mesh: link_gbs)"),
+    GPUField("link_topology", "link_mesh", 1.0, _is_mesh, "switch | mesh | pcie (1: mesh)"),
+    GPUField("link_efficiency", "link_efficiency", 1.0, _link_efficiency, "achieved fraction of nominal link η_link"),
     GPUField("allreduce_latency_us", "allreduce_latency_s", 1e-6, _latency, "latency τ per all-reduce, µs"),
 ):
     register_gpu_field(_row)
-_GPU_META = ("name", "aliases", "source", "link_source")  # keys of an entry that are not specs
+# keys of an entry that are not specs of their own (link_gbs: a mesh's link figure, read as interconnect_gbs' field)
+_GPU_META = ("name", "aliases", "source", "link_source", "link_gbs")
 
 
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
@@ -555,7 +596,7 @@ def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
     if unknown:
         raise SlimjaxError(
             f"{field}.{sorted(unknown)[0]}",
-            f"unknown GPU key; expected {', '.join(GPU_FIELDS)}",
+            f"unknown GPU key; expected {', '.join((*GPU_FIELDS, *_GPU_META))}",
         )
     return {r.field: r.read(row, r.key, field) * r.scale for r in GPU_FIELDS.values()}
 

@@ -114,7 +114,11 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
     else:
         e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
         comm_fixed, comm_per_token = parallel.tp_comm_terms(
-            model.n_layers, model.hidden, serving.n_gpu, gpu.link_bytes_per_s, gpu.allreduce_latency_s
+            model.n_layers,
+            model.hidden,
+            serving.n_gpu,
+            parallel.link_bandwidth(serving.n_gpu, gpu.link_bytes_per_s, gpu.link_mesh, gpu.link_efficiency),
+            gpu.allreduce_latency_s,
         )
     roof = dict(
         active_params=experts.active_params(

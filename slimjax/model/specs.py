@@ -103,7 +103,8 @@ class GPUSpec(FieldSpec):
     (:data:`slimjax.inputs.catalog.GPU_FIELDS`): ``flops_per_s`` (F_max, dense bf16 FLOP/s),
     ``bandwidth_bytes_per_s`` (BW_max), ``memory_bytes`` (M_VRAM), ``price_per_hour`` (illustrative
     $/GPU-hour), ``flops_fp8_per_s`` / ``flops_fp4_per_s`` (dense low-precision Tensor Core peaks, 0: none),
-    ``link_bytes_per_s`` (BW_link, per-GPU one-direction tensor-parallel link, 0: no figure, no cost),
+    ``link_bytes_per_s`` (one-direction tensor-parallel link: per GPU, or per peer link on a mesh; 0: no figure,
+    no cost), ``link_mesh`` (1 on a full mesh, MODEL.md §4c), ``link_efficiency`` (η_link, achieved fraction),
     ``allreduce_latency_s`` (τ per all-reduce), and any field registered there."""
 
     __slots__ = ()
