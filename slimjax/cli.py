@@ -712,8 +712,10 @@ def _as_flags(error) -> str:
 def _read_line(path, frame) -> str:
     dropped = frame.attrs.get("dropped", {})
     read = len(frame) + sum(dropped.values())
-    return f"{path}: {len(frame)} rows kept of {read} read" + "".join(
-        f"; dropped {n} ({why})" for why, n in dropped.items()
+    return (
+        f"{path}: {len(frame)} rows kept of {read} read"
+        + "".join(f"; dropped {n} ({why})" for why, n in dropped.items())
+        + "".join(f"; {n} rows {why}" for why, n in frame.attrs.get("assumed", {}).items())
     )
 
 

@@ -142,7 +142,13 @@ def test_readers_on_real_files(shared_data):
     serving = load_traces(shared_data / "measured" / "serving_h100_trtllm_llama31_8b.csv")
     assert len(serving) == 177 and set(serving.model) == {"Llama-3.1-8B"} and serving.itl_s.notna().all()
     split = load_traces(shared_data / "measured" / "splitwise_perf_model.csv")
-    assert set(split.model) == {"Llama-2-70b"} and split.attrs["dropped"]["model not in the catalog"] == 315
+    assert (
+        set(split.model) == {"Llama-2-70b"}
+        and split.attrs["dropped"][
+            "model 'bloom-176b' not in the catalog (add it, or an alias, to configs/models.yaml)"
+        ]
+        == 315
+    )
     long = split[split.output_len >= 1024].iloc[0]
     assert long.e2e_s == pytest.approx(long.ttft_s + (long.output_len - 1) * long.itl_s)
 
@@ -187,7 +193,7 @@ def test_malformed_and_bad_rows(tmp_path):
     assert len(df) == 1
     assert df.attrs["dropped"] == {
         "hardware 'TPUv9' unknown (add it to configs/hardware.yaml or the GPU catalog)": 1,
-        "model not in the catalog": 1,
+        "model 'mystery' not in the catalog (add it, or an alias, to configs/models.yaml)": 1,
         "missing values": 1,
         "non-positive size or time": 1,
     }

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from slimjax import SlimjaxError
@@ -167,6 +168,103 @@ def test_trace_hardware_names_resolve_generally(raw, want):
     from slimjax.inputs.traces import hardware_table
 
     assert resolve_hardware(raw, hardware_table()) == want
+
+
+# hardware and checkpoint strings as public benchmark outputs write them (aiconfigurator systems, nvidia-smi names,
+# MLPerf / vLLM / GuideLLM result files, Hugging Face checkpoint ids) -> what they are in the catalogs
+BENCHMARK_HARDWARE = [
+    ("b200_sxm", "B200"),
+    ("h200_sxm", "H200"),
+    ("gb200", "GB200"),
+    ("GB200 NVL72", "GB200"),
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+    ("NVIDIA H100 80GB HBM3 (SXM5)", "H100-SXM"),
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM-80GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100-SXM-40GB"),
+    ("NVIDIA A100 80GB PCIe", "A100-PCIe-80GB"),
+    ("a100_pcie", "A100-PCIe-80GB"),
+    ("h100_pcie", "H100-PCIe"),
+    ("NVIDIA H200", "H200"),
+    ("H200 SXM 141GB", "H200"),
+    ("nvidia-h200-141gb", "H200"),
+    ("NVIDIA B200", "B200"),
+    ("B200 SXM 180GB", "B200"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA L40S-48GB", "L40S"),
+    ("AMD Instinct MI300X", "MI300X"),
+    ("NVIDIA GH200 480GB", "GH200"),
+    ("h100-80gb-pcap", "H100-SXM"),
+    ("NVIDIA H100 NVL", None),  # its own part (94 GB, PCIe pair): not the SXM H100
+    ("AMD Instinct MI325X", None),
+]
+BENCHMARK_CHECKPOINTS = [
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "Llama-3.1-8B", "fp8"),
+    ("nvidia/Qwen3-32B-NVFP4", "Qwen3-32B", "nvfp4"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B", None),
+    ("meta-llama/Meta-Llama-3.1-70B-Instruct", "Llama-3.1-70B", None),
+    ("nvidia/Llama-3.1-70B-Instruct-FP8", "Llama-3.1-70B", "fp8"),
+    ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8-dynamic", "Llama-3.1-8B", "fp8"),
+    ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "Llama-3.1-8B", "int8"),
+    ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "Llama-3.1-70B", "int4"),
+    ("Qwen/Qwen3-8B-AWQ", "Qwen3-8B", "int4"),
+    ("Qwen/Qwen2-7B-Instruct-GPTQ-Int8", "Qwen2-7B", "int8"),
+    ("Qwen/Qwen3-30B-A3B-FP8", "Qwen3-30B-A3B", "fp8"),
+    ("Qwen/Qwen3-235B-A22B-FP8", "Qwen3-235B-A22B", "fp8"),
+    ("nvidia/DeepSeek-R1-FP4", "DeepSeek-R1", "fp4"),
+    ("TheBloke/Llama-2-70B-Chat-AWQ", "Llama-2-70b", "int4"),
+    ("meta-llama/Llama-2-70b-chat-hf", "Llama-2-70b", None),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "Mixtral-8x7B", None),
+    ("neuralmagic/Mistral-7B-Instruct-v0.3-GPTQ-4bit", "Mistral-7B-v0.3", "int4"),
+    ("google/gemma-2-9b-it", "gemma-2-9b", None),
+    ("google/gemma-3-1b-it", "gemma-3-1b-it", None),
+    ("openai/gpt-oss-120b", "gpt-oss-120b", None),
+    ("llama2-70b", "Llama-2-70b", None),
+]
+
+
+@pytest.mark.parametrize("raw, want", BENCHMARK_HARDWARE)
+def test_benchmark_hardware_strings_resolve(raw, want):
+    from slimjax.inputs.catalog import resolve_hardware
+    from slimjax.inputs.traces import hardware_table
+
+    assert resolve_hardware(raw, hardware_table()) == want
+
+
+@pytest.mark.parametrize("raw, want, precision", BENCHMARK_CHECKPOINTS)
+def test_benchmark_checkpoint_ids_resolve_to_base_model_and_precision(raw, want, precision):
+    from slimjax.inputs.catalog import resolve_checkpoint
+
+    assert resolve_checkpoint(raw) == (want, precision)
+
+
+def test_checkpoint_names_fail_with_the_nearest_and_catalog_names_stay_themselves():
+    from slimjax.inputs.catalog import model_catalog, resolve_checkpoint
+
+    assert len(BENCHMARK_HARDWARE) + len(BENCHMARK_CHECKPOINTS) >= 30
+    with pytest.raises(SlimjaxError, match=r"unknown model 'RedHatAI/Llama-3.3-70B-Instruct-FP8'.*configs/models.yaml"):
+        resolve_checkpoint("RedHatAI/Llama-3.3-70B-Instruct-FP8")  # another checkpoint: added by the user, not guessed
+    for m, row in model_catalog().items():
+        for name in (m, *row.get("aliases", [])):
+            assert resolve_checkpoint(name)[0] == m
+
+
+def test_a_quantized_checkpoint_sets_its_rows_precision_and_unstated_ones_are_counted(tmp_path):
+    from slimjax import load_traces
+
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "model,gpu,batch,input_len,output_len,e2e_s\n"
+        "nvidia/Llama-3.1-8B-Instruct-FP8,b200_sxm,8,100,50,1.5\n"
+        "meta-llama/Llama-3.1-8B-Instruct,NVIDIA H100 80GB HBM3,8,100,50,1.5\n"
+        "bigscience/bloom-176b,H100-SXM,8,100,50,1.5\n"
+    )
+    df = load_traces(path)
+    assert df.model.tolist() == ["Llama-3.1-8B"] * 2 and df.gpu.tolist() == ["B200", "H100-SXM"]
+    assert df.weight_dtype_bytes.iloc[0] == 1.0 and np.isnan(df.weight_dtype_bytes.iloc[1])
+    assert df.attrs["assumed"] == {"no precision stated: weights at the checkpoint's own dtype": 1}
+    assert df.attrs["dropped"] == {
+        "model 'bigscience/bloom-176b' not in the catalog (add it, or an alias, to configs/models.yaml)": 1
+    }
 
 
 def test_an_ambiguous_hardware_name_lists_the_candidates():

@@ -76,16 +76,25 @@ def gpu_catalog() -> dict[str, dict]:
 _VENDOR_WORDS = ("nvidia", "amd", "intel", "gpu", "gpus", "tesla", "instinct", "accelerator")
 
 
-def normalised_hardware(name: str, *, drop_memory: bool = True) -> str:
+# form-factor and memory-type words that name a package, not another GPU: "b200_sxm", "H100 80GB HBM3", "GB200
+# NVL72" (a bare "NVL" stays: H100 NVL is its own part; PCIe stays: it is another part)
+_FORM_WORDS = (r"sxm\d*", r"hbm\d*e?", "hgx", r"nvl\d+", "superchip")
+
+
+def normalised_hardware(name: str, *, drop_memory: bool = True, drop_form: bool = False) -> str:
     """A hardware name reduced for matching: lower case, vendor words ("Nvidia", "AMD", "GPU", …),
-    punctuation and spaces removed, and (``drop_memory``) a memory size ("80GB", "141 GB")."""
+    punctuation and spaces removed, and (``drop_memory``) a memory size ("80GB", "141 GB"), (``drop_form``)
+    form-factor words (SXM, HBM3, HGX, NVL72)."""
     import re
 
-    text = str(name).lower()
+    text = re.sub(r"[_\-/]", " ", str(name).lower())
     for word in _VENDOR_WORDS:
         text = re.sub(rf"\b{word}\b", " ", text)
     if drop_memory:
-        text = re.sub(r"[-_ ]?\d+\s*(gb|gib|g)\b", " ", text)
+        text = re.sub(r"(?<![a-z])\d+\s*(gb|gib|g)\b", " ", text)
+    if drop_form:
+        for word in _FORM_WORDS:
+            text = re.sub(rf"(?<=[a-z0-9 ]){word}\b|\b{word}\b", " ", text)
     return re.sub(r"[^a-z0-9]", "", text)
 
 
@@ -102,13 +111,14 @@ def resolve_hardware(name: str, table: Mapping[str, str]) -> str | None:
     for g, names in spellings.items():
         if any(name.lower() == n.lower() for n in names):
             return g
-    for drop_memory in (False, True):  # "A100 40GB" is the 40 GB part before it is any A100
-        key = normalised_hardware(name, drop_memory=drop_memory)
+    # "A100 40GB" is the 40 GB part before it is any A100; "b200_sxm" is B200 once its package word goes
+    for drop_memory, drop_form in ((False, False), (True, False), (True, True)):
+        key = normalised_hardware(name, drop_memory=drop_memory, drop_form=drop_form)
         if not key:
             return None
 
-        def norm(n, drop_memory=drop_memory):
-            return normalised_hardware(n, drop_memory=drop_memory)
+        def norm(n, drop_memory=drop_memory, drop_form=drop_form):
+            return normalised_hardware(n, drop_memory=drop_memory, drop_form=drop_form)
 
         hits = {g for g, names in spellings.items() if any(norm(n) == key for n in names)}
         hits |= {g for n, g in table.items() if norm(n) == key}
@@ -482,6 +492,56 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
         _check_spelling(body, field)
         return str(entry["name"]), model_from_hf(body, field)
     raise SlimjaxError(field, f"must be a catalog name, a config.json path or a mapping, got {entry!r}")
+
+
+# words that end a published checkpoint's id and say how it was quantized or tuned, not which architecture it is:
+# a bit width (the weights' precision), a method (its usual width, unless a bit width is given too), or a variant
+_PRECISION_WORDS = {"fp8": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "fp4": "fp4", "int8": "int8", "int4": "int4"}
+_METHOD_WORDS = {"awq": "int4", "gptq": "int4", "bnb": "int4", "4bit": "int4", "8bit": "int8"}
+_VARIANT_WORDS = ("instruct", "chat", "it", "hf", "base", "dynamic", "static", "block", "quantized", "kv")
+_TUNING_WORDS = ("instruct", "chat", "hf")  # dropped wherever they stand ("Mixtral-8x7B-Instruct-v0.1")
+
+
+def _checkpoint_words(name: str) -> tuple[str, str | None]:
+    """(the id's architecture part, normalised; the weight precision its suffixes name, or None)."""
+    import re
+
+    words = [w for w in re.split(r"[-_\s]+|\.(?!\d)", str(name).rsplit("/", 1)[-1].lower()) if w]
+    width = method = None
+    while len(words) > 1:
+        w = words[-1]
+        if w in _PRECISION_WORDS or re.fullmatch(r"w\d+a\d+", w):
+            width = width or _PRECISION_WORDS.get(w) or ("int4" if w.startswith("w4") else "int8")
+        elif w in _METHOD_WORDS:
+            method = method or _METHOD_WORDS[w]
+        elif w not in _VARIANT_WORDS:
+            break
+        words.pop()
+    words = [w for w in words if w not in _TUNING_WORDS] or words
+    return re.sub(r"[^a-z0-9.]", "", "".join(words)), width or method
+
+
+def resolve_checkpoint(name: str, field: str = "traces.model") -> tuple[str, str | None]:
+    """(catalog model, weight precision label or None) for a checkpoint id as benchmark outputs write it: a catalog
+    name or alias; else its organisation prefix and its quantization and variant suffixes dropped
+    (``nvidia/Llama-3.1-8B-Instruct-FP8`` → Llama-3.1-8B at fp8; ``nvidia/Qwen3-32B-NVFP4`` → Qwen3-32B at nvfp4;
+    ``…-AWQ``/``-GPTQ`` at int4 unless a width is given) and matched against the catalog's names and aliases reduced
+    alike. An unknown id is an error with the nearest names and where to add it; one matching several, naming them."""
+    table = model_catalog()
+    try:
+        return _lookup(str(name), table, field, "model")[0], _checkpoint_words(name)[1]
+    except SlimjaxError as unknown:
+        key, precision = _checkpoint_words(name)
+        hits = {m for m, row in table.items() if key in {_checkpoint_words(a)[0] for a in [m, *row.get("aliases", [])]}}
+        if len(hits) > 1:
+            raise SlimjaxError(
+                field,
+                f"checkpoint {name!r} could mean {', '.join(sorted(hits))}; add it as an alias "
+                "of one in configs/models.yaml",
+            ) from None
+        if not hits:
+            raise unknown from None
+        return hits.pop(), precision
 
 
 # ------------------------------------------------------------------------------------------ GPUs

@@ -636,14 +636,20 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
             names = df["gpu"].astype(str)
     df["gpu"] = df["gpu"].astype(str).map(mapping)
     drop(df["gpu"].isna(), "hardware missing")
-    names = {}
+    names, precision = {}, {}
     for m in df["model"].dropna().unique():
         try:
-            names[m] = catalog.resolve_model(str(m))[0]
+            names[m], precision[m] = catalog.resolve_checkpoint(str(m))
         except SlimjaxError:
             names[m] = None
+    for raw, model in names.items():  # counted per name, so the user knows what to add where
+        if model is None:
+            drop(df["model"] == raw, f"model {raw!r} not in the catalog (add it, or an alias, to configs/models.yaml)")
+    # a quantized checkpoint's id says its weights' precision where the row does not
+    named = df["model"].map(lambda m: precision_bytes(precision.get(m)))
+    df["weight_dtype_bytes"] = df["weight_dtype_bytes"].where(df["weight_dtype_bytes"].notna(), named)
     df["model"] = df["model"].map(names)
-    drop(df["model"].isna(), "model not in the catalog")
+    drop(df["model"].isna(), "model missing")
     drop(
         df[["batch", "input_len", "output_len", "n_gpu"]].isna().any(axis=1) | df[list(MEASURES)].isna().all(axis=1),
         "missing values",
@@ -664,6 +670,9 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
     for col in ("batch", "input_len", "output_len", "n_gpu"):
         df[col] = df[col].astype(np.int64)
     df.attrs["dropped"] = dropped
+    unstated = int(df["weight_dtype_bytes"].isna().sum())
+    # read at the checkpoint's own dtype (its config's torch_dtype): said, not silent
+    df.attrs["assumed"] = {"no precision stated: weights at the checkpoint's own dtype": unstated} if unstated else {}
     df.attrs["format"] = fmt
     df.attrs["source"] = str(path)
     return df
