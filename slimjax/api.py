@@ -429,6 +429,7 @@ def capacity(
         # the fix a user needs is the group that holds this batch, not only one sequence
         result["batch"] = float(batch)
         result["n_gpu_to_fit_batch"] = float(sweepfile.smallest_tp_for_batch(sw, input_len + output_len, batch)[0, 0])
+        result["efficiency"] = sw.serving_table[sw.models[0]][sw.gpus[0]]["efficiency"]  # with its constants' source
     return result
 
 
@@ -479,7 +480,17 @@ def agent(
     )
     if measured is not None:
         spec["measured"] = dict(measured)
-    ds = sweep(spec, quiet=True).isel(model=0, gpu=0, batch=0, input_len=0, output_len=0)
+    sw = parse(spec)
+    ds = sweep(sw, quiet=True).isel(model=0, gpu=0, batch=0, input_len=0, output_len=0)
     at, by_calls, by_rpm, flips = agent_flips(ds, calls, rpms)
     at["slots"] = min(limit, at["max_seqs"])
-    return {"at": at, "calls": by_calls, "rpm": by_rpm, "flips": flips, "settings": settings, "batch": limit}
+    efficiency = sw.serving_table[sw.models[0]][sw.gpus[0]]["efficiency"]
+    return {
+        "at": at,
+        "calls": by_calls,
+        "rpm": by_rpm,
+        "flips": flips,
+        "settings": settings,
+        "batch": limit,
+        "efficiency": efficiency,
+    }

@@ -315,3 +315,22 @@ def test_catalog_holds_every_shared_config_and_every_verified_model_arch_row(sha
         name, arch = resolve_model(r["model"])
         assert arch["n_layers"] == float(r["layers"]) and arch["hidden"] == float(r["hidden"]), name
         assert arch["n_heads"] == float(r["heads"]) and arch["n_kv_heads"] == float(r["kv_heads"]), name
+
+
+def test_every_catalog_gpu_says_where_its_constants_come_from():
+    """Each GPU's roofline constants carry a source: measured rows, the pooled default of its vendor, or another
+    vendor's (MI300X: no AMD rows); the capacity card says it beside the times."""
+    import slimjax
+    from slimjax.inputs.catalog import gpu_catalog
+    from slimjax.inputs.serving import CONSTANTS_SOURCES, constants_source
+
+    marks = {g: constants_source(g)[0] for g in gpu_catalog()}
+    assert set(marks.values()) <= set(CONSTANTS_SOURCES) and all(row.get("vendor") for row in gpu_catalog().values())
+    assert marks["H100-SXM"] == "measured" and marks["H200"] == "pooled" and marks["MI300X"] == "other vendor"
+    assert constants_source("H100-SXM", "plain")[0] == "plain"
+    card = dict(
+        slimjax.capacity_cards(
+            slimjax.capacity("Llama-3.1-8B", "MI300X", 512, 128, 8, serving={"efficiency": "calibrated"})
+        )
+    )
+    assert "other vendor: no measurements of its vendor" in card["Roofline constants"]

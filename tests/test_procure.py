@@ -4,6 +4,7 @@ choice and the mix, and what an infeasible study says."""
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import sys
 from pathlib import Path
@@ -452,6 +453,11 @@ def test_cli_prints_ranked_tables_and_writes_the_store(tmp_path):
 
     stored = xr.open_zarr(tmp_path / "s.zarr")
     assert stored.attrs["kind"] == "procurement" and stored["cost_per_hour"].attrs["price_date"] == "2026-10-27"
+    # measured or not, per row and in the store: L40S has no measured rows, H100 and A100 do
+    marks = json.loads(stored.attrs["constants"])
+    assert marks["Qwen3-32B"] == {"L40S": "pooled", "H100-SXM": "measured", "A100-SXM-80GB": "measured"}
+    assert "constants: where each row's roofline constants come from" in result.output
+    assert " measured" in result.output.split("== mixed at 3/s")[1].split("\n")[2]
     again = CliRunner().invoke(main, ["procure", str(path), "--out", str(tmp_path / "s.zarr")])
     assert again.exit_code != 0 and "exists" in again.output  # nothing already written is lost
 

@@ -255,6 +255,36 @@ def test_a_sweep_from_a_transfer_store_widens_by_kind(transfer_store):
     assert (sw.b_cap_lo.values >= 1).all() and (sw.b_cap_lo <= sw.b_cap_hi).all()
 
 
+def test_no_transfer_interval_for_a_gpu_of_an_unmeasured_vendor(transfer_store):
+    """Fitted on NVIDIA GPUs only: an MI300X prediction has no interval (NaN, with the reason), in the grid and in
+    predict alike, while an unmeasured NVIDIA GPU still gets the GPU-transfer one."""
+    _, path = transfer_store
+    sw = slimjax.sweep(
+        dict(
+            models=["Llama-3.1-8B"],
+            gpus=["H200", "MI300X"],
+            batch=[1, 16],
+            input_len=[512],
+            output_len=[512],
+            slim=str(path),
+            precision="float64",
+        )
+    )
+    kinds = json.loads(sw.slim_throughput_lo.attrs["interval_kind"])
+    assert kinds == {
+        "Llama-3.1-8B/H200": "gpu",
+        "Llama-3.1-8B/MI300X": "gpu (no interval: no measured rows of its vendor)",
+    }
+    amd, nvidia = sw.sel(gpu="MI300X"), sw.sel(gpu="H200")
+    assert np.isfinite(amd.slim_throughput).all() and np.isnan(amd.slim_throughput_lo).all()
+    assert np.isnan(amd.slim_throughput_hi).all() and np.isfinite(nvidia.slim_throughput_lo).all()
+    pts = sw.slim_throughput.to_dataframe().reset_index().assign(n_gpu=1, framework="rep1")
+    p = predict(slimjax.store.open_store(str(path)), pts)
+    other = p.gpu == "MI300X"
+    assert p[other].pred_throughput_lo.isna().all() and p[~other].pred_throughput_lo.notna().all()
+    assert set(p[other].interval_kind) == {"gpu (no interval: no measured rows of its vendor)"}
+
+
 def test_generalised_folds_stay_within_a_setting(reps):
     rows, dropped = study_rows(reps[reps.framework.isin(["rep0", "rep1"])])
     assert dropped == {}

@@ -368,6 +368,10 @@ def study_attrs(study, block_plan: BlockPlan) -> dict:
             {w.name: {"source": w.source, "requests": w.requests, "trace_rate": w.trace_rate} for w in study.workloads}
         ),
         "serving": json.dumps(study.serving_table, default=float),
+        # where each (model, GPU)'s roofline constants come from (inputs.serving.CONSTANTS_SOURCES)
+        "constants": json.dumps(
+            {m: {g: row["constants"] for g, row in by_gpu.items()} for m, by_gpu in study.serving_table.items()}
+        ),
         "price_date": PRICE_DATE,
         "prices": json.dumps(
             {

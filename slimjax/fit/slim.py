@@ -500,6 +500,7 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
         if transfer:
             bits = extrapolation_bits(points, found["new_model"], found["new_gpu"], found["ranges"])
             m = np.asarray(extrapolation_form_error(bits, layout.transfer_form(coeffs, level)))
+            m = np.where(found["other_vendor"], np.nan, m)  # no other vendor's errors passed off as this one's
             t_lo, t_hi = map(np.asarray, transfer_interval(t, sd_t, m, level))
             e_lo, e_hi = map(np.asarray, transfer_interval(e, sd_e, m, level))
     # the optimistic ends are physics-capped too, as in sweeps
@@ -508,7 +509,10 @@ def predict(coeffs: xr.Dataset, points: pd.DataFrame, level: float = 0.90) -> pd
     out["pred_at_floor"] = e > model_e  # the floor raised the model's own time
     out["pred_throughput_log_sd"], out["pred_e2e_s_log_sd"] = sd_t, sd_e
     if transfer:
-        out["interval_kind"] = [extrapolation_label(int(b)) for b in bits]
+        out["interval_kind"] = [
+            extrapolation_label(int(b)) + (f" ({layout.OTHER_VENDOR})" if other else "")
+            for b, other in zip(bits, found["other_vendor"], strict=True)
+        ]
         out["form_error"] = m
     out["pred_throughput"], out["pred_e2e_s"] = t, e
     out["pred_throughput_lo"], out["pred_throughput_hi"] = t_lo, t_hi

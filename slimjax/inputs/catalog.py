@@ -647,7 +647,7 @@ for _row in (
 ):
     register_gpu_field(_row)
 # keys of an entry that are not specs of their own (link_gbs: a mesh's link figure, read as interconnect_gbs' field)
-_GPU_META = ("name", "aliases", "source", "link_source", "link_gbs")
+_GPU_META = ("name", "aliases", "vendor", "source", "link_source", "link_gbs")
 
 
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
@@ -659,6 +659,11 @@ def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:
             f"unknown GPU key; expected {', '.join((*GPU_FIELDS, *_GPU_META))}",
         )
     return {r.field: r.read(row, r.key, field) * r.scale for r in GPU_FIELDS.values()}
+
+
+def gpu_vendor(name: str) -> str | None:
+    """A catalog GPU's ``vendor`` (None for a name the catalog lacks, or an entry without one)."""
+    return gpu_catalog().get(str(name), {}).get("vendor")
 
 
 def resolve_gpu(entry: Any, field: str = "gpu") -> tuple[str, dict]:

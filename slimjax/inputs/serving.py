@@ -194,16 +194,48 @@ EFFICIENCY_KEYS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhea
 EFFICIENCY_PRESETS = ("plain", "calibrated")
 
 
-def calibrated_efficiency(gpu: str) -> tuple[dict[str, float], str]:
-    """The fitted e_F, e_B, t_l for ``gpu`` from configs/roofline/default.yaml (its own fit, else the
-    pooled ``default``), and where they came from."""
+# where a GPU's roofline constants come from, as every answer that ranks or times it says (one table)
+CONSTANTS_SOURCES = {
+    "measured": "fitted on measured serving rows of this GPU",
+    "pooled": "no measurements of this GPU: the pooled default fit of other GPUs of its vendor",
+    "other vendor": "no measurements of its vendor: datasheet transfer from another vendor's fit, the largest "
+    "single error measured (MI300X runs 1.5–1.8× slower than H100 where its datasheet is faster)",
+    "plain": "plain roofline: datasheet peaks, nothing fitted",
+}
+
+
+def _roofline_fit() -> dict:
     import yaml
 
     from .catalog import configs_dir
 
-    path = configs_dir() / "roofline" / "default.yaml"
-    with open(path) as f:
-        doc = yaml.safe_load(f)
+    with open(configs_dir() / "roofline" / "default.yaml") as f:
+        return yaml.safe_load(f)
+
+
+def constants_source(gpu: str, preset: str = "calibrated") -> tuple[str, str]:
+    """(mark, words) of where ``gpu``'s roofline constants come from (:data:`CONSTANTS_SOURCES`): ``measured: N
+    rows`` where configs/roofline/default.yaml fitted it, ``pooled`` where it fitted other GPUs of the same vendor
+    (GPU catalog ``vendor``), ``other vendor`` otherwise (an inline GPU without a vendor included)."""
+    from .catalog import gpu_catalog
+
+    if preset == "plain":
+        return "plain", CONSTANTS_SOURCES["plain"]
+    fitted = _roofline_fit().get("gpus") or {}
+    if gpu in fitted:
+        return "measured", f"{CONSTANTS_SOURCES['measured']} ({int(fitted[gpu].get('rows', 0)):,} rows)"
+    catalog = gpu_catalog()
+    vendor = catalog.get(gpu, {}).get("vendor")
+    measured = {catalog.get(g, {}).get("vendor") for g in fitted} - {None}
+    if vendor is not None and vendor in measured:
+        return "pooled", CONSTANTS_SOURCES["pooled"]
+    return "other vendor", f"{CONSTANTS_SOURCES['other vendor']}; vendor {vendor or 'not given'}"
+
+
+def calibrated_efficiency(gpu: str) -> tuple[dict[str, float], str]:
+    """The fitted e_F, e_B, t_l for ``gpu`` from configs/roofline/default.yaml (its own fit, else the
+    pooled ``default``), and where they came from."""
+    doc = _roofline_fit()
     row, which = (doc["gpus"][gpu], gpu) if gpu in (doc.get("gpus") or {}) else (doc["default"], "default")
     return {k: float(row[k]) for k in EFFICIENCY_KEYS}, f"configs/roofline/default.yaml: {which}"
 
@@ -220,7 +252,8 @@ def _apply_efficiency(merged: dict, where: dict, gpu: str) -> str:
     for k, v in values.items():
         if k not in merged:
             merged[k], where[k] = v, f"{field} ({source})"
-    return f"calibrated ({source})"
+    mark, words = constants_source(gpu)
+    return f"calibrated ({source}; {mark}: {words})"
 
 
 def register_serving_key(key: ServingKey) -> ServingKey:
@@ -303,6 +336,7 @@ def serving_block(
             ):
                 for k, v in block.items():
                     merged[k], where[k] = v, f"{source}.{k}"
+            preset = merged.get("efficiency", "plain")
             efficiency = _apply_efficiency(merged, where, g)
             checked, autos = _resolve(
                 merged,
@@ -319,6 +353,11 @@ def serving_block(
                 if problem:
                     raise SlimjaxError(where.get(row.key, f"serving.{row.key}"), f"{m}: {problem}")
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
-            table[m][g] = {**checked, "efficiency": efficiency, **({"auto": autos} if autos else {})}
+            table[m][g] = {
+                **checked,
+                "efficiency": efficiency,
+                "constants": constants_source(g, preset if preset in EFFICIENCY_PRESETS else "plain")[0],
+                **({"auto": autos} if autos else {}),
+            }
     spec = stack(ServingSpec, rows)
     return ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in spec.fields().items()}), table

@@ -154,6 +154,8 @@ def agent_cards(result: Mapping) -> list[tuple[str, str]]:
             )
         )
     cards.append(("Prices", f"illustrative, dated {PRICE_DATE} (GPU catalog, API defaults; editable)"))
+    if "efficiency" in result:
+        cards.append(("Roofline constants", result["efficiency"]))
     return cards
 
 
@@ -281,6 +283,8 @@ def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
                 # no number for what cannot happen, nor a queue without its service time
                 text = "not runnable (does not fit)"
             cards.append((label, text))
+    if "efficiency" in result:  # measured or not: said beside every time it prints
+        cards.append(("Roofline constants", result["efficiency"]))
     return cards
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import xarray as xr
 
 from ..engine.procurement import REASONS
+from ..inputs.serving import CONSTANTS_SOURCES
 from ..studies.sizing import SIM_REASONS
 
 REASON_TEXT = {
@@ -89,6 +90,8 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
     else:
         lines.append(f"{slos} (TTFT at {p}, per-request screen of MODEL.md §8)")
     q = f"TTFT {p}"
+    constants = json.loads(ds.attrs.get("constants", "{}"))
+    shown: set = set()
     for wl in ds["workload"].values:
         w = ds.sel(workload=wl)
         present = w["class_weight"].values > 0
@@ -131,6 +134,9 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                             row.update({q: _ms(float(pick["ttft_p_s"])), "ITL": _ms(float(pick["itl_s"]))})
                             row["util"] = f"{float(pick['utilization']):.0%}"
                         row["KV headroom"] = f"{float(pick['memory_headroom']):.0%}"
+                        if constants:
+                            row["constants"] = constants[str(model)][str(g)]
+                            shown.add(row["constants"])
                         rows.append(row)
                 if rows:
                     table = pd.DataFrame(rows).sort_values(["$/hour", "GPUs", "TP", "batch"], kind="stable").head(top)
@@ -184,6 +190,9 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                             f"({'saves' if saving > 0 else 'costs'} {_money(abs(saving))}/hour vs the best "
                             f"single choice)"
                         )
+    if shown:
+        lines += ["", "constants: where each row's roofline constants come from"]
+        lines += [f"  {mark}: {CONSTANTS_SOURCES[mark]}" for mark in CONSTANTS_SOURCES if mark in shown]
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import SlimjaxError
+from ..inputs.catalog import gpu_vendor
 from ..inputs.coefficients import StoredCoefficients, StoreRef, check_coefficients
 from ..model.intervals import (
     EXTRAPOLATION,
@@ -198,6 +199,9 @@ def lookup(coeffs: xr.Dataset, points: pd.DataFrame) -> dict:
         }
         for col in ("model", "gpu"):
             out[f"new_{col}"] = ~_member(coeffs[f"fitted_{col}s"].sel(sel), f"fitted_{col}", points[col].to_numpy())
+        out["other_vendor"] = out["new_gpu"] & unmeasured_vendor(
+            coeffs["fitted_gpus"].sel(sel), points["gpu"].to_numpy()
+        )
     out["variant"] = coeffs.attrs.get("variant", "slim")
     return out
 
@@ -208,6 +212,22 @@ def _member(fitted: xr.DataArray, dim: str, labels) -> np.ndarray:
     col = np.array([known.get(str(v), -1) for v in labels])
     values = fitted.transpose("point", dim).values
     return np.where(col >= 0, values[np.arange(len(col)), np.maximum(col, 0)], False)
+
+
+def unmeasured_vendor(fitted: xr.DataArray, gpus) -> np.ndarray:
+    """Per point (leading axis of ``fitted_gpus``), whether its GPU's vendor is none of its fitted GPUs' vendors:
+    a transfer there has no held-out error to widen by (another vendor's say nothing of it)."""
+    labels = np.asarray(fitted["fitted_gpu"].values).astype(str)
+    values = fitted.transpose("point", "fitted_gpu").values
+    return np.array(
+        [
+            gpu_vendor(g) not in {gpu_vendor(f) for f in labels[row]} - {None}
+            for g, row in zip(gpus, values.astype(bool), strict=True)
+        ]
+    )
+
+
+OTHER_VENDOR = "no interval: no measured rows of its vendor"
 
 
 def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredCoefficients:
@@ -288,7 +308,11 @@ def read_for_sweep(ref: StoreRef, models: list[str], gpus: list[str]) -> StoredC
                 inside, beyond = np.asarray(
                     extrapolation_form_error(np.array([bits, bits | LENGTH]), transfer_form(stored))
                 )
-                form[(m, g)] = (float(inside), float(beyond), extrapolation_label(bits))
+                label = extrapolation_label(bits)
+                if bits & GPU and unmeasured_vendor(at("fitted_gpus", m, g).expand_dims("point"), [g])[0]:
+                    inside = beyond = np.nan
+                    label = f"{label} ({OTHER_VENDOR})"
+                form[(m, g)] = (float(inside), float(beyond), label)
     beta = stored.attrs.get("bandwidth_exponent")
     return StoredCoefficients(
         table,
