@@ -18,6 +18,7 @@ _EXPORTS = {
     "configure": "config",
     "calibrate": "fit.slim",
     "calibrate_roofline": "fit.roofline",
+    "calibrate_serving": "fit.serving",
     "predict": "fit.slim",
     "load_traces": "inputs.traces",
     "sweep": "api",

@@ -1,0 +1,241 @@
+"""Roofline constants fitted through the serving simulation (MODEL.md §9 as the forward model): e_F, e_B, t_l, the
+per-step floor t_step, and the link's achieved fraction η_link and latency τ (§4c), from measured serving rows.
+
+A measured row (model, GPU, TP n, concurrency C, prompt I, output O, mean TTFT, mean TPOT) is a closed loop of C
+clients × ``requests_per_client`` requests of (I, O) on one replica with batch limit C, scored after the first C
+completions, as :mod:`slimjax.studies.serving_check` scores it. Residuals are sim/measured − 1 of TTFT and TPOT.
+The Jacobian is forward-mode autodiff through the jitted loop itself (one tangent per constant, all rows' lanes at
+once: each lane's constants are its group's, so a tangent moving one constant of every lane gives every lane's own
+derivative). Levenberg–Marquardt runs per group on the host, every group's rows in each simulation.
+
+Each constant is bounded to its physical range (efficiencies in (0, 1) by a logistic, times > 0 by exp). A
+constant the rows cannot identify — a flat direction of the normalised JᵀJ (t_l and t_step are one per-step cost
+to the simulation: free both and both are unidentified), one the residuals barely feel (the link at TP 1), or one
+that ends at its bound — is reported as such (``identified``, ``at_bound``), not as fitted.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..config import uses_float64
+from ..engine import batching as engine
+from ..errors import SlimjaxError
+from ..inputs.physics import row_specs
+from ..inputs.serving import default_serving
+from ..model import batching as floor
+from .solver import coefficient_slopes, coefficients_from, parameters_from
+from .uncertainty import gauss_newton
+
+SERVING_PARAMS = (
+    "compute_efficiency",
+    "bandwidth_efficiency",
+    "launch_overhead_s",
+    "step_overhead_s",
+    "link_efficiency",
+    "allreduce_latency_s",
+)
+SERVING_BOUNDED = ("compute_efficiency", "bandwidth_efficiency", "link_efficiency")  # fractions of a peak
+# t_l stays as the closed forms fitted it unless freed: to the simulation it is one per-step cost with t_step
+DEFAULT_FREE = (
+    "compute_efficiency",
+    "bandwidth_efficiency",
+    "step_overhead_s",
+    "link_efficiency",
+    "allreduce_latency_s",
+)
+DEFAULT_START = dict(
+    compute_efficiency=0.7,
+    bandwidth_efficiency=0.7,
+    launch_overhead_s=0.0,
+    step_overhead_s=1e-3,
+    link_efficiency=0.7,
+    allreduce_latency_s=2e-5,
+)
+AT_BOUND = 1e-3  # a fraction within this of 0 or 1 (a time below this many seconds × 1e-3) sits at its bound
+
+
+def _lane_inputs(rows: pd.DataFrame) -> dict:
+    """Per-row specs and workload (host arrays)."""
+    m, g = row_specs(rows)
+    return dict(
+        model=m,
+        gpu=g,
+        n_gpu=rows["n_gpu"].to_numpy(float),
+        clients=rows["batch"].to_numpy(float),
+        input_len=rows["input_len"].to_numpy(float),
+        output_len=rows["output_len"].to_numpy(float),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("clients", "per_client", "free"))
+def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...]):
+    """(mean TTFT, mean TPOT) after the first ``clients`` completions per lane, and their Jacobian in the free
+    z's: ``z`` (lanes, 6) unconstrained constants, ``x`` the lanes' specs and lengths (one closed loop of C
+    clients each)."""
+    n = clients * per_client
+    lanes = z.shape[0]
+    slots = int(2 ** np.ceil(np.log2(max(clients, 1))))
+
+    def summaries(delta):
+        theta = coefficients_from(z.at[:, list(free)].add(delta), SERVING_PARAMS, SERVING_BOUNDED)
+        e_f, e_b, t_l, t_step, eta, tau = (theta[:, k] for k in range(len(SERVING_PARAMS)))
+        gpu = type(x["gpu"])(**{**x["gpu"].fields(), "link_efficiency": eta, "allreduce_latency_s": tau})
+        serving = default_serving(
+            x["model"],
+            n_gpu=x["n_gpu"],
+            compute_efficiency=e_f,
+            bandwidth_efficiency=e_b,
+            launch_overhead_s=t_l,
+            step_overhead_s=t_step,
+        )
+        terms = floor.replica_terms(x["model"], gpu, serving)
+        I = jnp.broadcast_to(x["input_len"][:, None], (lanes, n))
+        O = jnp.broadcast_to(x["output_len"][:, None], (lanes, n))
+        footprint = floor.request_footprint_bytes(
+            jax.tree_util.tree_map(lambda a: a[:, None], x["model"]),
+            jax.tree_util.tree_map(lambda a: a[:, None], serving),
+            I + O,
+        )
+        params = dict(terms, batch=jnp.full(lanes, float(clients)), footprint=footprint)
+        stream = dict(arrival_s=jnp.zeros((lanes, n)), input_len=I, output_len=O)
+        rec = engine.run_lanes(
+            params, stream, replicas=1, slots=slots, clients=clients, closed=True, shared_stream=False
+        )
+        ttft = (rec["first_token_s"] - rec["arrival_s"])[:, clients:]
+        tpot = ((rec["end_s"] - rec["first_token_s"]) / jnp.maximum(O - 1.0, 1.0))[:, clients:]
+        return jnp.stack([ttft.mean(axis=1), tpot.mean(axis=1)], axis=-1)
+
+    delta = jnp.zeros(len(free), z.dtype)
+    jac = jax.jacfwd(lambda d: (summaries(d), summaries(d)), has_aux=True)
+    J, value = jac(delta)  # (lanes, 2, free)
+    return value, J
+
+
+def _simulate(z_rows, inputs, buckets, per_client, free, with_jacobian=True):
+    """(values (rows, 2), J (rows, 2, free)) over every concurrency bucket."""
+    rows = z_rows.shape[0]
+    values = np.full((rows, 2), np.nan)
+    J = np.full((rows, 2, len(free)), np.nan)
+    for c, idx in buckets.items():
+        x = jax.tree_util.tree_map(lambda a, idx=idx: jnp.asarray(np.asarray(a)[idx]), inputs)
+        v, j = _bucket(jnp.asarray(z_rows[idx]), x, clients=int(c), per_client=per_client, free=free)
+        values[idx], J[idx] = np.asarray(v), np.asarray(j)
+    return values, J
+
+
+@uses_float64
+def calibrate_serving(
+    traces: pd.DataFrame,
+    group_by=("gpu",),
+    *,
+    free=DEFAULT_FREE,
+    start: dict | None = None,
+    requests_per_client: int = 4,
+    iterations: int = 20,
+) -> xr.Dataset:
+    """Fit the roofline constants in ``free`` (of :data:`SERVING_PARAMS`; the others held at ``start``, default
+    :data:`DEFAULT_START`) per group of measured serving rows (ttft_s and itl_s at concurrency ``batch``), with
+    the closed-loop §9 simulation as forward model. Returns coefficients, standard errors, ``identified``,
+    ``at_bound``, ``converged``, ``n_rows`` and the TTFT/TPOT MAPE per group."""
+    unknown = [p for p in free if p not in SERVING_PARAMS]
+    if unknown:
+        raise SlimjaxError("free", f"{unknown[0]!r} is not a fitted constant; one of {', '.join(SERVING_PARAMS)}")
+    start = {**DEFAULT_START, **(start or {})}
+    rows = traces.dropna(subset=["ttft_s", "itl_s"])
+    rows = rows[(rows.ttft_s > 0) & (rows.itl_s > 0) & (rows.batch >= 1)].reset_index(drop=True)
+    if rows.empty:
+        raise SlimjaxError("traces", "no serving rows with ttft_s and itl_s at a concurrency to fit through")
+    group_by = list(group_by)
+    groups = rows.groupby(group_by, sort=True).indices
+    keys = list(groups)
+    group_of = np.empty(len(rows), int)
+    for k, idx in enumerate(groups.values()):
+        group_of[idx] = k
+    G = len(keys)
+    free_idx = tuple(SERVING_PARAMS.index(p) for p in free)
+    with np.errstate(divide="ignore"):
+        z0 = np.asarray(parameters_from(np.array([start[p] for p in SERVING_PARAMS]), SERVING_PARAMS, SERVING_BOUNDED))
+    z0 = np.where(np.isfinite(z0), z0, -30.0)  # a time held at 0: exp(−30) s, nothing
+    z = np.tile(z0, (G, 1))
+    inputs = _lane_inputs(rows)
+    buckets = {c: np.flatnonzero(rows.batch.to_numpy() == c) for c in np.unique(rows.batch.to_numpy())}
+    meas = rows[["ttft_s", "itl_s"]].to_numpy(float)
+    k = requests_per_client
+
+    def residuals(z_groups, jac=True):
+        v, J = _simulate(z_groups[group_of], inputs, buckets, k, free_idx, jac)
+        r = v / meas - 1.0
+        return r, J / meas[:, :, None]
+
+    def per_group(x):  # (rows, 2, …) -> [(2·n_g, …)] per group
+        return [x[groups[key]].reshape(-1, *x.shape[2:]) for key in keys]
+
+    r, J = residuals(z)
+    cost = np.array([np.sum(a**2) for a in per_group(r)])
+    lam = np.full(G, 1e-2)
+    history = [cost.copy()]
+    for _ in range(iterations):
+        step = np.zeros((G, len(free_idx)))
+        for g, (rg, Jg) in enumerate(zip(per_group(r), per_group(J), strict=True)):
+            H, grad = Jg.T @ Jg, Jg.T @ rg
+            D = np.diag(np.maximum(np.diag(H), 1e-12))
+            step[g] = np.clip(np.linalg.solve(H + lam[g] * D + 1e-14 * np.eye(len(free_idx)), -grad), -3.0, 3.0)
+        trial = z.copy()
+        trial[:, list(free_idx)] += step
+        r_t, J_t = residuals(trial)
+        cost_t = np.array([np.sum(a**2) for a in per_group(r_t)])
+        better = np.isfinite(cost_t) & (cost_t < cost)
+        z = np.where(better[:, None], trial, z)
+        take = better[group_of]
+        r = np.where(take[:, None], r_t, r)
+        J = np.where(take[:, None, None], J_t, J)
+        cost = np.where(better, cost_t, cost)
+        lam = np.where(better, lam / 3.0, lam * 4.0)
+        history.append(cost.copy())
+    converged = (history[-max(iterations // 5, 2)] - cost) <= 1e-8 * np.maximum(cost, 1e-30)
+    theta = np.asarray(coefficients_from(jnp.asarray(z), SERVING_PARAMS, SERVING_BOUNDED))
+    n = np.array([2 * len(groups[key]) for key in keys])
+    J_full = np.zeros((G, int(n.max()), len(SERVING_PARAMS)))
+    for g, Jg in enumerate(per_group(J)):
+        J_full[g, : len(Jg)][:, list(free_idx)] = Jg
+    slope = np.asarray(coefficient_slopes(jnp.asarray(z), SERVING_PARAMS, SERVING_BOUNDED))
+    cov, identified, _ = gauss_newton(z, cost, J_full, n, slope)
+    is_free = np.isin(np.arange(len(SERVING_PARAMS)), free_idx)
+    bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
+    at_bound = is_free & np.where(bounded, (theta < AT_BOUND) | (theta > 1 - AT_BOUND), theta < 1e-6)
+    identified = identified & is_free & ~at_bound
+    values, _ = _simulate(z[group_of], inputs, buckets, k, free_idx)
+    err = np.abs(values / meas - 1.0)
+    mape = np.array([err[groups[key]].mean(axis=0) * 100 for key in keys])
+    frame = pd.DataFrame([key if isinstance(key, tuple) else (key,) for key in keys], columns=group_by)
+    ds = xr.Dataset(
+        {
+            "coefficients": (("group", "param"), theta),
+            "standard_error": (("group", "param"), np.sqrt(np.maximum(np.diagonal(cov, axis1=1, axis2=2), 0))),
+            "free": ("param", is_free),
+            "identified": (("group", "param"), identified),
+            "at_bound": (("group", "param"), at_bound),
+            "converged": ("group", converged),
+            "loss": ("group", cost),
+            "n_rows": ("group", n // 2),
+            "mape_ttft": ("group", mape[:, 0], {"units": "%"}),
+            "mape_tpot": ("group", mape[:, 1], {"units": "%"}),
+        },
+        coords={"group": np.arange(G), "param": list(SERVING_PARAMS), **{c: ("group", frame[c]) for c in group_by}},
+        attrs={
+            "kind": "serving_calibration",
+            "forward_model": f"MODEL.md §9 closed loop, C clients × {k} requests, scored after the first C",
+            "residual": "TTFT_sim/TTFT_meas - 1 and TPOT_sim/TPOT_meas - 1",
+            "group_by": group_by,
+        },
+    )
+    if len(group_by) == 1:
+        return ds.set_index(group=group_by[0]).rename(group=group_by[0])
+    return ds.set_index(group=group_by).unstack("group")
