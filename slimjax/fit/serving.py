@@ -85,16 +85,10 @@ def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...]):
 
     def summaries(delta):
         theta = coefficients_from(z.at[:, list(free)].add(delta), SERVING_PARAMS, SERVING_BOUNDED)
-        e_f, e_b, t_l, t_step, eta, tau = (theta[:, k] for k in range(len(SERVING_PARAMS)))
-        gpu = type(x["gpu"])(**{**x["gpu"].fields(), "link_efficiency": eta, "allreduce_latency_s": tau})
-        serving = default_serving(
-            x["model"],
-            n_gpu=x["n_gpu"],
-            compute_efficiency=e_f,
-            bandwidth_efficiency=e_b,
-            launch_overhead_s=t_l,
-            step_overhead_s=t_step,
-        )
+        named = {p: theta[:, k] for k, p in enumerate(SERVING_PARAMS)}
+        link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}  # GPU fields, the rest serving
+        gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
+        serving = default_serving(x["model"], n_gpu=x["n_gpu"], **named)
         terms = floor.replica_terms(x["model"], gpu, serving)
         I = jnp.broadcast_to(x["input_len"][:, None], (lanes, n))
         O = jnp.broadcast_to(x["output_len"][:, None], (lanes, n))
