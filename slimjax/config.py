@@ -13,6 +13,11 @@ import jax
 # XLA:CPU's YNNPACK reductions need their operand materialised; the loop emitter fuses B_cap's masked
 # reductions with the grid arithmetic instead (about 3x faster here, bench/RESULTS.md).
 _YNN_OFF = "--xla_cpu_experimental_ynn_fusion_type="
+# One object per compiled module instead of one per kernel: the serving simulation's while loop is ~150
+# kernels, each mapped apart (code, constants, data), so a study's few hundred loop shapes on two devices ran
+# out of the kernel's 65,530 memory maps ("LLVM ERROR: Unable to allocate section memory"); this halves the maps
+# per executable, at equal speed and bit-identical results (bench/RESULTS.md).
+_COMPACT_CODEGEN = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
 _DEVICE_COUNT_FLAG = "xla_force_host_platform_device_count"
 
 
@@ -33,7 +38,8 @@ def configure(cpu_devices: int | None = None, x64: bool = True) -> dict:
     ``cpu_devices``: XLA CPU devices to expose (default: $SLIMJAX_CPU_DEVICES, else one per core), so
     grid blocks and calibration groups run on every core; ``x64``: make float64 available process-wide
     (``precision: float64`` sweeps and the capacity arithmetic enable it inside their own calls anyway).
-    Also turns XLA:CPU's YNNPACK fusions off (see above) unless XLA_FLAGS already names them. The device
+    Also turns XLA:CPU's YNNPACK fusions off and compiles each module as one object (see above) unless
+    XLA_FLAGS already names those flags. The device
     count and flags only take effect before JAX creates its CPU backend: called later, they are left as
     they are and a warning says so. Returns the settings in force.
     """
@@ -54,8 +60,9 @@ def configure(cpu_devices: int | None = None, x64: bool = True) -> dict:
             )
     else:
         flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_cpu_experimental_ynn_fusion_type" not in flags:
-            os.environ["XLA_FLAGS"] = f"{flags} {_YNN_OFF}".strip()
+        extra = [] if "xla_cpu_experimental_ynn_fusion_type" in flags else [_YNN_OFF]
+        extra += [f for f in _COMPACT_CODEGEN if f.split("=")[0] not in flags]  # the user's own XLA_FLAGS win
+        os.environ["XLA_FLAGS"] = " ".join([flags, *extra]).strip()
         if _DEVICE_COUNT_FLAG not in flags:  # the user's own XLA_FLAGS win
             jax.config.update("jax_num_cpu_devices", cpu_devices)
     return {

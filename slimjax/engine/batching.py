@@ -493,6 +493,18 @@ def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, route
     return _records(arrival, state, replicas == 1 and not closed)
 
 
+# compiled loop shapes kept between pool runs: each holds ~250 of the process's memory maps (65,530 by default),
+# so a long study's shapes are dropped, and compiled again if met again, rather than run the kernel out of maps
+MAX_COMPILED = 64
+
+
+def _bound_compiled() -> None:
+    sizes = [getattr(f, "_cache_size", lambda: 0)() for f in (init_lanes, advance_lanes)]
+    if sum(sizes) > MAX_COMPILED:
+        init_lanes.clear_cache()
+        advance_lanes.clear_cache()
+
+
 FIRST_SLOTS = 16  # slot width a lane starts at (at most its batch limit to a power of two), doubled as needed
 PACKET_LANES = 128  # lanes a device steps together: past this the per-lane work dominates the per-step cost
 SMALLEST_PACKET = 8
@@ -524,6 +536,7 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
 
     from .dispatch import compute_devices
 
+    _bound_compiled()
     static = {"clients": 1, "closed": False, "router": "round_robin", **static}
     params = jax.tree_util.tree_map(np.asarray, params)
     stream = {k: np.asarray(v) for k, v in stream.items()}
