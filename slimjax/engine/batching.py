@@ -543,7 +543,7 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     lanes = len(params["batch"])
     need = _pow2(params["batch"])
     width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first)).astype(int)
-    contiguous = static["replicas"] == 1 and not static.get("closed", False)
+    contiguous = static["replicas"] == 1 and not static["closed"]
     per_lane = dict(params)
     job = None
     if stop is not None:

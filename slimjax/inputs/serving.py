@@ -205,12 +205,9 @@ CONSTANTS_SOURCES = {
 
 
 def _roofline_fit() -> dict:
-    import yaml
+    from .catalog import _load_yaml  # read once, as the catalogs are
 
-    from .catalog import configs_dir
-
-    with open(configs_dir() / "roofline" / "default.yaml") as f:
-        return yaml.safe_load(f)
+    return _load_yaml("roofline/default.yaml")
 
 
 def constants_source(gpu: str, preset: str = "calibrated") -> tuple[str, str]:
@@ -356,7 +353,7 @@ def serving_block(
             table[m][g] = {
                 **checked,
                 "efficiency": efficiency,
-                "constants": constants_source(g, preset if preset in EFFICIENCY_PRESETS else "plain")[0],
+                "constants": constants_source(g, preset)[0],  # (an unknown preset was refused above)
                 **({"auto": autos} if autos else {}),
             }
     spec = stack(ServingSpec, rows)
