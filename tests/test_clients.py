@@ -254,3 +254,26 @@ def test_aiconfigurator_precision_sets_the_weight_bytes(tmp_path, shared_data):
     assert list(df["weight_dtype_bytes"].fillna(-1)) == [1.0, 1.0, -1]
     feats = row_features(df)
     assert list(np.asarray(feats["model"].bytes_per_weight)) == [1.0, 1.0, 2.0]  # fp8 runs at fp8 bytes
+
+
+def test_rows_say_whether_they_are_offline_batches_or_concurrent_clients(tmp_path, shared_data):
+    """Offline batched generation (splitwise, LLM-Inference-Bench: B prompts at once) and serving clients
+    (aiconfigurator's concurrency) are different forward models (fit.serving); the format says which, a canonical
+    file per row, and a value that is neither is an error naming the column."""
+    import pandas as pd
+
+    measured = shared_data / "measured"
+    assert slimjax.load_traces(measured / "splitwise_perf_model.csv")["offline"].all()
+    assert slimjax.load_traces(measured / "llm_inference_bench_ttft_e2e.csv")["offline"].all()
+    assert not slimjax.load_traces(measured / "serving_h100_trtllm_llama31_8b.csv")["offline"].any()
+    rows = pd.DataFrame(
+        dict(model="Llama-3.1-8B", gpu="H100-SXM", batch=[8, 8], input_len=512, output_len=128, itl_s=0.01)
+    )
+    path = tmp_path / "rows.csv"
+    rows.assign(offline=["true", "False"]).to_csv(path, index=False)
+    assert slimjax.load_traces(path)["offline"].tolist() == [True, False]
+    rows.to_csv(path, index=False)
+    assert not slimjax.load_traces(path)["offline"].any()  # no column: concurrent clients
+    rows.assign(offline=["sometimes", "no"]).to_csv(path, index=False)
+    with pytest.raises(slimjax.SlimjaxError, match="column 'offline'.*must be true or false, got 'sometimes'"):
+        slimjax.load_traces(path)

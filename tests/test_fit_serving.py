@@ -21,34 +21,35 @@ TRUTH = dict(
 )
 
 
-def _rows(tps, clients, lengths, truth=TRUTH):
-    """Serving rows whose mean TTFT and TPOT are the simulation's own at ``truth``."""
+def _rows(tps, clients, lengths, truth=TRUTH, offline=False):
+    """Serving rows whose mean TTFT and TPOT (offline: TTFT, TPOT and the batch's latency) are the simulation's own
+    at ``truth``."""
     rows = pd.DataFrame(
         [
-            dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=n, batch=c, input_len=i, output_len=o)
+            dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=n, batch=c, input_len=i, output_len=o, offline=offline)
             for n in tps
             for c in clients
             for i, o in lengths
         ]
-    )
-    with float64_scope():
-        z = np.asarray(
-            fit.parameters_from(
-                np.array([max(truth[p], 1e-13) for p in fit.SERVING_PARAMS]), fit.SERVING_PARAMS, fit.SERVING_BOUNDED
-            )
-        )
-        buckets = {c: np.flatnonzero(rows.batch.to_numpy() == c) for c in np.unique(rows.batch)}
-        v, _ = fit._simulate(np.tile(z, (len(rows), 1)), fit._lane_inputs(rows), buckets, 4, (0,))
-    return rows.assign(ttft_s=v[:, 0], itl_s=v[:, 1])
+    ).assign(ttft_s=1.0, itl_s=1.0, e2e_s=1.0)
+    p = fit.predict_serving(rows, truth)
+    return rows.assign(ttft_s=p.ttft_sim_s, itl_s=p.tpot_sim_s, e2e_s=p.e2e_sim_s)
 
 
 def test_fit_recovers_known_constants_with_a_step_floor_and_a_link_fraction():
-    rows = _rows((1, 2, 4), (1, 8), ((512, 128), (2048, 256)))
+    """Closed-loop rows scored on TTFT and TPOT, offline batches on TTFT alone (a batch prefill, as splitwise's
+    prompt_time) and on their latency alone (as LLM-Inference-Bench's)."""
+    closed = _rows((1, 2, 4), (1, 8), ((512, 128), (2048, 256)))
+    prefill = _rows((2,), (4,), ((1024, 64),), offline=True).assign(itl_s=np.nan)
+    latency = _rows((4,), (4,), ((256, 256),), offline=True).assign(ttft_s=np.nan, itl_s=np.nan)
+    rows = pd.concat([closed, prefill, latency], ignore_index=True)
     ds = fit.calibrate_serving(rows, iterations=15).sel(gpu="H100-SXM")
+    assert int(ds.n_rows) == len(rows) and int(ds.n_residuals) == 2 * len(closed) + 2
     for p in fit.DEFAULT_FREE:
         assert float(ds.coefficients.sel(param=p)) == pytest.approx(TRUTH[p], rel=1e-3), p
         assert bool(ds.identified.sel(param=p)), p
     assert bool(ds.converged) and float(ds.mape_ttft) < 1e-6 and float(ds.mape_tpot) < 1e-6
+    assert float(ds.mape_e2e) < 1e-6
     assert not bool(ds.free.sel(param="launch_overhead_s"))  # held: not reported as fitted
     assert not bool(ds.identified.sel(param="launch_overhead_s"))
 
@@ -66,3 +67,36 @@ def test_constants_the_rows_cannot_see_are_reported_unidentified():
     assert float(ds.mape_tpot) < 1.0
     with pytest.raises(SlimjaxError, match="free: 'e_F' is not a fitted constant"):
         fit.calibrate_serving(rows, free=("e_F",))
+
+
+def test_an_offline_batch_is_one_prefill_pass_then_the_closed_form_decode():
+    """An offline batch of B prompts (t_step = 0, TP 1) by hand: its TTFT is one pass over B·I prompt tokens,
+    max(ops/F, M_W/BW) + t_l with ops = B·(2P·I + a·I²/2) (MODEL.md §9 step 3, no KV read yet); its TPOT is §4's
+    closed-form ITL at batch B; its latency the two together (every request ends at the same step)."""
+    import slimjax
+
+    B, I, O = 4, 1024, 64
+    consts = dict(TRUTH, step_overhead_s=0.0, launch_overhead_s=1e-3)
+    row = pd.DataFrame([dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=1, batch=B, input_len=I, output_len=O)])
+    p = fit.predict_serving(row.assign(offline=True, ttft_s=1.0, itl_s=1.0, e2e_s=1.0), consts).iloc[0]
+    from slimjax.inputs.catalog import resolve_gpu, resolve_model
+
+    arch, gpu = resolve_model("Llama-3.1-8B")[1], resolve_gpu("H100-SXM")[1]
+    P, L, Hq, dh = arch["n_params"], arch["n_layers"], arch["n_heads"], arch["head_dim"]
+    F = gpu["flops_per_s"] * consts["compute_efficiency"]
+    BW = gpu["bandwidth_bytes_per_s"] * consts["bandwidth_efficiency"]
+    ops = B * (2 * P * I + 4 * L * Hq * dh * I**2 / 2)
+    ttft = max(ops / F, P * arch["bytes_per_weight"] / BW) + consts["launch_overhead_s"]
+    assert p.ttft_sim_s == pytest.approx(ttft, rel=1e-9)
+    with float64_scope():
+        cap = slimjax.capacity(
+            "Llama-3.1-8B",
+            "H100-SXM",
+            I,
+            O,
+            B,
+            serving={k: consts[k] for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")},
+        )
+    itl = float(np.asarray(cap["itl_s"]).ravel()[0])
+    assert p.tpot_sim_s == pytest.approx(itl, rel=1e-9)
+    assert p.e2e_sim_s == pytest.approx(ttft + (O - 1) * itl, rel=1e-9)

@@ -349,6 +349,7 @@ def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_w
 
     import yaml
 
+    from slimjax.fit.serving import SERVING_PARAMS
     from slimjax.inputs.catalog import configs_dir
 
     doc = yaml.safe_load(open(configs_dir() / "roofline" / "default.yaml"))
@@ -358,7 +359,11 @@ def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_w
             and 0 < row["bandwidth_efficiency"] <= 1
             and row["launch_overhead_s"] >= 0
         )
-    assert "held_out_tp8" in doc["provenance"] and doc["provenance"]["data"]
+    held = doc["provenance"]["held_out"]
+    assert set(held) == {"leave_one_tp_out", "leave_one_gpu_out"} and doc["provenance"]["data"]
+    for row in doc["gpus"].values():  # what the fit could and could not tell, per GPU, and at which degrees
+        assert 0 < row["link_efficiency"] <= 1 and row["allreduce_latency_s"] > 0 and row["tp_rows"]
+        assert set(row["identified"]) | set(row["at_bound"]) <= set(SERVING_PARAMS)
     spec = dict(
         models=["Llama-3.1-8B"],
         gpus=["H100-SXM", "L40S"],
@@ -378,6 +383,31 @@ def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_w
     assert settings["L40S"]["bandwidth_efficiency"] == 0.5  # given beats the preset
     assert settings["L40S"]["compute_efficiency"] == doc["default"]["compute_efficiency"]  # no L40S fit: the pooled one
     assert plain.itl_s.attrs["efficiency"].startswith("plain roofline")
+    # the link's fitted η_link and τ come with the preset (GPU fields, MODEL.md §4c), unless the GPU entry sets them
+    from slimjax.inputs import sweepfile
+
+    tp4 = {
+        **spec,
+        "gpus": [
+            "H100-SXM",
+            dict(name="mine", tflops=989, bandwidth_tbs=3.35, memory_gib=80, interconnect_gbs=450, link_efficiency=0.5),
+        ],
+    }
+    cal4 = sweepfile.parse({**tp4, "serving": {"efficiency": "calibrated", "n_gpu": 4}})
+    plain4 = sweepfile.parse({**tp4, "serving": {"n_gpu": 4}})
+    assert float(cal4.gpu.link_efficiency[0]) == h100["link_efficiency"]
+    assert float(cal4.gpu.allreduce_latency_s[0]) == h100["allreduce_latency_s"]
+    assert float(cal4.gpu.link_efficiency[1]) == 0.5  # given beats the preset
+    assert float(plain4.gpu.link_efficiency[0]) == 1.0  # plain: MODEL.md's default
+    assert cal4.serving_table["Llama-3.1-8B"]["H100-SXM"]["link"].startswith("fitted: link_efficiency")
+    # where each (GPU, TP)'s constants come from
+    from slimjax.inputs.serving import constants_source
+
+    a100 = doc["gpus"]["A100-SXM-80GB"]
+    assert 1 not in {int(n) for n in a100["tp_rows"]}
+    assert constants_source("A100-SXM-80GB", tp=1)[0] == "measured, other TP"
+    assert "TP 1 not measured" in constants_source("A100-SXM-80GB", tp=1)[1]
+    assert constants_source("A100-SXM-80GB", tp=2)[0] == "measured"
     assert "configs/roofline/default.yaml: H100-SXM" in cal.itl_s.attrs["efficiency"]
     assert (cal.itl_s > plain.itl_s).all()  # e_B < 1 and t_l > 0 only slow it down
     with pytest.raises(slimjax.SlimjaxError, match="serving.efficiency: must be one of plain, calibrated, got 'fast'"):

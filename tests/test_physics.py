@@ -225,6 +225,24 @@ def test_the_reader_drops_rows_faster_than_physics(shared_data):
     assert "dropped 15 (throughput above the 100 %-of-peak roofline" in r.stdout
 
 
+def test_an_offline_batch_whose_prefill_beats_peak_is_dropped(shared_data):
+    """splitwise's Llama-2-70B batch of 64 × 512 prompts at TP 2 reports a 0.79 s prompt_time on A100 (and 0.36 s on
+    H100): B·2P·I / (2 GPUs × peak) alone is 7.3 s (2.3 s): not a batch prefill of that size. Dropped, counted, the
+    rest kept; the floor is the batch's own (every kept offline TTFT is at least B prompts' peak prefill)."""
+    from slimjax.inputs.physics import TOLERANCE, row_floors
+
+    df = slimjax.load_traces(shared_data / "measured" / "splitwise_perf_model.csv")
+    cause = next(k for k in df.attrs["dropped"] if k.startswith("TTFT of an offline batch below"))
+    assert df.attrs["dropped"][cause] == 15  # three configurations × 5 repeats
+    big = df[(df.batch == 64) & (df.n_gpu == 2) & (df.model == "Llama-2-70b")]
+    assert big.empty
+    assert len(df[(df.batch == 64) & (df.n_gpu == 4)]) > 0
+    pre_b = row_floors(df)["prefill"]
+    assert (df.ttft_s * (1 + TOLERANCE) >= pre_b).all()
+    P, B, I = 68.98e9, 64, 512  # Llama-2-70B, by hand: its prefill FLOPs over two A100s' dense peak
+    assert 2 * P * B * I / (2 * 312e12) > 7.0 > 0.79
+
+
 def test_calibration_on_cleaned_data_reports_no_absurd_fit_as_converged(shared_data):
     from slimjax.fit.slim import ABSURD_B0, calibrate
 

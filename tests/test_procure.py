@@ -453,9 +453,14 @@ def test_cli_prints_ranked_tables_and_writes_the_store(tmp_path):
 
     stored = xr.open_zarr(tmp_path / "s.zarr")
     assert stored.attrs["kind"] == "procurement" and stored["cost_per_hour"].attrs["price_date"] == "2026-10-27"
-    # measured or not, per row and in the store: L40S has no measured rows, H100 and A100 do
+    # measured or not, per (GPU, TP) and in the store: L40S has no measured rows; H100 has rows at every degree,
+    # A100-80GB at TP 2, 4, 8 (splitwise), so its TP 1 constants are the fit of its other degrees
     marks = json.loads(stored.attrs["constants"])
-    assert marks["Qwen3-32B"] == {"L40S": "pooled", "H100-SXM": "measured", "A100-SXM-80GB": "measured"}
+    assert marks["Qwen3-32B"] == {
+        "L40S": dict.fromkeys(("1", "2", "4"), "pooled"),
+        "H100-SXM": dict.fromkeys(("1", "2", "4"), "measured"),
+        "A100-SXM-80GB": {"1": "measured, other TP", "2": "measured", "4": "measured"},
+    }
     assert "constants: where each row's roofline constants come from" in result.output
     assert " measured" in result.output.split("== mixed at 3/s")[1].split("\n")[2]
     again = CliRunner().invoke(main, ["procure", str(path), "--out", str(tmp_path / "s.zarr")])

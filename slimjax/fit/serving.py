@@ -17,6 +17,7 @@ that ends at its bound — is reported as such (``identified``, ``at_bound``), n
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -61,25 +62,37 @@ DEFAULT_START = dict(
 AT_BOUND = 1e-3  # a fraction within this of 0 or 1 (a time below this many seconds × 1e-3) sits at its bound
 
 
-def _lane_inputs(rows: pd.DataFrame) -> dict:
-    """Per-row specs and workload (host arrays)."""
+MEASURED = ("ttft_s", "itl_s", "e2e_s")  # the summaries a row may be scored on (NaN: not measured)
+
+
+def _lane_inputs(rows: pd.DataFrame, step_tokens: float) -> dict:
+    """Per-row specs and workload (host arrays). An offline row's batch is prefilled in one pass (its B prompts
+    together, as offline batched generation runs them); a closed-loop row's steps hold ``step_tokens``."""
     m, g = row_specs(rows)
+    batch = rows["batch"].to_numpy(float)
+    I = rows["input_len"].to_numpy(float)
     return dict(
         model=m,
         gpu=g,
         n_gpu=rows["n_gpu"].to_numpy(float),
-        clients=rows["batch"].to_numpy(float),
-        input_len=rows["input_len"].to_numpy(float),
+        clients=batch,
+        input_len=I,
         output_len=rows["output_len"].to_numpy(float),
+        step_tokens=np.where(_offline(rows), batch * I, float(step_tokens)),
     )
 
 
-@functools.partial(jax.jit, static_argnames=("clients", "per_client", "free"))
-def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...]):
-    """(mean TTFT, mean TPOT) after the first ``clients`` completions per lane, and their Jacobian in the free
-    z's: ``z`` (lanes, 6) unconstrained constants, ``x`` the lanes' specs and lengths (one closed loop of C
-    clients each)."""
-    n = clients * per_client
+def _offline(rows: pd.DataFrame) -> np.ndarray:
+    return rows["offline"].to_numpy(bool) if "offline" in rows else np.zeros(len(rows), bool)
+
+
+@functools.partial(jax.jit, static_argnames=("clients", "per_client", "free", "offline"))
+def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...], offline: bool = False):
+    """(mean TTFT, mean TPOT, E2E) per lane and their Jacobian in the free z's: ``z`` (lanes, 6) unconstrained
+    constants, ``x`` the lanes' specs and lengths. A closed loop of C clients × ``per_client`` requests is scored
+    after its first C completions (E2E: their mean); an offline batch is its C requests at time 0, all scored
+    (E2E: the batch's, its last completion)."""
+    n = clients if offline else clients * per_client
     lanes = z.shape[0]
     slots = int(2 ** np.ceil(np.log2(max(clients, 1))))
 
@@ -88,7 +101,7 @@ def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...]):
         named = {p: theta[:, k] for k, p in enumerate(SERVING_PARAMS)}
         link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}  # GPU fields, the rest serving
         gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
-        serving = default_serving(x["model"], n_gpu=x["n_gpu"], **named)
+        serving = default_serving(x["model"], n_gpu=x["n_gpu"], step_tokens=x["step_tokens"], **named)
         terms = floor.replica_terms(x["model"], gpu, serving)
         I = jnp.broadcast_to(x["input_len"][:, None], (lanes, n))
         O = jnp.broadcast_to(x["output_len"][:, None], (lanes, n))
@@ -100,28 +113,61 @@ def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...]):
         params = dict(terms, batch=jnp.full(lanes, float(clients)), footprint=footprint)
         stream = dict(arrival_s=jnp.zeros((lanes, n)), input_len=I, output_len=O)
         rec = engine.run_lanes(
-            params, stream, replicas=1, slots=slots, clients=clients, closed=True, shared_stream=False
+            params, stream, replicas=1, slots=slots, clients=clients, closed=not offline, shared_stream=False
         )
-        ttft = (rec["first_token_s"] - rec["arrival_s"])[:, clients:]
-        tpot = ((rec["end_s"] - rec["first_token_s"]) / jnp.maximum(O - 1.0, 1.0))[:, clients:]
-        return jnp.stack([ttft.mean(axis=1), tpot.mean(axis=1)], axis=-1)
+        scored = slice(0, None) if offline else slice(clients, None)
+        ttft = (rec["first_token_s"] - rec["arrival_s"])[:, scored]
+        tpot = ((rec["end_s"] - rec["first_token_s"]) / jnp.maximum(O - 1.0, 1.0))[:, scored]
+        end = (rec["end_s"] - rec["arrival_s"])[:, scored]
+        e2e = end.max(axis=1) if offline else end.mean(axis=1)
+        return jnp.stack([ttft.mean(axis=1), tpot.mean(axis=1), e2e], axis=-1)
 
     delta = jnp.zeros(len(free), z.dtype)
     jac = jax.jacfwd(lambda d: (summaries(d), summaries(d)), has_aux=True)
-    J, value = jac(delta)  # (lanes, 2, free)
+    J, value = jac(delta)  # (lanes, 3, free)
     return value, J
 
 
+def _buckets(rows: pd.DataFrame) -> dict[tuple[int, bool], np.ndarray]:
+    """Row indices per (concurrency, offline): one compiled loop each."""
+    batch, offline = rows["batch"].to_numpy(int), _offline(rows)
+    return {
+        (int(c), bool(o)): np.flatnonzero((batch == c) & (offline == o))
+        for c, o in sorted({(int(c), bool(o)) for c, o in zip(batch, offline, strict=True)})
+    }
+
+
 def _simulate(z_rows, inputs, buckets, per_client, free):
-    """(values (rows, 2), J (rows, 2, free)) over every concurrency bucket."""
+    """(values (rows, 3), J (rows, 3, free)) over every bucket. A bucket's lanes are padded to a power of two
+    (its last row repeated), so fits on other subsets of the same rows reuse the compiled loops."""
     rows = z_rows.shape[0]
-    values = np.full((rows, 2), np.nan)
-    J = np.full((rows, 2, len(free)), np.nan)
-    for c, idx in buckets.items():
-        x = jax.tree_util.tree_map(lambda a, idx=idx: jnp.asarray(np.asarray(a)[idx]), inputs)
-        v, j = _bucket(jnp.asarray(z_rows[idx]), x, clients=int(c), per_client=per_client, free=free)
-        values[idx], J[idx] = np.asarray(v), np.asarray(j)
+    values = np.full((rows, len(MEASURED)), np.nan)
+    J = np.full((rows, len(MEASURED), len(free)), np.nan)
+    for (c, offline), idx in buckets.items():
+        padded = np.concatenate([idx, np.full(int(_pow2(len(idx))) - len(idx), idx[-1])])
+        x = jax.tree_util.tree_map(lambda a, p=padded: jnp.asarray(np.asarray(a)[p]), inputs)
+        v, j = _bucket(
+            jnp.asarray(z_rows[padded]), x, clients=int(c), per_client=per_client, free=free, offline=offline
+        )
+        values[idx], J[idx] = np.asarray(v)[: len(idx)], np.asarray(j)[: len(idx)]
     return values, J
+
+
+def _pow2(n: int) -> int:
+    return max(8, 1 << (int(n) - 1).bit_length())
+
+
+def measured_targets(traces: pd.DataFrame) -> pd.DataFrame:
+    """The rows a serving fit can score and the values it scores them on: mean TTFT and TPOT where measured (> 0);
+    the batch's latency (e2e_s) only for an offline row with neither (it would repeat them otherwise); NaN elsewhere.
+    Rows with nothing to score, or no concurrency, are left out."""
+    rows = traces[traces["batch"] >= 1].copy()
+    for col in MEASURED:
+        v = rows[col].astype(float) if col in rows else pd.Series(np.nan, index=rows.index)
+        rows[col] = v.where(v > 0)
+    latency_only = _offline(rows) & rows["ttft_s"].isna().to_numpy() & rows["itl_s"].isna().to_numpy()
+    rows["e2e_s"] = rows["e2e_s"].where(latency_only)
+    return rows[rows[list(MEASURED)].notna().any(axis=1)].reset_index(drop=True)
 
 
 @uses_float64
@@ -133,19 +179,21 @@ def calibrate_serving(
     start: dict | None = None,
     requests_per_client: int = 4,
     iterations: int = 20,
+    step_tokens: int = 2048,
 ) -> xr.Dataset:
     """Fit the roofline constants in ``free`` (of :data:`SERVING_PARAMS`; the others held at ``start``, default
-    :data:`DEFAULT_START`) per group of measured serving rows (ttft_s and itl_s at concurrency ``batch``), with
-    the closed-loop §9 simulation as forward model. Returns coefficients, standard errors, ``identified``,
-    ``at_bound``, ``converged``, ``n_rows`` and the TTFT/TPOT MAPE per group."""
+    :data:`DEFAULT_START`) per group of measured rows with the §9 simulation as forward model: closed-loop
+    serving rows (C clients, ``step_tokens`` per step) on their mean TTFT and TPOT; offline batches (column
+    ``offline``: B requests at once, prefilled in one pass) on TTFT (the batch prefill) and TPOT where measured,
+    else on the batch's latency (:func:`measured_targets`). Returns coefficients, standard errors, ``identified``,
+    ``at_bound``, ``converged``, ``n_rows`` and the TTFT/TPOT/E2E MAPE per group."""
     unknown = [p for p in free if p not in SERVING_PARAMS]
     if unknown:
         raise SlimjaxError("free", f"{unknown[0]!r} is not a fitted constant; one of {', '.join(SERVING_PARAMS)}")
     start = {**DEFAULT_START, **(start or {})}
-    rows = traces.dropna(subset=["ttft_s", "itl_s"])
-    rows = rows[(rows.ttft_s > 0) & (rows.itl_s > 0) & (rows.batch >= 1)].reset_index(drop=True)
+    rows = measured_targets(traces)
     if rows.empty:
-        raise SlimjaxError("traces", "no serving rows with ttft_s and itl_s at a concurrency to fit through")
+        raise SlimjaxError("traces", "no rows with a positive ttft_s, itl_s or (offline) e2e_s at a concurrency")
     group_by = list(group_by)
     groups = rows.groupby(group_by, sort=True).indices
     keys = list(groups)
@@ -158,17 +206,18 @@ def calibrate_serving(
         z0 = np.asarray(parameters_from(np.array([start[p] for p in SERVING_PARAMS]), SERVING_PARAMS, SERVING_BOUNDED))
     z0 = np.where(np.isfinite(z0), z0, -30.0)  # a time held at 0: exp(−30) s, nothing
     z = np.tile(z0, (G, 1))
-    inputs = _lane_inputs(rows)
-    buckets = {c: np.flatnonzero(rows.batch.to_numpy() == c) for c in np.unique(rows.batch.to_numpy())}
-    meas = rows[["ttft_s", "itl_s"]].to_numpy(float)
+    inputs = _lane_inputs(rows, step_tokens)
+    buckets = _buckets(rows)
+    meas = rows[list(MEASURED)].to_numpy(float)
+    scored = np.isfinite(meas)
     k = requests_per_client
 
     def residuals(z_groups):
         v, J = _simulate(z_groups[group_of], inputs, buckets, k, free_idx)
-        r = v / meas - 1.0
-        return r, J / meas[:, :, None]
+        r = np.where(scored, v / np.where(scored, meas, 1.0) - 1.0, 0.0)
+        return r, np.where(scored[:, :, None], J / np.where(scored, meas, 1.0)[:, :, None], 0.0)
 
-    def per_group(x):  # (rows, 2, …) -> [(2·n_g, …)] per group
+    def per_group(x):  # (rows, 3, …) -> [(3·n_g, …)] per group
         return [x[groups[key]].reshape(-1, *x.shape[2:]) for key in keys]
 
     r, J = residuals(z)
@@ -193,10 +242,12 @@ def calibrate_serving(
         cost = np.where(better, cost_t, cost)
         lam = np.where(better, lam / 3.0, lam * 4.0)
         history.append(cost.copy())
+        if len(history) > 4 and np.all(history[-4] - cost <= 1e-10 * np.maximum(cost, 1e-30)):
+            break  # every group has stood still for three iterations: more would only be simulations
     converged = (history[-max(iterations // 5, 2)] - cost) <= 1e-8 * np.maximum(cost, 1e-30)
     theta = np.asarray(coefficients_from(jnp.asarray(z), SERVING_PARAMS, SERVING_BOUNDED))
-    n = np.array([2 * len(groups[key]) for key in keys])
-    J_full = np.zeros((G, int(n.max()), len(SERVING_PARAMS)))
+    n = np.array([int(scored[groups[key]].sum()) for key in keys])  # residuals each group is scored on
+    J_full = np.zeros((G, len(MEASURED) * max(len(i) for i in groups.values()), len(SERVING_PARAMS)))
     for g, Jg in enumerate(per_group(J)):
         J_full[g, : len(Jg)][:, list(free_idx)] = Jg
     slope = np.asarray(coefficient_slopes(jnp.asarray(z), SERVING_PARAMS, SERVING_BOUNDED))
@@ -205,8 +256,10 @@ def calibrate_serving(
     bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
     at_bound = is_free & np.where(bounded, (theta < AT_BOUND) | (theta > 1 - AT_BOUND), theta < 1e-6)
     identified = identified & is_free & ~at_bound
-    err = np.abs(r)  # the residuals at the accepted z: no simulation again
-    mape = np.array([err[groups[key]].mean(axis=0) * 100 for key in keys])
+    err = np.where(scored, np.abs(r), np.nan)  # the residuals at the accepted z: no simulation again
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a measure no row of a group has: NaN
+        mape = np.array([np.nanmean(err[groups[key]], axis=0) * 100 for key in keys])
     frame = pd.DataFrame([key if isinstance(key, tuple) else (key,) for key in keys], columns=group_by)
     ds = xr.Dataset(
         {
@@ -217,18 +270,46 @@ def calibrate_serving(
             "at_bound": (("group", "param"), at_bound),
             "converged": ("group", converged),
             "loss": ("group", cost),
-            "n_rows": ("group", n // 2),
+            "n_rows": ("group", np.array([len(groups[key]) for key in keys])),
+            "n_residuals": ("group", n),
             "mape_ttft": ("group", mape[:, 0], {"units": "%"}),
             "mape_tpot": ("group", mape[:, 1], {"units": "%"}),
+            "mape_e2e": ("group", mape[:, 2], {"units": "%", "long_name": "offline batches' latency"}),
         },
         coords={"group": np.arange(G), "param": list(SERVING_PARAMS), **{c: ("group", frame[c]) for c in group_by}},
         attrs={
             "kind": "serving_calibration",
-            "forward_model": f"MODEL.md §9 closed loop, C clients × {k} requests, scored after the first C",
-            "residual": "TTFT_sim/TTFT_meas - 1 and TPOT_sim/TPOT_meas - 1",
+            "forward_model": f"MODEL.md §9: closed loop, C clients × {k} requests, scored after the first C, "
+            f"{step_tokens} tokens per step; offline batch: B requests at 0, prefilled in one pass",
+            "residual": "TTFT_sim/TTFT_meas - 1 and TPOT_sim/TPOT_meas - 1 (offline latency-only rows: E2E)",
             "group_by": group_by,
         },
     )
     if len(group_by) == 1:
         return ds.set_index(group=group_by[0]).rename(group=group_by[0])
     return ds.set_index(group=group_by).unstack("group")
+
+
+@uses_float64
+def predict_serving(
+    rows: pd.DataFrame, constants: pd.DataFrame | dict, *, requests_per_client: int = 4, step_tokens: int = 2048
+) -> pd.DataFrame:
+    """The §9 forward model of :func:`calibrate_serving` at given constants: ``rows`` (as :func:`measured_targets`
+    keeps them) with ttft_sim_s, tpot_sim_s, e2e_sim_s and the relative errors ttft_error, tpot_error, e2e_error
+    (sim/measured − 1; NaN where not measured). ``constants``: one value per :data:`SERVING_PARAMS` name, or a
+    frame of them row by row (a name left out: :data:`DEFAULT_START`)."""
+    rows = measured_targets(rows)
+    given = pd.DataFrame(constants, index=rows.index) if isinstance(constants, dict) else constants
+    theta = np.stack(
+        [given[p].to_numpy(float) if p in given else np.full(len(rows), DEFAULT_START[p]) for p in SERVING_PARAMS],
+        axis=1,
+    )
+    bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
+    t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))
+    z = np.where(bounded, np.log(t) - np.log1p(-t), np.log(t))  # exact, a fraction of 1 included (to 1e-12)
+    v, _ = _simulate(z, _lane_inputs(rows, step_tokens), _buckets(rows), requests_per_client, (0,))
+    out = rows.copy()
+    for k, (col, sim) in enumerate(zip(MEASURED, ("ttft_sim_s", "tpot_sim_s", "e2e_sim_s"), strict=True)):
+        out[sim] = v[:, k]
+        out[col.replace("_s", "_error").replace("itl", "tpot")] = v[:, k] / out[col] - 1.0
+    return out

@@ -8,6 +8,7 @@ Per row, on n_gpu GPUs of its kind with its weights' bytes (the checkpoint's whe
 - throughput ≤ B·(I + O) / (prefill floor(B) + decode floor(B))   (a batch of B cannot finish sooner)
 - E2E ≥ prefill floor(1) + decode floor(1)                          (one request alone, the least work a request is)
 - TTFT ≥ prefill floor(1)                                           (one prompt's single pass)
+- TTFT ≥ prefill floor(B) for an offline batch (column ``offline``)  (its B prompts start together)
 - ITL ≥ decode floor(1) / (O − 1)                                   (one sequence's step reads the weights)
 
 each by more than :data:`TOLERANCE` (datasheet peaks are rounded, boost clocks vary).
@@ -69,6 +70,7 @@ def impossible_rows(traces: pd.DataFrame) -> dict[str, np.ndarray]:
         c: traces[c].to_numpy(float) if c in traces else np.full(len(traces), np.nan)
         for c in ("throughput", "e2e_s", "ttft_s", "itl_s")
     }
+    offline = traces["offline"].to_numpy(bool) if "offline" in traces else np.zeros(len(traces), bool)
     with np.errstate(invalid="ignore", divide="ignore"):
         ceiling = B * (I + O) / (pre_b + dec_b)
         itl_floor = np.where(O > 1, dec_1 / np.maximum(O - 1.0, 1.0), 0.0)
@@ -83,4 +85,7 @@ def impossible_rows(traces: pd.DataFrame) -> dict[str, np.ndarray]:
             f"ITL below one sequence's 100 %-of-peak decode step by over {TOLERANCE:.0%} (impossible)": col["itl_s"]
             * slack
             < itl_floor,
+            # an offline batch's TTFT is the prefill of all B prompts (they start together)
+            f"TTFT of an offline batch below its B prompts' 100 %-of-peak prefill by over {TOLERANCE:.0%} "
+            "(impossible)": offline & (col["ttft_s"] * slack < pre_b),
         }

@@ -24,7 +24,7 @@ from .axes import parse_axis
 from .checks import checked_number, positive_number
 from .measured import MEASURED_KEYS, measured_block
 from .requests import TRACE_FORMATS, LengthClasses, RequestTrace, class_groups, length_classes, load_requests
-from .serving import serving_block
+from .serving import constants_source, serving_block, with_calibrated_links
 from .sweepfile import load_spec
 
 KEYS = (
@@ -296,6 +296,8 @@ def serving_per_tp(
         for g in table[m]:
             table[m][g].pop("n_gpu", None)
             table[m][g]["tp"] = [int(x) for x in tp]
+            preset = str(table[m][g]["efficiency"]).split(" ", 1)[0]  # where each (GPU, TP)'s constants come from
+            table[m][g]["constants"] = {str(int(x)): constants_source(g, preset, x)[0] for x in tp}
     return ServingSpec(**out), table
 
 
@@ -346,6 +348,8 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     batch = parse_axis(data.get("batch", list(DEFAULT_BATCH)), "batch").astype(float)
     max_tokens = max(float(np.max(w.classes.input_len + w.classes.output_len)) for w in workloads)
     serving, serving_table = serving_per_tp(data.get("serving"), models, gpus, tp, max_tokens)
+    labelled = list(zip(gpu_names, gpu_rows, strict=True))
+    gpu_rows = [row for _, row in with_calibrated_links(labelled, data["gpus"], serving_table)]
     return Study(
         workloads=workloads,
         rate_labels=rate_labels,

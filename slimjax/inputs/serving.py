@@ -197,11 +197,15 @@ EFFICIENCY_PRESETS = ("plain", "calibrated")
 # where a GPU's roofline constants come from, as every answer that ranks or times it says (one table)
 CONSTANTS_SOURCES = {
     "measured": "fitted on measured serving rows of this GPU",
+    "measured, other TP": "fitted on measured rows of this GPU at other TP degrees: this degree's link cost is the "
+    "fitted link's extrapolation",
     "pooled": "no measurements of this GPU: the pooled default fit of other GPUs of its vendor",
     "other vendor": "no measurements of its vendor: datasheet transfer from another vendor's fit, the largest "
     "single error measured (MI300X runs 1.5–1.8× slower than H100 where its datasheet is faster)",
     "plain": "plain roofline: datasheet peaks, nothing fitted",
 }
+# GPU catalog fields the calibrated preset fills from the fit (MODEL.md §4c: η_link and τ are calibrated constants)
+LINK_KEYS = {"link_efficiency": "link_efficiency", "allreduce_latency_s": "allreduce_latency_us"}
 
 
 def _roofline_fit() -> dict:
@@ -210,17 +214,25 @@ def _roofline_fit() -> dict:
     return _load_yaml("roofline/default.yaml")
 
 
-def constants_source(gpu: str, preset: str = "calibrated") -> tuple[str, str]:
+def constants_source(gpu: str, preset: str = "calibrated", tp: float | None = None) -> tuple[str, str]:
     """(mark, words) of where ``gpu``'s roofline constants come from (:data:`CONSTANTS_SOURCES`): ``measured: N
-    rows`` where configs/roofline/default.yaml fitted it, ``pooled`` where it fitted other GPUs of the same vendor
-    (GPU catalog ``vendor``), ``other vendor`` otherwise (an inline GPU without a vendor included)."""
+    rows`` where configs/roofline/default.yaml fitted it (``measured, other TP`` at a TP degree ``tp`` its rows do
+    not have), ``pooled`` where it fitted other GPUs of the same vendor (GPU catalog ``vendor``), ``other vendor``
+    otherwise (an inline GPU without a vendor included)."""
     from .catalog import gpu_catalog
 
     if preset == "plain":
         return "plain", CONSTANTS_SOURCES["plain"]
     fitted = _roofline_fit().get("gpus") or {}
     if gpu in fitted:
-        return "measured", f"{CONSTANTS_SOURCES['measured']} ({int(fitted[gpu].get('rows', 0)):,} rows)"
+        entry = fitted[gpu]
+        degrees = sorted(int(n) for n in (entry.get("tp_rows") or {}))
+        at = f" at TP {', '.join(map(str, degrees))}" if degrees else ""
+        rows = f"{int(entry.get('rows', 0)):,} rows{at}"
+        if tp is not None and degrees and int(tp) not in degrees:
+            words = f"{CONSTANTS_SOURCES['measured, other TP']} ({rows}; TP {int(tp)} not measured)"
+            return "measured, other TP", words
+        return "measured", f"{CONSTANTS_SOURCES['measured']} ({rows})"
     catalog = gpu_catalog()
     vendor = catalog.get(gpu, {}).get("vendor")
     measured = {catalog.get(g, {}).get("vendor") for g in fitted} - {None}
@@ -229,12 +241,47 @@ def constants_source(gpu: str, preset: str = "calibrated") -> tuple[str, str]:
     return "other vendor", f"{CONSTANTS_SOURCES['other vendor']}; vendor {vendor or 'not given'}"
 
 
-def calibrated_efficiency(gpu: str) -> tuple[dict[str, float], str]:
-    """The fitted e_F, e_B, t_l for ``gpu`` from configs/roofline/default.yaml (its own fit, else the
-    pooled ``default``), and where they came from."""
+def _fit_entry(gpu: str) -> tuple[dict, str]:
     doc = _roofline_fit()
-    row, which = (doc["gpus"][gpu], gpu) if gpu in (doc.get("gpus") or {}) else (doc["default"], "default")
-    return {k: float(row[k]) for k in EFFICIENCY_KEYS}, f"configs/roofline/default.yaml: {which}"
+    return (doc["gpus"][gpu], gpu) if gpu in (doc.get("gpus") or {}) else (doc["default"], "default")
+
+
+def calibrated_efficiency(gpu: str) -> tuple[dict[str, float], str]:
+    """The fitted e_F, e_B, t_l (and t_step, 0 where the fit holds it) for ``gpu`` from
+    configs/roofline/default.yaml (its own fit, else the pooled ``default``), and where they came from."""
+    row, which = _fit_entry(gpu)
+    values = {k: float(row[k]) for k in EFFICIENCY_KEYS}
+    values["step_overhead_s"] = float(row.get("step_overhead_s", 0.0))
+    return values, f"configs/roofline/default.yaml: {which}"
+
+
+def calibrated_link(gpu: str) -> dict[str, float]:
+    """The fitted η_link and τ (GPU fields, base units) for ``gpu``: its own fit, else the pooled ``default``;
+    empty where the fit has none."""
+    row, _ = _fit_entry(gpu)
+    return {field: float(row[field]) for field in LINK_KEYS if field in row}
+
+
+def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
+    """GPU rows (label, fields) with the fitted link constants where every model serves that GPU under the
+    ``calibrated`` preset and its entry (catalog or inline, ``entries`` as the file gave them) does not set them;
+    ``table`` (serving_block's) records per (model, GPU) which link constants were used."""
+    from .catalog import gpu_catalog
+
+    out = []
+    for (g, row), given in zip(gpus, entries, strict=True):
+        raw = given if isinstance(given, Mapping) else gpu_catalog().get(g, {})
+        presets = {str(table[m][g]["efficiency"]).split(" ", 1)[0] for m in table}
+        fitted = calibrated_link(g) if presets == {"calibrated"} else {}
+        fitted = {f: v for f, v in fitted.items() if LINK_KEYS[f] not in raw}
+        for m in table:
+            table[m][g]["link"] = (
+                "fitted: " + ", ".join(f"{f} {v:.4g}" for f, v in fitted.items())
+                if fitted
+                else "catalog: " + ", ".join(f"{f} {row[f]:.4g}" for f in LINK_KEYS)
+            )
+        out.append((g, {**row, **fitted}))
+    return out
 
 
 def _apply_efficiency(merged: dict, where: dict, gpu: str) -> str:

@@ -30,6 +30,7 @@ from .axes import parse_axis
 from .checks import checked_number, positive_number
 from .procurefile import models_and_gpus, read_file, serving_per_tp
 from .requests import TRACE_FORMATS, load_requests
+from .serving import with_calibrated_links
 
 KEYS = ("models", "gpus", "tp", "batch", "replicas", "router", "serving", "precision", "stream")
 REQUIRED = ("models", "gpus", "batch", "stream")
@@ -234,6 +235,7 @@ def parse(spec: str | os.PathLike | Mapping) -> Simulation:
     max_tokens = float(np.max(stream.input_len + stream.output_len))
     serving_value = dict(data.get("serving") or {})
     serving, table = serving_per_tp(serving_value, models, gpus, tp, max_tokens, calibrated=False)
+    gpus = with_calibrated_links(gpus, data["gpus"], table)
     return Simulation(
         models=[m for m, _ in models],
         gpus=[g for g, _ in gpus],

@@ -22,7 +22,7 @@ from .agents import Agents, agents_block
 from .axes import parse_axis
 from .coefficients import StoreReader, SweepCoefficients, coefficients_block
 from .measured import measured_block
-from .serving import serving_block
+from .serving import serving_block, with_calibrated_links
 
 REQUIRED_KEYS = ("models", "gpus", "batch", "input_len", "output_len")
 OPTIONAL_KEYS = ("slim", "slim_variant", "advisor", "precision", "serving", "arrival_rate", "measured", "agents")
@@ -209,6 +209,7 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     max_tokens = float(axes["input_len"][-1] + axes["output_len"][-1])
     # memory is always checked: without a serving block, at the serving defaults (MODEL.md §0)
     serving, serving_table = serving_block(data.get("serving"), models, gpus, max_tokens)
+    gpus = with_calibrated_links(gpus, data["gpus"], serving_table)
     measured = measured_block(data["measured"], model_names, gpu_names)[0] if data.get("measured") is not None else None
     coefficient_notes = _check_stored(
         coefficients, serving, model_names, gpu_names, {a: axes[a] for a in AXES}, data.get("slim")

@@ -4,7 +4,10 @@ Canonical columns: model, gpu, n_gpu, framework, batch, input_len, output_len an
 e2e_s, throughput, ttft_s, itl_s (seconds; tokens/s counts prompt + output tokens), and the 90th
 percentiles ttft_p90_s, itl_p90_s where the source has them (benchmark clients), and weight_dtype_bytes where
 the run's weights were quantized (NaN: the checkpoint's bytes per weight), arrival_rate (requests/s the client
-offered) and max_concurrency (its cap on requests in flight) where a benchmark client records them.
+offered) and max_concurrency (its cap on requests in flight) where a benchmark client records them, and offline:
+True where a row's B requests ran as one batch started at once (offline batched generation: its TTFT is the batch's
+prefill, its latency the batch's), False where B clients kept B requests in flight (a serving benchmark's closed
+loop, MODEL.md §9) — the format says which.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ CANONICAL = (
     "weight_dtype_bytes",
     "arrival_rate",
     "max_concurrency",
+    "offline",
 )
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
@@ -460,6 +464,18 @@ def _inference_perf_json(path: Path, defaults: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _offline_flag(path: Path) -> Callable[[Any], bool]:
+    def flag(value) -> bool:
+        text = str(value).strip().lower()
+        if text in ("true", "1", "1.0", "yes", "offline", "batch"):
+            return True
+        if text in ("false", "0", "0.0", "no", "online", "closed", "nan", ""):
+            return False
+        raise SlimjaxError(f"{path}: column 'offline'", f"must be true or false, got {value!r}")
+
+    return flag
+
+
 def _canonical(path: Path, defaults: dict) -> pd.DataFrame:
     """A CSV already in the canonical columns; missing optional columns from ``defaults`` or NaN."""
     df = _read_csv(path, "canonical")
@@ -469,8 +485,9 @@ def _canonical(path: Path, defaults: dict) -> pd.DataFrame:
                 col,
                 np.nan
                 if col in (*MEASURES, *PERCENTILES, *OPTIONAL)
-                else {"n_gpu": 1, "framework": "unknown"}.get(col),
+                else {"n_gpu": 1, "framework": "unknown", "offline": False}.get(col),
             )
+    df["offline"] = df["offline"].map(_offline_flag(path))
     numeric = ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, *OPTIONAL]
     return _numeric(df, numeric, path)[list(CANONICAL)]
 
@@ -503,6 +520,7 @@ class TraceFormat:
     detect: Callable[[Path, Any], bool] | None = None
     last: bool = False
     clean: Callable[[pd.DataFrame, Any], None] | None = None
+    offline: bool = False  # rows are offline batches (B requests at once), not B concurrent clients
 
 
 READERS: dict[str, TraceFormat] = {}
@@ -538,14 +556,16 @@ for _fmt in (
         _csv_reader(_llm_inference_bench),
         frozenset(_SIGNATURES["llm_inference_bench"]),
         clean=_llm_inference_bench_garbage,
+        offline=True,
     ),
     TraceFormat(
         "llm_inference_bench_ttft",
         _csv_reader(_llm_inference_bench_ttft),
         frozenset(_SIGNATURES["llm_inference_bench_ttft"]),
+        offline=True,
     ),
     TraceFormat("aiconfigurator", _csv_reader(_aiconfigurator), frozenset(_SIGNATURES["aiconfigurator"])),
-    TraceFormat("splitwise", _csv_reader(_splitwise), frozenset(_SIGNATURES["splitwise"])),
+    TraceFormat("splitwise", _csv_reader(_splitwise), frozenset(_SIGNATURES["splitwise"]), offline=True),
     TraceFormat("vllm_bench_json", _vllm_bench_json, detect=lambda path, head: True, last=True),
     TraceFormat("guidellm_json", _guidellm_json, detect=_is_dict_with("benchmarks")),
     TraceFormat(
@@ -614,6 +634,9 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         raise SlimjaxError("format", f"unknown trace format {fmt!r}; one of {', '.join(READERS)}")
     df = READERS[fmt].read(path, defaults)
     df = df.reindex(columns=list(CANONICAL)).reset_index(drop=True)  # percentiles NaN where a format has none
+    if fmt != "canonical":  # a canonical file says it per row
+        df["offline"] = READERS[fmt].offline
+    df["offline"] = df["offline"].astype(bool)
     dropped: dict[str, int] = {}
 
     def drop(mask, reason):

@@ -135,7 +135,8 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                             row["util"] = f"{float(pick['utilization']):.0%}"
                         row["KV headroom"] = f"{float(pick['memory_headroom']):.0%}"
                         if constants:
-                            row["constants"] = constants[str(model)][str(g)]
+                            mark = constants[str(model)][str(g)]
+                            row["constants"] = mark.get(str(int(n)), "plain") if isinstance(mark, dict) else mark
                             shown.add(row["constants"])
                         rows.append(row)
                 if rows:
