@@ -100,3 +100,33 @@ def test_an_offline_batch_is_one_prefill_pass_then_the_closed_form_decode():
     itl = float(np.asarray(cap["itl_s"]).ravel()[0])
     assert p.tpot_sim_s == pytest.approx(itl, rel=1e-9)
     assert p.e2e_sim_s == pytest.approx(ttft + (O - 1) * itl, rel=1e-9)
+
+
+def test_a_closed_loop_with_waiting_clients_equals_the_event_loop():
+    """``waiting_clients`` k: C clients on a replica admitting C − k at once (as aiconfigurator's rows read with
+    k = 1). Mean TTFT, TPOT and E2E of the requests after the first C completions equal the plain-Python §9 event
+    loop's (tests/serving_reference.py) run with batch limit C − k; one request always waits, so TTFT exceeds the
+    k = 0 loop's by about one inter-completion interval."""
+    import serving_reference as sref
+
+    from slimjax.inputs.catalog import resolve_gpu, resolve_model
+    from slimjax.inputs.serving import SERVING
+
+    C, I, O, k, n = 4, 700, 40, 2, 2
+    consts = dict(TRUTH, launch_overhead_s=1e-3)
+    row = pd.DataFrame([dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=n, batch=C, input_len=I, output_len=O)])
+    row = row.assign(ttft_s=1.0, itl_s=1.0)
+    got = {w: fit.predict_serving(row, consts, requests_per_client=k, waiting_clients=w).iloc[0] for w in (0, 1)}
+    arch = resolve_model("Llama-3.1-8B")[1]
+    gpu = {**resolve_gpu("H100-SXM")[1], **{p: consts[p] for p in ("link_efficiency", "allreduce_latency_s")}}
+    sv = {r.field: r.to_base(r.default) if r.default is not None else arch[r.model_field] for r in SERVING.values()}
+    sv.update(n_gpu=n, kv_replication=1.0, **{p: consts[p] for p in fit.SERVING_PARAMS if p in sv})
+    terms = sref.replica_terms(arch, gpu, sv)
+    want = sref.simulate(terms, None, [I] * (C * k), [O] * (C * k), C - 1, clients=C)
+    ttft = np.mean(want["ttft"][C:])
+    tpot = np.mean([(e - f) / (O - 1) for e, f in zip(want["end"][C:], want["first"][C:], strict=True)])
+    assert got[1].ttft_sim_s == pytest.approx(ttft, rel=1e-9)
+    assert got[1].tpot_sim_s == pytest.approx(tpot, rel=1e-9)
+    assert got[1].e2e_sim_s == pytest.approx(np.mean(want["e2e"][C:]), rel=1e-9)
+    interval = got[1].e2e_sim_s / (C - 1)  # a completion every S/(C − 1) on average
+    assert got[1].ttft_sim_s - got[0].ttft_sim_s > 0.5 * interval

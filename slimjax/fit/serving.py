@@ -86,12 +86,12 @@ def _offline(rows: pd.DataFrame) -> np.ndarray:
     return rows["offline"].to_numpy(bool) if "offline" in rows else np.zeros(len(rows), bool)
 
 
-@functools.partial(jax.jit, static_argnames=("clients", "per_client", "free", "offline"))
-def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...], offline: bool = False):
+@functools.partial(jax.jit, static_argnames=("clients", "per_client", "free", "offline", "waiting"))
+def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...], offline: bool = False, waiting: int = 0):
     """(mean TTFT, mean TPOT, E2E) per lane and their Jacobian in the free z's: ``z`` (lanes, 6) unconstrained
-    constants, ``x`` the lanes' specs and lengths. A closed loop of C clients × ``per_client`` requests is scored
-    after its first C completions (E2E: their mean); an offline batch is its C requests at time 0, all scored
-    (E2E: the batch's, its last completion)."""
+    constants, ``x`` the lanes' specs and lengths. A closed loop of C clients × ``per_client`` requests on a replica
+    admitting C − ``waiting`` of them at once is scored after its first C completions (E2E: their mean); an offline
+    batch is its C requests at time 0, all scored (E2E: the batch's, its last completion)."""
     n = clients if offline else clients * per_client
     lanes = z.shape[0]
     slots = int(2 ** np.ceil(np.log2(max(clients, 1))))
@@ -110,7 +110,8 @@ def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...], offli
             jax.tree_util.tree_map(lambda a: a[:, None], serving),
             I + O,
         )
-        params = dict(terms, batch=jnp.full(lanes, float(clients)), footprint=footprint)
+        limit = clients if offline else max(clients - waiting, 1)
+        params = dict(terms, batch=jnp.full(lanes, float(limit)), footprint=footprint)
         stream = dict(arrival_s=jnp.zeros((lanes, n)), input_len=I, output_len=O)
         rec = engine.run_lanes(
             params, stream, replicas=1, slots=slots, clients=clients, closed=not offline, shared_stream=False
@@ -137,7 +138,7 @@ def _buckets(rows: pd.DataFrame) -> dict[tuple[int, bool], np.ndarray]:
     }
 
 
-def _simulate(z_rows, inputs, buckets, per_client, free):
+def _simulate(z_rows, inputs, buckets, per_client, free, waiting=0):
     """(values (rows, 3), J (rows, 3, free)) over every bucket. A bucket's lanes are padded to a power of two
     (its last row repeated), so fits on other subsets of the same rows reuse the compiled loops."""
     rows = z_rows.shape[0]
@@ -147,7 +148,13 @@ def _simulate(z_rows, inputs, buckets, per_client, free):
         padded = np.concatenate([idx, np.full(int(_pow2(len(idx))) - len(idx), idx[-1])])
         x = jax.tree_util.tree_map(lambda a, p=padded: jnp.asarray(np.asarray(a)[p]), inputs)
         v, j = _bucket(
-            jnp.asarray(z_rows[padded]), x, clients=int(c), per_client=per_client, free=free, offline=offline
+            jnp.asarray(z_rows[padded]),
+            x,
+            clients=int(c),
+            per_client=per_client,
+            free=free,
+            offline=offline,
+            waiting=0 if offline else min(int(waiting), int(c) - 1),
         )
         values[idx], J[idx] = np.asarray(v)[: len(idx)], np.asarray(j)[: len(idx)]
     return values, J
@@ -180,12 +187,16 @@ def calibrate_serving(
     requests_per_client: int = 4,
     iterations: int = 20,
     step_tokens: int = 2048,
+    waiting_clients: int = 0,
 ) -> xr.Dataset:
     """Fit the roofline constants in ``free`` (of :data:`SERVING_PARAMS`; the others held at ``start``, default
     :data:`DEFAULT_START`) per group of measured rows with the §9 simulation as forward model: closed-loop
     serving rows (C clients, ``step_tokens`` per step) on their mean TTFT and TPOT; offline batches (column
     ``offline``: B requests at once, prefilled in one pass) on TTFT (the batch prefill) and TPOT where measured,
-    else on the batch's latency (:func:`measured_targets`). Returns coefficients, standard errors, ``identified``,
+    else on the batch's latency (:func:`measured_targets`). ``waiting_clients`` k: the replica admits C − k of a
+    closed loop's C clients at once, so k requests always wait for the next completion (aiconfigurator's silicon
+    rows read so with k = 1: mean TTFT ≈ 60 ms + S/C at C ≤ 32, one inter-completion interval of waiting, where
+    k = 0 gives a prefill and a step). Returns coefficients, standard errors, ``identified``,
     ``at_bound``, ``converged``, ``n_rows`` and the TTFT/TPOT/E2E MAPE per group."""
     unknown = [p for p in free if p not in SERVING_PARAMS]
     if unknown:
@@ -213,7 +224,7 @@ def calibrate_serving(
     k = requests_per_client
 
     def residuals(z_groups):
-        v, J = _simulate(z_groups[group_of], inputs, buckets, k, free_idx)
+        v, J = _simulate(z_groups[group_of], inputs, buckets, k, free_idx, waiting_clients)
         r = np.where(scored, v / np.where(scored, meas, 1.0) - 1.0, 0.0)
         return r, np.where(scored[:, :, None], J / np.where(scored, meas, 1.0)[:, :, None], 0.0)
 
@@ -280,7 +291,8 @@ def calibrate_serving(
         attrs={
             "kind": "serving_calibration",
             "forward_model": f"MODEL.md §9: closed loop, C clients × {k} requests, scored after the first C, "
-            f"{step_tokens} tokens per step; offline batch: B requests at 0, prefilled in one pass",
+            f"{step_tokens} tokens per step, C − {waiting_clients} admitted at once; offline batch: B requests at 0, "
+            "prefilled in one pass",
             "residual": "TTFT_sim/TTFT_meas - 1 and TPOT_sim/TPOT_meas - 1 (offline latency-only rows: E2E)",
             "group_by": group_by,
         },
@@ -292,7 +304,12 @@ def calibrate_serving(
 
 @uses_float64
 def predict_serving(
-    rows: pd.DataFrame, constants: pd.DataFrame | dict, *, requests_per_client: int = 4, step_tokens: int = 2048
+    rows: pd.DataFrame,
+    constants: pd.DataFrame | dict,
+    *,
+    requests_per_client: int = 4,
+    step_tokens: int = 2048,
+    waiting_clients: int = 0,
 ) -> pd.DataFrame:
     """The §9 forward model of :func:`calibrate_serving` at given constants: ``rows`` (as :func:`measured_targets`
     keeps them) with ttft_sim_s, tpot_sim_s, e2e_sim_s and the relative errors ttft_error, tpot_error, e2e_error
@@ -307,7 +324,7 @@ def predict_serving(
     bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
     t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))
     z = np.where(bounded, np.log(t) - np.log1p(-t), np.log(t))  # exact, a fraction of 1 included (to 1e-12)
-    v, _ = _simulate(z, _lane_inputs(rows, step_tokens), _buckets(rows), requests_per_client, (0,))
+    v, _ = _simulate(z, _lane_inputs(rows, step_tokens), _buckets(rows), requests_per_client, (0,), waiting_clients)
     out = rows.copy()
     for k, (col, sim) in enumerate(zip(MEASURED, ("ttft_sim_s", "tpot_sim_s", "e2e_sim_s"), strict=True)):
         out[sim] = v[:, k]

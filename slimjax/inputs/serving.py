@@ -274,12 +274,15 @@ def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
         presets = {str(table[m][g]["efficiency"]).split(" ", 1)[0] for m in table}
         fitted = calibrated_link(g) if presets == {"calibrated"} else {}
         fitted = {f: v for f, v in fitted.items() if LINK_KEYS[f] not in raw}
+        link = (
+            "fitted: " + ", ".join(f"{f} {v:.4g}" for f, v in fitted.items())
+            if fitted
+            else "catalog: " + ", ".join(f"{f} {row[f]:.4g}" for f in LINK_KEYS)
+        )
         for m in table:
-            table[m][g]["link"] = (
-                "fitted: " + ", ".join(f"{f} {v:.4g}" for f, v in fitted.items())
-                if fitted
-                else "catalog: " + ", ".join(f"{f} {row[f]:.4g}" for f in LINK_KEYS)
-            )
+            table[m][g]["link"] = link
+            if fitted:  # said wherever the preset's label is shown (cards, attrs)
+                table[m][g]["efficiency"] = f"{table[m][g]['efficiency']}; TP link {link}"
         out.append((g, {**row, **fitted}))
     return out
 
