@@ -254,3 +254,47 @@ def test_cli_agents_and_the_sweep_table(tmp_path):
     out = CliRunner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "a.zarr")])
     assert out.exit_code == 0, out.output
     assert "Agent graphs at input_len" in out.output and "does not fit" in out.output  # 405B on one GPU
+
+
+def test_break_even_price_and_rate_make_both_sides_equal(swept):
+    """At the break-even blended price the API costs what the replica does (to 1e-9); at the break-even RPM the
+    call-by-call API schedule takes T_local (to 1e-9), and a quota 0.1 % tighter is slower; where no quota can
+    make the API as fast, or the replica does not run, there is no number."""
+    graphs = {"research": (4, 16, 2.0, 3.0, 8), "coding": (2, 3, 0.0, 3.0, 8)}  # n_st, n_call, d, s, p_api
+    checked = 0
+    for agent, (n_st, n_call, d, s, p) in graphs.items():
+        for model in swept.model.values:
+            for gpu in swept.gpu.values:
+                for b in swept.batch.values:
+                    for i in swept.input_len.values:
+                        c = swept.sel(model=model, gpu=gpu, batch=b, input_len=i, output_len=128, agent=agent)
+                        local, cost = float(c.agent_local_s), float(c.agent_local_cost_usd)
+                        price, rpm = float(c.agent_break_even_price_per_mtok), float(c.agent_break_even_rpm)
+                        if not np.isfinite(local):
+                            assert np.isnan(price) and np.isnan(rpm)
+                            continue
+                        assert n_st * n_call * (i + 128) * price / 1e6 == pytest.approx(cost, rel=1e-9)
+                        blended = (i * 2.0 + 128 * 10.0) / (i + 128)
+                        assert float(c.agent_api_price_per_mtok) == pytest.approx(blended, rel=1e-12)
+                        assert int(c.agent_cheaper) == (0 if blended >= price else 1)
+                        fastest = api_schedule_loop(n_st, n_call, d, math.inf, 2e6, i, 128, s, p)
+                        if np.isnan(rpm):
+                            assert fastest > local  # the token quota or the service time keeps the API slower
+                            continue
+                        assert rpm > 0
+                        at = api_schedule_loop(n_st, n_call, d, rpm, 2e6, i, 128, s, p)
+                        assert at == pytest.approx(local, rel=1e-9)
+                        assert api_schedule_loop(n_st, n_call, d, rpm * 0.999, 2e6, i, 128, s, p) > local
+                        checked += 1
+    assert checked >= 8
+    assert swept.agent_break_even_price_per_mtok.attrs["price_date"] == PRICE_DATE
+
+
+def test_break_even_rate_edges():
+    """One call: any quota will do where the API's service time is no longer than local (0), none where it is
+    (NaN); a token quota that caps the rate below what it takes: none."""
+    with float64_scope():
+        one = [float(ag.break_even_rpm(1.0, 1.0, 0.0, 2.0, 8.0, math.inf, 100.0, 50.0, t)) for t in (3.0, 1.0)]
+        capped = float(ag.break_even_rpm(1.0, 10.0, 0.0, 1.0, 8.0, 1500.0, 100.0, 50.0, 5.0))
+    assert one[0] == 0.0 and np.isnan(one[1])
+    assert np.isnan(capped)  # 1,500 tokens/min: 10 calls of 150 tokens take 54 s of spacing alone

@@ -539,6 +539,13 @@ def _agent_batch(x: dict, cells: dict, out: dict) -> dict:
         ),
         "agent_faster": agents_mod.winner(local, api),
         "agent_cheaper": agents_mod.winner(local_cost, api_cost),
+        "agent_api_price_per_mtok": agents_mod.blended_price_per_mtok(I64, O64, a.api_price_in, a.api_price_out),
+        "agent_break_even_price_per_mtok": agents_mod.break_even_price_per_mtok(
+            a.stages, a.calls, I64, O64, local_cost
+        ),
+        "agent_break_even_rpm": agents_mod.break_even_rpm(
+            a.stages, a.calls, a.tool_delay_s, a.api_service_s, a.api_parallelism, a.api_tpm, I64, O64, local
+        ),
     }
 
 
@@ -550,12 +557,24 @@ def _agent_attrs(sweep: Sweep, name: str) -> dict:
         attrs.update(flag_values=list(range(len(agents_mod.API_LIMITS))), flag_meanings=" ".join(agents_mod.API_LIMITS))
     if name in ("agent_faster", "agent_cheaper"):
         attrs.update(flag_values=list(range(len(agents_mod.WINNERS))), flag_meanings=" ".join(agents_mod.WINNERS))
-    if name in ("agent_local_cost_usd", "agent_api_cost_usd", "agent_cheaper"):
+    if name in (
+        "agent_local_cost_usd",
+        "agent_api_cost_usd",
+        "agent_cheaper",
+        "agent_api_price_per_mtok",
+        "agent_break_even_price_per_mtok",
+    ):
         attrs["price_date"] = PRICE_DATE
         attrs["prices"] = "illustrative, editable (GPU catalog / agents.api)"
-    if name in ("agent_api_s", "agent_api_cost_usd", "agent_api_limit"):
+    if name in ("agent_api_s", "agent_api_cost_usd", "agent_api_limit", "agent_break_even_rpm"):
         attrs["agents"] = json.dumps(sweep.agents.table, default=float)
-    if name in ("agent_local_s", "agent_dependency_bound_s", "agent_local_cost_usd"):
+    if name in (
+        "agent_local_s",
+        "agent_dependency_bound_s",
+        "agent_local_cost_usd",
+        "agent_break_even_price_per_mtok",
+        "agent_break_even_rpm",
+    ):
         attrs.update(_roofline_attrs(sweep))
     return attrs
 

@@ -302,6 +302,29 @@ VARIABLES: dict[str, Variable] = {
         Variable("agent_api_limit", AGENT_API, "1", "which limit sets T_api", "agents", "int8"),
         Variable("agent_faster", AGENT, "1", "faster side (ties: local)", "agents", "int8"),
         Variable("agent_cheaper", AGENT, "1", "cheaper side (ties: local)", "agents", "int8"),
+        Variable(
+            "agent_api_price_per_mtok",
+            AGENT_API,
+            "USD/Mtok",
+            "the API's price blended over the graph's tokens, (I·p_in + O·p_out)/(I + O) (illustrative)",
+            "agents",
+        ),
+        Variable(
+            "agent_break_even_price_per_mtok",
+            AGENT,
+            "USD/Mtok",
+            "blended API price at which the API costs what the local replica does (NaN: does not fit)",
+            "agents",
+            fit_masked=True,
+        ),
+        Variable(
+            "agent_break_even_rpm",
+            AGENT,
+            "requests/min",
+            "smallest API RPM quota at which T_api ≤ T_local (0: any; NaN: none, or does not fit)",
+            "agents",
+            fit_masked=True,
+        ),
     )
 }
 

@@ -28,6 +28,7 @@ which of the three contributes most: the spacing, the parallelism waves, or the 
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 API_LIMITS = ("spacing", "parallelism", "service")  # codes 0, 1, 2 of agent_api_limit
@@ -100,6 +101,52 @@ def rental_cost(price_per_gpu_hour, n_gpu, local_s):
 def api_cost(stages, calls, input_len, output_len, price_in_per_mtok, price_out_per_mtok):
     """n_st·n_call·(I·p_in + O·p_out)/1e6, USD."""
     return stages * calls * (input_len * price_in_per_mtok + output_len * price_out_per_mtok) / 1e6
+
+
+def break_even_price_per_mtok(stages, calls, input_len, output_len, local_cost_usd):
+    """The blended API price per million tokens (input and output alike, over the graph's n_st·n_call·(I + O)
+    tokens) at which the API costs what the local replica does: local cost · 1e6 / (n_st·n_call·(I + O)), USD.
+    NaN where the replica cannot run (no price makes the two equal)."""
+    tokens = stages * calls * (input_len + output_len)
+    return jnp.where(jnp.isfinite(local_cost_usd), local_cost_usd * 1e6 / tokens, jnp.nan)
+
+
+def blended_price_per_mtok(input_len, output_len, price_in_per_mtok, price_out_per_mtok):
+    """(I·p_in + O·p_out) / (I + O): the API's price per million of the graph's tokens, USD."""
+    return (input_len * price_in_per_mtok + output_len * price_out_per_mtok) / (input_len + output_len)
+
+
+def break_even_rpm(stages, calls, tool_delay_s, service_s, parallelism, tpm, input_len, output_len, local_s, steps=200):
+    """The smallest API requests-per-minute quota at which the graph runs no slower on the API than locally
+    (T_api ≤ T_local), with the token quota, service time and parallelism as given. T_api is continuous and
+    non-decreasing in the launch spacing δ = 60/RPM, so the largest δ with T_api(δ) ≤ T_local is found by
+    bisection on [δ_min, (T_local − s)/(N − 1)] (N = n_st·n_call calls: their launches alone take (N − 1)·δ),
+    δ_min = 60·(I + O)/TPM where the token quota caps the rate. 0 where any quota will do (one call, or the API
+    as fast with no spacing at all, δ* unbounded); NaN where no quota makes the API as fast (the token quota,
+    the service time or the parallelism binds) or the replica cannot run."""
+    tokens = input_len + output_len
+    floor = jnp.where(jnp.isinf(tpm), 0.0, 60.0 * tokens / tpm)
+
+    def t_api(spacing):
+        return api_time(stages, calls, tool_delay_s, spacing, service_s, parallelism)
+
+    n = stages * calls
+    top = jnp.maximum((local_s - service_s) / jnp.maximum(n - 1.0, 1.0), floor)
+    feasible = jnp.isfinite(local_s) & (t_api(floor) <= local_s)
+    unbounded = feasible & ((n <= 1.0) | (t_api(top * 2.0 + 1.0) <= local_s))
+
+    def halve(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        ok = t_api(mid) <= local_s
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid)
+
+    args = (stages, calls, tool_delay_s, service_s, parallelism, tpm, input_len, output_len, local_s)
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in args))
+    bounds = (jnp.broadcast_to(floor, shape), jnp.broadcast_to(top * (1.0 + 1e-12) + 1e-300, shape))
+    lo, _ = jax.lax.fori_loop(0, steps, halve, bounds)
+    rpm = jnp.where(lo > 0, 60.0 / jnp.where(lo > 0, lo, 1.0), jnp.inf)
+    return jnp.where(feasible, jnp.where(unbounded, 0.0, rpm), jnp.nan)
 
 
 def winner(local, api):

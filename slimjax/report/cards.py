@@ -106,9 +106,26 @@ def agent_table(at: xr.Dataset) -> pd.DataFrame:
                         "API $": f"{float(best['agent_api_cost_usd']):.4f}",
                         "faster": WINNERS[int(best["agent_faster"])],
                         "cheaper": WINNERS[int(best["agent_cheaper"])],
+                        "break-even $/Mtok": _break_even_price(best) if fits else "—",
+                        "break-even RPM": _break_even_rpm(float(best["agent_break_even_rpm"])) if fits else "—",
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def _break_even_price(at) -> str:
+    """The blended API price at which local and API cost the same, beside the price given."""
+    price, given = float(at["agent_break_even_price_per_mtok"]), float(at["agent_api_price_per_mtok"])
+    if not np.isfinite(price):
+        return "none (the replica does not run)"
+    side = "API cheaper" if given < price else "local cheaper" if given > price else "equal"
+    return f"${price:,.4g}/Mtok blended (given ${given:,.4g}: {side})"
+
+
+def _break_even_rpm(rpm: float) -> str:
+    if np.isnan(rpm):
+        return "none (the token quota, service time or parallelism keeps the API slower)"
+    return "any (the API is as fast at every quota)" if rpm == 0 else f"{rpm:,.4g} requests/min"
 
 
 def agent_cards(result: Mapping) -> list[tuple[str, str]]:
@@ -138,6 +155,11 @@ def agent_cards(result: Mapping) -> list[tuple[str, str]]:
         ("API cost", f"${at['agent_api_cost_usd']:,.4f}"),
         ("Faster", WINNERS[int(at["agent_faster"])]),
         ("Cheaper", WINNERS[int(at["agent_cheaper"])]),
+        ("Break-even API price", _break_even_price(at) if local_fits else "none (the replica does not run)"),
+        (
+            "Break-even API rate",
+            _break_even_rpm(float(at["agent_break_even_rpm"])) if local_fits else "none (the replica does not run)",
+        ),
     ]
     for key, label, unit in (
         ("faster_by_calls", "Faster flips", "calls per stage"),
