@@ -133,13 +133,58 @@ class AdviseResult:
     per_curve: (
         pd.DataFrame
     )  # one row per (curve, SLO, method); plateau: the measured T/(B·T(1)) ≤ ε at the recommendation
-    summary: pd.DataFrame  # one row per (SLO, method)
+    summary: pd.DataFrame  # one row per (SLO, method, curves subset)
     knees: pd.DataFrame  # one row per (curve, method): measured and predicted knee
+    assumptions: tuple[str, ...] = ()  # what moves the answer, as the output ends with it
+
+
+DENSE_POINTS = 5  # a curve with fewer batch points is flagged: "within one step" says little on it
+LOCO = "leave-one-curve-out"
+
+
+def constant_rule(b: float, batch: np.ndarray, limit: float) -> int:
+    """ "Always B = b" on one curve: b where measured, else the largest measured batch below it; never above
+    max_seqs (as every recommendation); 0 where no measured batch qualifies."""
+    ok = batch[(batch <= b) & (batch <= limit)]
+    return int(ok.max()) if ok.size else 0
+
+
+def runs_needed(batch: np.ndarray, profiled: int) -> float:
+    """Fraction of a curve's points a method measures: its ``profiled`` smallest batches and the SLO's reference
+    run at B = 32 (the SLO is factor × E2E(32): no method knows it without that run)."""
+    runs = set(batch[:profiled].tolist()) | {float(REFERENCE_BATCH)}
+    return len(runs) / len(batch)
+
+
+def _global_predictions(df: pd.DataFrame, variant: str, loco: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per curve, (T, E2E) predicted by one calibration per data source: fitted on every curve (in sample) or,
+    with ``loco``, on the source's other curves (one batched solve, a group per left-out curve)."""
+    curve = df["curve"].to_numpy()
+    if loco:
+        folds = pd.concat(
+            [df[(df["source"] == src) & (df["curve"] != i)].assign(fold=i) for i, src in _curve_sources(df).items()],
+            ignore_index=True,
+        )
+        coeffs = calibrate(folds, group_by=("fold",), variant=variant)
+        pred = predict(coeffs, df.assign(fold=curve))
+    else:
+        pred = predict(calibrate(df, group_by=("source",), variant=variant), df)
+    t, e = pred["pred_throughput"].to_numpy(), pred["pred_e2e_s"].to_numpy()
+    return [(t[curve == i], e[curve == i]) for i in range(int(curve.max()) + 1)]
+
+
+def _curve_sources(df: pd.DataFrame) -> dict[int, str]:
+    return df.groupby("curve", sort=True)["source"].first().to_dict()
 
 
 def evaluate(data_dir: str | Path, epsilon: float = DEFAULT_EPSILON) -> AdviseResult:
     """The advisor study on the shared measured curves (see the module docstring)."""
-    df = measured_curves(data_dir)
+    return evaluate_curves(measured_curves(data_dir), epsilon)
+
+
+def evaluate_curves(df: pd.DataFrame, epsilon: float = DEFAULT_EPSILON) -> AdviseResult:
+    """The advisor study on curves as :func:`measured_curves` gives them: SLIM's methods beside every constant
+    rule "always B = b" and the best constant (chosen in sample, and for each curve on the other curves)."""
     curves = [c.reset_index(drop=True) for _, c in df.groupby("curve", sort=True)]
     predictions: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     effort: dict[str, list[float]] = {}
@@ -151,16 +196,14 @@ def evaluate(data_dir: str | Path, epsilon: float = DEFAULT_EPSILON) -> AdviseRe
             b = c["batch"].to_numpy(float)
             e2e = a + s * b
             predictions[method].append((b * (c["input_len"].iloc[0] + c["output_len"].iloc[0]) / e2e, e2e))
-        effort[method] = [min(k, len(c)) / len(c) for c in curves]
+        effort[method] = [runs_needed(c["batch"].to_numpy(float), k) for c in curves]
     for variant in VARIANTS:
-        coeffs = calibrate(df, group_by=("source",), variant=variant)
-        pred = predict(coeffs, df)
-        method = f"global {variant}"
-        rows_of = [np.flatnonzero(df["curve"].to_numpy() == i) for i in range(len(curves))]
-        predictions[method] = [
-            (pred["pred_throughput"].to_numpy()[r], pred["pred_e2e_s"].to_numpy()[r]) for r in rows_of
-        ]
-        effort[method] = [0.0] * len(curves)
+        for loco in (False, True):
+            method = f"global {variant} ({LOCO if loco else 'in sample'})"
+            predictions[method] = _global_predictions(df, variant, loco)
+            effort[method] = [runs_needed(c["batch"].to_numpy(float), 0) for c in curves]
+    grid = np.unique(df["batch"].to_numpy(float))
+    rules = {f"always B = {b:g}": b for b in grid}
     rows, knees = [], []
     for i, c in enumerate(curves):
         b, t, e = (c[x].to_numpy(float) for x in ("batch", "throughput", "e2e_s"))
@@ -169,55 +212,122 @@ def evaluate(data_dir: str | Path, epsilon: float = DEFAULT_EPSILON) -> AdviseRe
         key = {x: c[x].iloc[0] for x in CURVE_KEYS}
         measured_knee = knee(b, t, epsilon)
         for method, preds in predictions.items():
-            t_hat, e_hat = preds[i]
             knees.append(
-                {**key, "method": method, "knee_measured": measured_knee, "knee_predicted": knee(b, t_hat, epsilon)}
+                {
+                    **key,
+                    "method": method,
+                    "knee_measured": measured_knee,
+                    "knee_predicted": knee(b, preds[i][0], epsilon),
+                }
             )
-            for slo_name, factor in SLO_FACTORS.items():
-                slo = factor * ref
-                truth = b_cap(b, t, e, slo, epsilon, limit)
-                rec = b_cap(b, t_hat, e_hat, slo, epsilon, limit)
-
-                def pos(x, b=b):
-                    return -1 if x == 0 else int(np.flatnonzero(b == x)[0])
-
-                lost = (t[b == rec][0] / t[b == truth][0] - 1.0) if rec and truth else np.nan
+        for slo_name, factor in SLO_FACTORS.items():
+            slo = factor * ref
+            truth = b_cap(b, t, e, slo, epsilon, limit)
+            recs = {m: (b_cap(b, p[i][0], p[i][1], slo, epsilon, limit), effort[m][i]) for m, p in predictions.items()}
+            recs.update({m: (constant_rule(v, b, limit), 0.0) for m, v in rules.items()})
+            for method, (rec, runs) in recs.items():
                 rows.append(
-                    {
-                        **key,
-                        "slo": slo_name,
-                        "method": method,
-                        "truth": truth,
-                        "recommended": rec,
-                        "exact": rec == truth,
-                        "within_one": abs(pos(rec) - pos(truth)) <= 1,
-                        "throughput_lost": lost,
-                        "slo_violated": bool(rec and e[b == rec][0] > slo),
-                        "plateau": bool(rec and t[b == rec][0] / (rec * t[b == 1][0]) <= epsilon),
-                        "effort": effort[method][i],
-                        "max_seqs": limit,
-                        "kv_saving": 1.0 - rec / limit if rec and np.isfinite(limit) and limit > 0 else np.nan,
-                    }
+                    {**key, "curve": i, "slo": slo_name, "method": method}
+                    | _score(b, t, e, slo, epsilon, limit, truth, rec, runs)
                 )
     per_curve = pd.DataFrame(rows)
-    per_curve["shortfall"] = np.minimum(per_curve["throughput_lost"], 0.0)  # a gain in the plateau is not a saving
-    summary = (
-        per_curve.groupby(["slo", "method"], sort=False)
-        .agg(
-            curves=("exact", "size"),
-            exact_match=("exact", "mean"),
-            within_one_step=("within_one", "mean"),
-            throughput_lost_mean=("throughput_lost", "mean"),
-            throughput_shortfall_mean=("shortfall", "mean"),
-            throughput_lost_worst=("throughput_lost", "min"),
-            slo_violations=("slo_violated", "mean"),
-            in_plateau=("plateau", "mean"),
-            profiling_effort=("effort", "mean"),
-            kv_saving_mean=("kv_saving", "mean"),
-        )
-        .reset_index()
+    per_curve = pd.concat([per_curve, _best_constants(per_curve, rules)], ignore_index=True)
+    return AdviseResult(
+        per_curve.drop(columns="curve"),
+        _summarise(per_curve),
+        pd.DataFrame(knees),
+        assumptions=(
+            f"SLO: factor × each curve's own measured E2E at B = {REFERENCE_BATCH} (the paper's E2E(2, 128, 32) "
+            "has no measured run); tight 2×, loose 4×",
+            f"ε = {epsilon:g}; recommendations capped at max_seqs at the serving defaults (MODEL.md §3)",
+            f"global calibrations: one per data source; '{LOCO}' refits without the curve it predicts",
+            "constant rules pick the largest measured batch ≤ b; effort counts every run a method needs, the "
+            f"B = {REFERENCE_BATCH} reference included",
+            f"curves with fewer than {DENSE_POINTS} batch points are summarised apart ('sparse'): there one grid "
+            "step is a 2× change of B",
+        ),
     )
-    return AdviseResult(per_curve, summary, pd.DataFrame(knees))
+
+
+def _score(b, t, e, slo, epsilon, limit, truth, rec, runs) -> dict:
+    """One recommendation scored against the truth on one curve."""
+
+    def pos(x):
+        return -1 if x == 0 else int(np.flatnonzero(b == x)[0])
+
+    below = pos(truth) - 1 if truth else -1
+    return {
+        "points": len(b),
+        "truth": truth,
+        "recommended": rec,
+        "exact": rec == truth,
+        "within_one": abs(pos(rec) - pos(truth)) <= 1,
+        # + a gain (the recommendation sits in the measured plateau past the truth), − a loss
+        "throughput_change": (t[b == rec][0] / t[b == truth][0] - 1.0) if rec and truth else np.nan,
+        # what one grid step costs on this curve: the next smaller measured batch against the truth
+        "one_step_change": t[below] / t[b == truth][0] - 1.0 if below >= 0 else np.nan,
+        "slo_violated": bool(rec and e[b == rec][0] > slo),
+        "plateau": bool(rec and t[b == rec][0] / (rec * t[b == 1][0]) <= epsilon),
+        "effort": runs,
+        "max_seqs": limit,
+        "kv_saving": 1.0 - rec / limit if rec and np.isfinite(limit) and limit > 0 else np.nan,
+        "truth_kv_saving": 1.0 - truth / limit if truth and np.isfinite(limit) and limit > 0 else np.nan,
+    }
+
+
+def _best_constants(per_curve: pd.DataFrame, rules: dict) -> pd.DataFrame:
+    """The constant rule with the most exact matches (ties: the smaller b), chosen on every curve (in sample) and,
+    for each curve, on the other curves (leave one curve out), per SLO."""
+    out = []
+    const = per_curve[per_curve["method"].isin(rules)]
+    for _, g in const.groupby("slo", sort=False):
+        hits = g.pivot_table(index="curve", columns="method", values="exact", aggfunc="first").astype(float)
+        order = sorted(hits.columns, key=lambda m: rules[m])
+        hits = hits[order]
+        total = hits.sum()
+        in_sample = total.idxmax()  # first of the maxima: the smallest b
+        for _, row in g[g["method"] == in_sample].iterrows():
+            out.append(row.to_dict() | {"method": f"best constant (in sample: B = {rules[in_sample]:g})"})
+        for i in hits.index:
+            choice = (total - hits.loc[i]).idxmax()
+            row = g[(g["curve"] == i) & (g["method"] == choice)].iloc[0].to_dict()
+            out.append(row | {"method": f"best constant ({LOCO})", "chosen_b": rules[choice]})
+    return pd.DataFrame(out)
+
+
+def _summarise(per_curve: pd.DataFrame) -> pd.DataFrame:
+    """Per (SLO, method) over every curve, and apart over the dense (≥ DENSE_POINTS points) and sparse ones."""
+    subsets = {
+        "all": per_curve,
+        "dense": per_curve[per_curve["points"] >= DENSE_POINTS],
+        "sparse": per_curve[per_curve["points"] < DENSE_POINTS],
+    }
+    frames = []
+    for name, part in subsets.items():
+        if part.empty:
+            continue
+        loss = np.minimum(part["throughput_change"], 0.0)  # a gain in the plateau is not a saving
+        agg = (
+            part.assign(loss=loss)
+            .groupby(["slo", "method"], sort=False)
+            .agg(
+                curves=("exact", "size"),
+                exact_match=("exact", "mean"),
+                within_one_step=("within_one", "mean"),
+                one_step_change_mean=("one_step_change", "mean"),
+                throughput_change_mean=("throughput_change", "mean"),
+                throughput_loss_mean=("loss", "mean"),
+                throughput_change_worst=("throughput_change", "min"),
+                slo_violations=("slo_violated", "mean"),
+                in_plateau=("plateau", "mean"),
+                profiling_effort=("effort", "mean"),
+                kv_saving_mean=("kv_saving", "mean"),
+                truth_kv_saving_mean=("truth_kv_saving", "mean"),
+            )
+            .reset_index()
+        )
+        frames.append(agg.assign(curves_subset=name))
+    return pd.concat(frames, ignore_index=True)
 
 
 def knee_summary(knees: pd.DataFrame) -> pd.DataFrame:
