@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -493,4 +494,5 @@ def agent(
         "settings": settings,
         "batch": limit,
         "efficiency": efficiency,
+        "assumptions": json.loads(ds["agent_local_s"].attrs.get("assumptions", "[]")),
     }

@@ -766,6 +766,9 @@ def _print_tables(tables, i: int, o: int) -> None:
             "prices illustrative, dated 2026-10-27):"
         )
         click.echo(tables["agents"].to_string(index=False))
+        click.echo("assumptions:")
+        for line in tables.get("agent_assumptions", []):
+            click.echo(f"  {line}")
     notes = tables.get("notes")
     if notes is not None and len(notes):
         click.echo("\nNotes (— = does not fit):")

@@ -288,6 +288,16 @@ def test_break_even_price_and_rate_make_both_sides_equal(swept):
                         checked += 1
     assert checked >= 8
     assert swept.agent_break_even_price_per_mtok.attrs["price_date"] == PRICE_DATE
+    # every agent variable keeps what the answer assumed; the sweep's agent table ends with it
+    import json
+
+    said = json.loads(swept.agent_cheaper.attrs["assumptions"])
+    assert said[0].startswith(f"prices: illustrative GPU $/hour and API $/Mtok, dated {PRICE_DATE}")
+    assert any(a.startswith("local: a dedicated replica") for a in said)
+    from slimjax.report.cards import summary
+
+    tables = summary(swept, 512, 128)
+    assert tables["agent_assumptions"] == said
 
 
 def test_break_even_rate_edges():

@@ -463,6 +463,11 @@ def test_cli_prints_ranked_tables_and_writes_the_store(tmp_path):
     }
     assert "constants: where each row's roofline constants come from" in result.output
     assert " measured" in result.output.split("== mixed at 3/s")[1].split("\n")[2]
+    # the assumptions that move the answer end the tables and stay in the store
+    said = json.loads(stored.attrs["assumptions"])
+    assert [a.split(":")[0] for a in said] == ["prices", "roofline constants", "prefill (screen)", "streams"]
+    assert "each prompt prefilled alone" in result.output.split("assumptions:")[1]
+    assert "mixed: fixed lengths, a Poisson stream at each rate" in said[-1]
     again = CliRunner().invoke(main, ["procure", str(path), "--out", str(tmp_path / "s.zarr")])
     assert again.exit_code != 0 and "exists" in again.output  # nothing already written is lost
 

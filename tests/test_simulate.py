@@ -145,6 +145,15 @@ def test_closed_loop_equals_the_event_loop():
     stream = {"closed_loop": {"clients": [3], "input_len": 700, "output_len": 40, "requests_per_client": 4}}
     ds, want, _ = _compare(_spec("Llama-3.1-8B", "H100-SXM", 2, stream=stream), clients=3)
     assert ds.ttft_p90_s.dims == ("model", "gpu", "tp", "batch", "replicas", "clients")
+    # what the run assumed, in the store and at the end of its table
+    import json
+
+    from slimjax.report.tables import simulation_table
+
+    said = json.loads(ds.attrs["assumptions"])
+    assert said[0].startswith("stream: ") and said[0].endswith("scored after the first C completions")
+    assert "prompts share engine steps of 2048 tokens" in said[1] and "router round_robin" in said[1]
+    assert simulation_table(ds).split("assumptions:")[1].strip().startswith("stream: ")
 
 
 def test_round_robin_lanes_equal_one_lane_of_all_replicas():

@@ -85,6 +85,15 @@ def test_cost_and_choice_follow_the_simulated_fleet(sized):
     assert float(best.sim_ttft_p_s) <= SLO["ttft_s"] and float(best.sim_tpot_p_s) <= SLO["itl_s"]
     assert float(ds.best_replicas_screen.isel(sel)) == float(best.replicas_screen)
     assert np.isfinite(float(ds.mix_cost_per_hour.isel(sel)))
+    # what the sized answer assumed, in the store and at the end of its tables: the simulated prefill, not the screen's
+    import json
+
+    from slimjax.report.tables import ranked_tables
+
+    said = json.loads(ds.attrs["assumptions"])
+    assert any(a.startswith("prefill (simulated): prompts share engine steps of 2048 tokens") for a in said)
+    assert not any(a.startswith("prefill (screen)") for a in said)
+    assert ranked_tables(ds).split("assumptions:")[1].strip().startswith("prices: illustrative")
 
 
 def test_a_lone_request_breaking_an_slo_is_infeasible_with_it_named(azure_slice):

@@ -549,6 +549,22 @@ def _agent_batch(x: dict, cells: dict, out: dict) -> dict:
     }
 
 
+def _agent_assumptions(sweep: Sweep) -> list[str]:
+    """What moves a local-vs-API answer, short: its tables end with it and every agent variable keeps it."""
+    from ..constants import PRICE_DATE
+
+    labels = sorted(
+        {str(r["efficiency"]).split(" (", 1)[0] for by_gpu in sweep.serving_table.values() for r in by_gpu.values()}
+    )
+    return [
+        f"prices: illustrative GPU $/hour and API $/Mtok, dated {PRICE_DATE}; the break-even price says where the "
+        "cheaper side flips",
+        f"roofline constants: {', '.join(labels)}",
+        "local: a dedicated replica, no background traffic; calls in waves of min(parallelism, slots) (MODEL.md §6)",
+        "API: constant service time, its queue excluded; launches spaced by min(RPM, TPM/(I + O))",
+    ]
+
+
 def _agent_attrs(sweep: Sweep, name: str) -> dict:
     from ..constants import PRICE_DATE
 
@@ -576,6 +592,7 @@ def _agent_attrs(sweep: Sweep, name: str) -> dict:
         "agent_break_even_rpm",
     ):
         attrs.update(_roofline_attrs(sweep))
+    attrs["assumptions"] = json.dumps(_agent_assumptions(sweep))
     return attrs
 
 

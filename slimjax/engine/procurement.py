@@ -356,6 +356,34 @@ def study_hash(study, block_plan: BlockPlan) -> str:
     return h.hexdigest()
 
 
+def study_assumptions(study) -> list[str]:
+    """What moves a procurement's answer, short, as its tables end with it and its store keeps it (attrs)."""
+    labels = {
+        str(row["efficiency"]).split(" (", 1)[0] for by_gpu in study.serving_table.values() for row in by_gpu.values()
+    }
+    marks = sorted(
+        {
+            mark
+            for by_gpu in study.serving_table.values()
+            for row in by_gpu.values()
+            for mark in (row["constants"].values() if isinstance(row["constants"], dict) else [row["constants"]])
+        }
+    )
+    streams = []
+    for w in study.workloads:
+        if w.trace is None:
+            streams.append(f"{w.name}: fixed lengths, a Poisson stream at each rate")
+        else:
+            streams.append(f"{w.name}: {w.source}, {w.requests:,} requests, timestamps compressed by each rate scale")
+    return [
+        f"prices: illustrative $/GPU-hour dated {PRICE_DATE} ({', '.join(sorted(set(study.price_source.values())))})",
+        f"roofline constants: {', '.join(sorted(labels))}; sources {', '.join(marks)} (see constants)",
+        "prefill (screen): each prompt prefilled alone, after at most one decode step (MODEL.md §8); an MoE prompt "
+        "re-reads the experts its tokens route to",
+        "streams: " + "; ".join(streams),
+    ]
+
+
 def study_attrs(study, block_plan: BlockPlan) -> dict:
     """A procurement Dataset's attrs: the study file, SLOs, workloads, serving, prices (dated), notes."""
     static = dict(_static(study))
@@ -382,6 +410,7 @@ def study_attrs(study, block_plan: BlockPlan) -> dict:
         "prices_note": f"illustrative prices, dated {PRICE_DATE}; override per GPU under prices:",
         "ttft_note": "TTFT is MODEL.md §8's per-request screen t_pre,k + ITL_k(m) plus the wait quantile, "
         "not §4's batch screen",
+        "assumptions": json.dumps(study_assumptions(study)),
         "bisection_steps": static["bisection_steps"],
         "block_plan": block_plan.to_attrs(),
         "sweep_hash": study_hash(study, block_plan),

@@ -3,6 +3,7 @@ calculator's cards and verdict, and an agent graph's cards — text and DataFram
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import numpy as np
@@ -74,6 +75,7 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
     out["notes"] = pd.DataFrame({"note": notes})
     if "agent_local_s" in ds:
         out["agents"] = agent_table(at)
+        out["agent_assumptions"] = json.loads(ds["agent_local_s"].attrs.get("assumptions", "[]"))
     return out
 
 
@@ -178,6 +180,8 @@ def agent_cards(result: Mapping) -> list[tuple[str, str]]:
     cards.append(("Prices", f"illustrative, dated {PRICE_DATE} (GPU catalog, API defaults; editable)"))
     if "efficiency" in result:
         cards.append(("Roofline constants", result["efficiency"]))
+    for k, line in enumerate(result.get("assumptions", ())):
+        cards.append(("Assumptions" if k == 0 else "", line))
     return cards
 
 

@@ -194,7 +194,14 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
     if shown:
         lines += ["", "constants: where each row's roofline constants come from"]
         lines += [f"  {mark}: {CONSTANTS_SOURCES[mark]}" for mark in CONSTANTS_SOURCES if mark in shown]
+    lines += assumption_lines(ds)
     return "\n".join(lines)
+
+
+def assumption_lines(ds: xr.Dataset) -> list[str]:
+    """The study's assumptions (its ``assumptions`` attr), as its tables end with them."""
+    said = json.loads(ds.attrs.get("assumptions", "[]"))
+    return ["", "assumptions:", *(f"  {a}" for a in said)] if said else []
 
 
 def simulation_table(ds: xr.Dataset) -> str:
@@ -221,4 +228,5 @@ def simulation_table(ds: xr.Dataset) -> str:
             f"{label:<58} {_ms(row['ttft_p50_s']):>10} {_ms(row['ttft_p90_s']):>10} {_ms(row['tpot_p90_s']):>10} "
             f"{_ms(row['e2e_mean_s']):>10} {row['utilization']:>6.0%} {row['queue_peak']:>6.0f}"
         )
+    lines += assumption_lines(ds)
     return "\n".join(lines)

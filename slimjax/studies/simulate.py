@@ -199,4 +199,20 @@ def run(sim: Simulation) -> xr.Dataset:
     }
     if closed:
         attrs["warmup"] = "statistics after the first C completions of each closed loop (MODEL.md §9)"
+    attrs["assumptions"] = json.dumps(simulation_assumptions(sim, closed))
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def simulation_assumptions(sim, closed: bool) -> list[str]:
+    """What moves a simulation's answer, short: its table ends with it and its store keeps it."""
+    rows = [r for by_gpu in sim.serving_table.values() for r in by_gpu.values()]
+    steps = sorted({int(r["step_tokens"]) for r in rows})
+    chunks = sorted({int(r["chunk_size"]) for r in rows})
+    labels = sorted({str(r["efficiency"]).split(" (", 1)[0] for r in rows})
+    return [
+        f"stream: {sim.stream.description}" + ("; scored after the first C completions" if closed else ""),
+        f"scheduling: FCFS, prompts share engine steps of {', '.join(map(str, steps))} tokens with the decodes "
+        f"(chunk size {', '.join(str(c) if c else 'whole prompt' for c in chunks)}), KV reserved at admission, "
+        f"no preemption; router {sim.router}",
+        f"roofline constants: {', '.join(labels)}",
+    ]

@@ -13,6 +13,7 @@ there named. The mix (each length class alone at w_k·Λ) runs the same search o
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -381,8 +382,16 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     out["feasible"].attrs = {**ds["feasible"].attrs, "long_name": "R_sim exists: the simulated fleet meets the SLOs"}
     for name in ("ttft_p_s", "e2e_mean_s", "utilization"):
         out[name].attrs = {**ds[name].attrs, "long_name": "screen: " + ds[name].attrs["long_name"] + " at R_screen"}
+    steps = sorted({int(row["step_tokens"]) for by_gpu in study.serving_table.values() for row in by_gpu.values()})
+    said = [a for a in json.loads(ds.attrs.get("assumptions", "[]")) if not a.startswith("prefill (screen)")]
+    said.append(
+        f"prefill (simulated): prompts share engine steps of {', '.join(map(str, steps))} tokens with the decodes "
+        f"(MODEL.md §9), round robin over replicas; Poisson streams seeded {study.sizing['seed']}, "
+        f"{study.sizing['requests']:,} requests"
+    )
     out.attrs = {
         **ds.attrs,
+        "assumptions": json.dumps(said),
         "sizing": "simulation",
         "max_replicas": study.sizing["max_replicas"],
         "sizing_note": "replicas is R_sim, the fewest replicas whose MODEL.md §9 simulation (round robin, the "
