@@ -54,7 +54,7 @@ SERVING_FILE, SPLITWISE_FILE, LIB_FILE = (
 )
 FREE = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s", "link_efficiency", "allreduce_latency_s")
 START = dict(launch_overhead_s=2e-3, step_overhead_s=0.0)
-ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 14))  # FIT_ITERATIONS=1: a smoke run
+ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 12))  # FIT_ITERATIONS=1: a smoke run
 PER_CLIENT = 2  # closed-loop requests per client: the first C completions are dropped, C more scored
 WAITING = 1  # aiconfigurator's clients: C − 1 admitted at once (see above)
 FITTED_TTFT_MAX_C = 32
@@ -95,6 +95,14 @@ def calibrate(t: pd.DataFrame, group_by) -> pd.DataFrame:
         requests_per_client=PER_CLIENT,
         iterations=ITERATIONS,
         waiting_clients=WAITING,
+    )
+    print(
+        "  fit: "
+        + "; ".join(
+            f"{g}: " + ", ".join(f"{p} {float(ds.coefficients.sel({group_by[0]: g}, param=p)):.4g}" for p in FREE)
+            for g in ds[group_by[0]].values
+        ),
+        flush=True,
     )
     out = {}
     for g in ds[group_by[0]].values:
@@ -242,6 +250,12 @@ def table(title: str, s: dict, by: str) -> str:
     return "\n".join(lines)
 
 
+def _before_default() -> dict:
+    """The pooled default shipped before this fit (kept in the provenance once the YAML is rewritten)."""
+    old = yaml.safe_load((REPO / "configs" / "roofline" / "default.yaml").read_text())
+    return old["provenance"]["before"]["default"] if "before" in old.get("provenance", {}) else old["default"]
+
+
 def report(parts: Path, t: pd.DataFrame) -> None:
     got = {name: json.loads((parts / f"{name}.json").read_text()) for name in JOBS}
     shipped = got["shipped"]
@@ -286,7 +300,7 @@ def report(parts: Path, t: pd.DataFrame) -> None:
             "before": {
                 "gpus": got["before"]["constants"],
                 "simulated_errors": got["before"]["closed_form"],
-                "default": yaml.safe_load((REPO / "configs" / "roofline" / "default.yaml").read_text()).get("default"),
+                "default": _before_default(),
             },
             "plain_simulated_errors": got["before"]["plain"],
         },

@@ -161,7 +161,8 @@ def _simulate(z_rows, inputs, buckets, per_client, free, waiting=0):
 
 
 def _pow2(n: int) -> int:
-    return max(8, 1 << (int(n) - 1).bit_length())
+    """Lanes a bucket of n rows runs: a power of two up to 64, then a multiple of 64 (padding costs lanes)."""
+    return max(8, 1 << (int(n) - 1).bit_length()) if n <= 64 else 64 * -(-int(n) // 64)
 
 
 def measured_targets(traces: pd.DataFrame) -> pd.DataFrame:
@@ -234,6 +235,7 @@ def calibrate_serving(
     r, J = residuals(z)
     cost = np.array([np.sum(a**2) for a in per_group(r)])
     lam = np.full(G, 1e-2)
+    flat = np.zeros(G, int)
     history = [cost.copy()]
     for _ in range(iterations):
         step = np.zeros((G, len(free_idx)))
@@ -253,9 +255,14 @@ def calibrate_serving(
         cost = np.where(better, cost_t, cost)
         lam = np.where(better, lam / 3.0, lam * 4.0)
         history.append(cost.copy())
-        if len(history) > 4 and np.all(history[-4] - cost <= 1e-10 * np.maximum(cost, 1e-30)):
-            break  # every group has stood still for three iterations: more would only be simulations
-    converged = (history[-max(iterations // 5, 2)] - cost) <= 1e-8 * np.maximum(cost, 1e-30)
+        # a group is done once three accepted steps in a row gained nothing, or no step descends at any damping;
+        # a rejected step only raises the damping (it is not convergence)
+        gained = history[-2] - cost > 1e-10 * np.maximum(cost, 1e-30)
+        flat = np.where(better & ~gained, flat + 1, np.where(better, 0, flat))
+        if np.all((flat >= 3) | (lam > 1e6)):
+            break  # more would only be simulations
+    recent = (history[-max(iterations // 5, 2)] - cost) <= 1e-8 * np.maximum(cost, 1e-30)
+    converged = (flat >= 3) | (lam > 1e6) | recent
     theta = np.asarray(coefficients_from(jnp.asarray(z), SERVING_PARAMS, SERVING_BOUNDED))
     n = np.array([int(scored[groups[key]].sum()) for key in keys])  # residuals each group is scored on
     J_full = np.zeros((G, len(MEASURED) * max(len(i) for i in groups.values()), len(SERVING_PARAMS)))
