@@ -55,6 +55,8 @@ SERVING_FILE, SPLITWISE_FILE, LIB_FILE = (
 FREE = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s", "link_efficiency", "allreduce_latency_s")
 START = dict(launch_overhead_s=2e-3, step_overhead_s=0.0)
 ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 12))  # FIT_ITERATIONS=1: a smoke run
+CONTINUE = int(os.environ.get("FIT_CONTINUE", 8))  # the converge job's further iterations
+PARTS = Path("/tmp/fit_default_roofline")  # set by --parts
 PER_CLIENT = 2  # closed-loop requests per client: the first C completions are dropped, C more scored
 WAITING = 1  # aiconfigurator's clients: C − 1 admitted at once (see above)
 FITTED_TTFT_MAX_C = 32
@@ -85,25 +87,25 @@ def rows() -> pd.DataFrame:
     return t
 
 
-def calibrate(t: pd.DataFrame, group_by) -> pd.DataFrame:
-    """Per-group fitted constants (a frame indexed by the group) with identified/at-bound flags and MAPEs."""
+def calibrate(t: pd.DataFrame, group_by, warm: dict | None = None, iterations: int = ITERATIONS) -> pd.DataFrame:
+    """Per-group fitted constants (a frame indexed by the group) with identified/at-bound flags and MAPEs;
+    ``warm``: constants per group to start from (a continued fit)."""
     ds = fit.calibrate_serving(
         t,
         group_by=group_by,
         free=FREE,
         start=START,
         requests_per_client=PER_CLIENT,
-        iterations=ITERATIONS,
+        iterations=iterations,
         waiting_clients=WAITING,
+        start_by_group=None if warm is None else pd.DataFrame(warm).T[list(fit.SERVING_PARAMS)].astype(float),
     )
-    print(
-        "  fit: "
-        + "; ".join(
-            f"{g}: " + ", ".join(f"{p} {float(ds.coefficients.sel({group_by[0]: g}, param=p)):.4g}" for p in FREE)
-            for g in ds[group_by[0]].values
-        ),
-        flush=True,
-    )
+    coef = ds.coefficients
+    fitted = [
+        f"{g}: " + ", ".join(f"{p} {float(coef.sel({group_by[0]: g, 'param': p})):.4g}" for p in FREE)
+        for g in ds[group_by[0]].values
+    ]
+    print("  fit: " + "; ".join(fitted), flush=True)
     out = {}
     for g in ds[group_by[0]].values:
         one = ds.sel({group_by[0]: g})
@@ -169,6 +171,19 @@ def job_shipped(t):
     return {"gpus": per_gpu, "default": pooled, "in_sample": in_sample}
 
 
+def job_converge(t):
+    """The shipped job's fits continued from where its iteration budget stopped them (``CONTINUE`` more LM
+    iterations, each group warm-started at its constants), until they stop gaining: what is shipped."""
+    first = json.loads((PARTS / "shipped.json").read_text())
+    (PARTS / "shipped_budget.json").write_text(json.dumps(first, indent=1))
+    per_gpu = calibrate(t, ["gpu"], warm=first["gpus"], iterations=CONTINUE)
+    pooled = calibrate(t.assign(pool="default"), ["pool"], warm={"default": first["default"]}, iterations=CONTINUE)
+    for g, c in per_gpu.items():
+        c["tp_rows"], c["sources"] = first["gpus"][g]["tp_rows"], first["gpus"][g]["sources"]
+    in_sample = summary(predict(t, per_gpu, "gpu"))
+    return {"gpus": per_gpu, "default": pooled["default"], "in_sample": in_sample, "iterations": ITERATIONS + CONTINUE}
+
+
 def job_loto(t):
     parts = []
     for n in sorted(t.n_gpu.unique()):
@@ -232,6 +247,7 @@ def job_before(t):
 
 
 JOBS = {"shipped": job_shipped, "loto": job_loto, "logo": job_logo, "before": job_before}
+STEPS = {**JOBS, "converge": job_converge}  # converge rewrites shipped.json (the first fit kept beside it)
 
 
 def table(title: str, s: dict, by: str) -> str:
@@ -257,16 +273,20 @@ def _before_default() -> dict:
 
 
 def report(parts: Path, t: pd.DataFrame) -> None:
-    got = {name: json.loads((parts / f"{name}.json").read_text()) for name in JOBS}
+    got = {name: json.loads((parts / f"{name}.json").read_text()) for name in JOBS if (parts / f"{name}.json").exists()}
+    missing = "not run: its job did not finish (rerun bench/fit_default_roofline.py --jobs JOB)"
     shipped = got["shipped"]
     for title, s in (
         ("plain roofline (simulated)", got["before"]["plain"]),
         ("before: closed-form fit (simulated)", got["before"]["closed_form"]),
         ("after, in sample", shipped["in_sample"]),
-        ("after, leave-one-TP-degree-out", got["loto"]),
-        ("after, leave-one-GPU-out (pooled fit of the others)", got["logo"]),
+        ("after, leave-one-TP-degree-out", got.get("loto")),
+        ("after, leave-one-GPU-out (pooled fit of the others)", got.get("logo")),
     ):
         print(f"\n## {title}")
+        if s is None:
+            print(missing)
+            continue
         for by in ("by_tp", "by_batch", "by_source"):
             print(table("", s[by], by[3:]))
 
@@ -296,7 +316,7 @@ def report(parts: Path, t: pd.DataFrame) -> None:
             "out: layer split, not tensor parallel)",
             "step_overhead_s": "held at 0: to the simulation t_step and t_l are one per-step cost, shipped as "
             "launch_overhead_s, which the §4 screens charge too",
-            "held_out": {"leave_one_tp_out": got["loto"], "leave_one_gpu_out": got["logo"]},
+            "held_out": {"leave_one_tp_out": got.get("loto", missing), "leave_one_gpu_out": got.get("logo", missing)},
             "before": {
                 "gpus": got["before"]["constants"],
                 "simulated_errors": got["before"]["closed_form"],
@@ -330,12 +350,14 @@ def main() -> None:
         k = int(os.environ["FIT_SAMPLE"])
         t = pd.concat([g.sample(min(len(g), k), random_state=0) for _, g in t.groupby("source")], ignore_index=True)
     print(f"{len(t)} rows: " + ", ".join(f"{k} {v}" for k, v in t.source.value_counts().items()), flush=True)
+    global PARTS
+    PARTS = parts
     for name in a.jobs.split(","):
         if name == "report":
             continue
         t0 = time.perf_counter()
-        out = JOBS[name](t)
-        (parts / f"{name}.json").write_text(json.dumps(out, indent=1))
+        out = STEPS[name](t)
+        (parts / f"{'shipped' if name == 'converge' else name}.json").write_text(json.dumps(out, indent=1))
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
     if "report" in a.jobs.split(","):
         report(parts, t)

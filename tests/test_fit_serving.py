@@ -54,6 +54,18 @@ def test_fit_recovers_known_constants_with_a_step_floor_and_a_link_fraction():
     assert not bool(ds.identified.sel(param="launch_overhead_s"))
 
 
+def test_a_warm_start_per_group_starts_there():
+    """``start_by_group`` starts a group at its own constants (a refit continued from the shipped ones): started at
+    the truth, two iterations leave it there; a column that is no constant is refused by name."""
+    rows = _rows((1, 2), (8,), ((512, 128),))
+    warm = pd.DataFrame([TRUTH], index=["H100-SXM"])[list(fit.SERVING_PARAMS)]
+    ds = fit.calibrate_serving(rows, iterations=2, start_by_group=warm).sel(gpu="H100-SXM")
+    for p in fit.DEFAULT_FREE:
+        assert float(ds.coefficients.sel(param=p)) == pytest.approx(TRUTH[p], rel=1e-6), p
+    with pytest.raises(SlimjaxError, match="start_by_group: column 'e_F' is not a constant"):
+        fit.calibrate_serving(rows, iterations=1, start_by_group=warm.rename(columns={"compute_efficiency": "e_F"}))
+
+
 def test_constants_the_rows_cannot_see_are_reported_unidentified():
     """One GPU alone (TP 1) says nothing of the link; short prompts at low concurrency never reach the compute
     roof, so e_F is unidentified; freed together, t_l and t_step are one per-step cost to the simulation (and

@@ -408,6 +408,28 @@ def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_w
     assert constants_source("A100-SXM-80GB", tp=1)[0] == "measured, other TP"
     assert "TP 1 not measured" in constants_source("A100-SXM-80GB", tp=1)[1]
     assert constants_source("A100-SXM-80GB", tp=2)[0] == "measured"
+    # what its rows did not identify (a flat direction, or at a bound) is the pooled default's, and said
+    from slimjax.inputs.serving import calibrated_efficiency, calibrated_link, unidentified_constants
+
+    for gpu, entry in doc["gpus"].items():
+        held = unidentified_constants(entry)
+        assert held == [
+            k
+            for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s", "link_efficiency")
+            + ("allreduce_latency_s",)
+            if k not in entry["identified"] or k in entry["at_bound"]
+        ]
+        values, where = calibrated_efficiency(gpu)
+        values.update(calibrated_link(gpu))
+        for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s", "link_efficiency"):
+            assert values[k] == (doc["default"][k] if k in held else entry[k])
+        assert (
+            values["allreduce_latency_s"]
+            == (doc["default"] if "allreduce_latency_s" in held else entry)["allreduce_latency_s"]
+        )
+        assert ("not identified" in constants_source(gpu, tp=2)[1]) == bool(held)
+        assert (f"its {', '.join(held)} the default's" in where) == bool(held)
+    assert unidentified_constants(a100)  # 56 rows of one model: e_B pinned at 1, t_l and τ unidentified
     assert "configs/roofline/default.yaml: H100-SXM" in cal.itl_s.attrs["efficiency"]
     assert (cal.itl_s > plain.itl_s).all()  # e_B < 1 and t_l > 0 only slow it down
     with pytest.raises(slimjax.SlimjaxError, match="serving.efficiency: must be one of plain, calibrated, got 'fast'"):

@@ -48,8 +48,8 @@ def test_each_row_is_its_closed_loop_and_the_table_is_its_errors(shared_data):
     np.testing.assert_allclose(pooled.tpot_bias_pct, 100 * np.mean(scored.tpot_error))
     bands = set(table.band) - {"all"}
     assert bands == {"5–16", "17–64"}  # concurrency 8 and 32
-    # a capacity planner's check: TPOT is at least one batch-1 decode step's weights ÷ bandwidth
-    assert (scored.sim_tpot_s > 16e9 / 3.35e12).all()
+    # a capacity planner's check: TPOT is at least one batch-1 decode step's weights ÷ bandwidth (TP n: n GPUs)
+    assert (scored.sim_tpot_s > 16e9 / (scored.n_gpu * 3.35e12)).all()  # the weights split over n GPUs
 
 
 def test_cli_scores_a_serving_file(shared_data, tmp_path):

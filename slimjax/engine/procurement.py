@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -374,7 +375,11 @@ def study_assumptions(study) -> list[str]:
         if w.trace is None:
             streams.append(f"{w.name}: fixed lengths, a Poisson stream at each rate")
         else:
-            streams.append(f"{w.name}: {w.source}, {w.requests:,} requests, timestamps compressed by each rate scale")
+            # the file's name, not its path: the printed tables read the same wherever the study is run from
+            streams.append(
+                f"{w.name}: {Path(w.trace.source).name} ({w.trace.format}), {w.requests:,} requests, "
+                "timestamps compressed by each rate scale"
+            )
     return [
         f"prices: illustrative $/GPU-hour dated {PRICE_DATE} ({', '.join(sorted(set(study.price_source.values())))})",
         f"roofline constants: {', '.join(sorted(labels))}; sources {', '.join(marks)} (see constants)",

@@ -229,6 +229,9 @@ def constants_source(gpu: str, preset: str = "calibrated", tp: float | None = No
         degrees = sorted(int(n) for n in (entry.get("tp_rows") or {}))
         at = f" at TP {', '.join(map(str, degrees))}" if degrees else ""
         rows = f"{int(entry.get('rows', 0)):,} rows{at}"
+        held = unidentified_constants(entry)
+        if held:
+            rows += f"; {', '.join(held)} not identified by them: the pooled default's"
         if tp is not None and degrees and int(tp) not in degrees:
             words = f"{CONSTANTS_SOURCES['measured, other TP']} ({rows}; TP {int(tp)} not measured)"
             return "measured, other TP", words
@@ -241,9 +244,29 @@ def constants_source(gpu: str, preset: str = "calibrated", tp: float | None = No
     return "other vendor", f"{CONSTANTS_SOURCES['other vendor']}; vendor {vendor or 'not given'}"
 
 
+def unidentified_constants(entry: dict) -> list[str]:
+    """The fitted constants of a configs/roofline/default.yaml entry its rows did not identify (a flat direction,
+    or pinned at a bound): not shipped as fitted (an entry without the flags predates them: all taken as fitted)."""
+    if "identified" not in entry:
+        return []
+    return [
+        k
+        for k in (*EFFICIENCY_KEYS, *LINK_KEYS)
+        if k in entry and (k not in entry["identified"] or k in (entry.get("at_bound") or []))
+    ]
+
+
 def _fit_entry(gpu: str) -> tuple[dict, str]:
+    """The constants for ``gpu``: its own fit where its rows identified them, the pooled default's where they did
+    not (or where it has no fit), and which was used."""
     doc = _roofline_fit()
-    return (doc["gpus"][gpu], gpu) if gpu in (doc.get("gpus") or {}) else (doc["default"], "default")
+    if gpu not in (doc.get("gpus") or {}):
+        return doc["default"], "default"
+    entry = doc["gpus"][gpu]
+    held = unidentified_constants(entry)
+    if not held:
+        return entry, gpu
+    return {**entry, **{k: doc["default"][k] for k in held}}, f"{gpu}, its {', '.join(held)} the default's"
 
 
 def calibrated_efficiency(gpu: str) -> tuple[dict[str, float], str]:
@@ -264,13 +287,12 @@ def calibrated_link(gpu: str) -> dict[str, float]:
 
 def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
     """GPU rows (label, fields) with the fitted link constants where every model serves that GPU under the
-    ``calibrated`` preset and its entry (catalog or inline, ``entries`` as the file gave them) does not set them;
-    ``table`` (serving_block's) records per (model, GPU) which link constants were used."""
-    from .catalog import gpu_catalog
-
+    ``calibrated`` preset and the file's inline GPU entry (``entries`` as the file gave them) does not set them;
+    ``table`` (serving_block's) records per (model, GPU) which link constants were used. A catalog entry's τ is
+    the nominal figure the plain roofline uses, so the fit replaces it (a user's own measured τ goes inline)."""
     out = []
     for (g, row), given in zip(gpus, entries, strict=True):
-        raw = given if isinstance(given, Mapping) else gpu_catalog().get(g, {})
+        raw = given if isinstance(given, Mapping) else {}
         presets = {str(table[m][g]["efficiency"]).split(" ", 1)[0] for m in table}
         fitted = calibrated_link(g) if presets == {"calibrated"} else {}
         fitted = {f: v for f, v in fitted.items() if LINK_KEYS[f] not in raw}
