@@ -131,7 +131,7 @@ def predict(t: pd.DataFrame, constants: dict, key: str) -> pd.DataFrame:
 def errors(p: pd.DataFrame, by: str) -> dict:
     """MAPE and bias (mean signed error), %, per value of ``by`` and measure; row counts."""
     out = {}
-    for value, g in p.groupby(by):
+    for value, g in p.groupby(by, observed=True):
         cell = {}
         for m, col in (
             ("ttft", "ttft_error"),
@@ -152,7 +152,7 @@ def errors(p: pd.DataFrame, by: str) -> dict:
 
 def banded(p: pd.DataFrame) -> pd.DataFrame:
     band = pd.cut(p["batch"], [0] + [hi for _, hi in BANDS], labels=[f"{lo}-{hi}" for lo, hi in BANDS])
-    return p.assign(batch_band=band.astype(str))
+    return p.assign(batch_band=band)  # categorical: the bands in order
 
 
 def summary(p: pd.DataFrame) -> dict:

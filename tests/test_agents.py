@@ -122,7 +122,7 @@ def test_local_time_matches_brute_force_waves():
 SWEEP = dict(
     models=["Llama-3.1-8B", "Llama-3.1-405B"],
     gpus=["H100-SXM", "L40S"],
-    batch=[1, 4, 32],
+    batch=[1, 4, 32, 1024],  # 1024: a limit the KV pool cannot hold
     input_len=[512, 2048],
     output_len=[128],
     serving=dict(n_gpu=1),
@@ -298,6 +298,15 @@ def test_break_even_price_and_rate_make_both_sides_equal(swept):
 
     tables = summary(swept, 512, 128)
     assert tables["agent_assumptions"] == said
+    # the table's batch limit is the shortest local time among those that run (a masked, NaN limit is skipped)
+    mixed = 0
+    for row in tables["agents"].itertuples():
+        local = swept.agent_local_s.sel(model=row.model, gpu=row.gpu, agent=row.agent, input_len=512, output_len=128)
+        finite = local.where(np.isfinite(local), drop=True)
+        if finite.size:
+            assert row.batch == int(finite.batch[int(np.argmin(finite.values))])
+            mixed += finite.size < local.size
+    assert mixed  # some graph's largest limit does not run where a smaller one does
 
 
 def test_break_even_rate_edges():

@@ -90,7 +90,7 @@ def agent_table(at: xr.Dataset) -> pd.DataFrame:
                 c = at.sel(model=m, gpu=g, agent=a)
                 local = c["agent_local_s"].values
                 fits = np.isfinite(local).any()
-                k = int(np.argmin(local)) if fits else 0
+                k = int(np.argmin(np.where(np.isfinite(local), local, np.inf))) if fits else 0  # masked: NaN
                 best = c.isel(batch=k)
                 api_s = float(best["agent_api_s"])
                 rows.append(
