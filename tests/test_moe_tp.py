@@ -428,6 +428,7 @@ def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_w
             == (doc["default"] if "allreduce_latency_s" in held else entry)["allreduce_latency_s"]
         )
         assert ("not identified" in constants_source(gpu, tp=2)[1]) == bool(held)
+        assert ("did not converge" in constants_source(gpu, tp=2)[1]) == (not entry["converged"])
         assert (f"its {', '.join(held)} the default's" in where) == bool(held)
     assert unidentified_constants(a100)  # 56 rows of one model: e_B pinned at 1, t_l and τ unidentified
     assert "configs/roofline/default.yaml: H100-SXM" in cal.itl_s.attrs["efficiency"]

@@ -232,6 +232,8 @@ def constants_source(gpu: str, preset: str = "calibrated", tp: float | None = No
         held = unidentified_constants(entry)
         if held:
             rows += f"; {', '.join(held)} not identified by them: the pooled default's"
+        if entry.get("converged") is False:  # still moving when its iterations ran out: said, not hidden
+            rows += "; its fit did not converge (see configs/roofline/default.yaml, moved_in_continuation)"
         if tp is not None and degrees and int(tp) not in degrees:
             words = f"{CONSTANTS_SOURCES['measured, other TP']} ({rows}; TP {int(tp)} not measured)"
             return "measured, other TP", words
