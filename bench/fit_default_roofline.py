@@ -4,6 +4,7 @@
     python bench/fit_default_roofline.py                 # every job in this process, then writes the YAML
     python bench/fit_default_roofline.py --jobs shipped,logo --parts /tmp/fdr   # a share of the jobs (one per core)
     python bench/fit_default_roofline.py --jobs loto,before --parts /tmp/fdr
+    python bench/fit_default_roofline.py --jobs converge --parts /tmp/fdr        # shipped's fits continued (after it)
     python bench/fit_default_roofline.py --jobs report --parts /tmp/fdr          # tables + YAML from the parts
 
 Data (../shared/data/measured or $SLIMJAX_DATA/measured):
@@ -56,7 +57,6 @@ FREE = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s", "link
 START = dict(launch_overhead_s=2e-3, step_overhead_s=0.0)
 ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 12))  # FIT_ITERATIONS=1: a smoke run
 CONTINUE = int(os.environ.get("FIT_CONTINUE", 8))  # the converge job's further iterations
-PARTS = Path("/tmp/fit_default_roofline")  # set by --parts
 PER_CLIENT = 2  # closed-loop requests per client: the first C completions are dropped, C more scored
 WAITING = 1  # aiconfigurator's clients: C − 1 admitted at once (see above)
 FITTED_TTFT_MAX_C = 32
@@ -131,7 +131,7 @@ def predict(t: pd.DataFrame, constants: dict, key: str) -> pd.DataFrame:
 def errors(p: pd.DataFrame, by: str) -> dict:
     """MAPE and bias (mean signed error), %, per value of ``by`` and measure; row counts."""
     out = {}
-    for value, g in p.groupby(by, observed=True):
+    for value, g in p.groupby(by):
         cell = {}
         for m, col in (
             ("ttft", "ttft_error"),
@@ -152,7 +152,7 @@ def errors(p: pd.DataFrame, by: str) -> dict:
 
 def banded(p: pd.DataFrame) -> pd.DataFrame:
     band = pd.cut(p["batch"], [0] + [hi for _, hi in BANDS], labels=[f"{lo}-{hi}" for lo, hi in BANDS])
-    return p.assign(batch_band=band)  # categorical: the bands in order
+    return p.assign(batch_band=band.astype(str))
 
 
 def summary(p: pd.DataFrame) -> dict:
@@ -171,11 +171,11 @@ def job_shipped(t):
     return {"gpus": per_gpu, "default": pooled, "in_sample": in_sample}
 
 
-def job_converge(t):
+def job_converge(t, parts: Path):
     """The shipped job's fits continued from where its iteration budget stopped them (``CONTINUE`` more LM
     iterations, each group warm-started at its constants), until they stop gaining: what is shipped."""
-    first = json.loads((PARTS / "shipped.json").read_text())
-    (PARTS / "shipped_budget.json").write_text(json.dumps(first, indent=1))
+    first = json.loads((parts / "shipped.json").read_text())
+    (parts / "shipped_budget.json").write_text(json.dumps(first, indent=1))
     per_gpu = calibrate(t, ["gpu"], warm=first["gpus"], iterations=CONTINUE)
     pooled = calibrate(t.assign(pool="default"), ["pool"], warm={"default": first["default"]}, iterations=CONTINUE)
     for g, c in per_gpu.items():
@@ -247,7 +247,6 @@ def job_before(t):
 
 
 JOBS = {"shipped": job_shipped, "loto": job_loto, "logo": job_logo, "before": job_before}
-STEPS = {**JOBS, "converge": job_converge}  # converge rewrites shipped.json (the first fit kept beside it)
 
 
 def table(title: str, s: dict, by: str) -> str:
@@ -257,7 +256,7 @@ def table(title: str, s: dict, by: str) -> str:
         "|---|---|---|---|---|",
     ]
 
-    def order(k):  # TP degrees and batch bands in numeric order (parts written before the bands were ordered)
+    def order(k):  # TP degrees and batch bands ("5-16") in numeric order, not as strings
         head = k.split("-")[0]
         return (0, int(head), k) if head.isdigit() else (1, 0, k)
 
@@ -357,7 +356,7 @@ def report(parts: Path, t: pd.DataFrame) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", default="shipped,loto,logo,before,report")
+    ap.add_argument("--jobs", default="shipped,converge,loto,logo,before,report")
     ap.add_argument("--parts", default="/tmp/fit_default_roofline")
     a = ap.parse_args()
     slimjax.configure()
@@ -368,13 +367,13 @@ def main() -> None:
         k = int(os.environ["FIT_SAMPLE"])
         t = pd.concat([g.sample(min(len(g), k), random_state=0) for _, g in t.groupby("source")], ignore_index=True)
     print(f"{len(t)} rows: " + ", ".join(f"{k} {v}" for k, v in t.source.value_counts().items()), flush=True)
-    global PARTS
-    PARTS = parts
+    # converge rewrites shipped.json (the first fit kept beside it as shipped_budget.json)
+    steps = {**JOBS, "converge": lambda rows: job_converge(rows, parts)}
     for name in a.jobs.split(","):
         if name == "report":
             continue
         t0 = time.perf_counter()
-        out = STEPS[name](t)
+        out = steps[name](t)
         (parts / f"{'shipped' if name == 'converge' else name}.json").write_text(json.dumps(out, indent=1))
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
     if "report" in a.jobs.split(","):

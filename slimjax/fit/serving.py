@@ -178,22 +178,14 @@ def measured_targets(traces: pd.DataFrame) -> pd.DataFrame:
     return rows[rows[list(MEASURED)].notna().any(axis=1)].reset_index(drop=True)
 
 
+def _unconstrained(values: dict) -> np.ndarray:
+    """:data:`SERVING_PARAMS` at ``values`` in the fit's unconstrained coordinates (a time held at 0: exp(−30) s)."""
+    with np.errstate(divide="ignore"):
+        z = np.asarray(parameters_from(np.array([values[p] for p in SERVING_PARAMS]), SERVING_PARAMS, SERVING_BOUNDED))
+    return np.where(np.isfinite(z), z, -30.0)
+
+
 @uses_float64
-def _group_start(frame: pd.DataFrame | None, key) -> dict:
-    """The warm-start constants ``frame`` gives the group ``key`` (empty where it has none)."""
-    if frame is None:
-        return {}
-    label = key[0] if isinstance(key, tuple) and len(key) == 1 else key
-    if label not in frame.index:
-        return {}
-    unknown = [c for c in frame.columns if c not in SERVING_PARAMS]
-    if unknown:
-        raise SlimjaxError(
-            "start_by_group", f"column {unknown[0]!r} is not a constant; one of {', '.join(SERVING_PARAMS)}"
-        )
-    return {c: float(v) for c, v in frame.loc[label].items()}
-
-
 def calibrate_serving(
     traces: pd.DataFrame,
     group_by=("gpu",),
@@ -219,6 +211,9 @@ def calibrate_serving(
     unknown = [p for p in free if p not in SERVING_PARAMS]
     if unknown:
         raise SlimjaxError("free", f"{unknown[0]!r} is not a fitted constant; one of {', '.join(SERVING_PARAMS)}")
+    odd = [c for c in (start_by_group.columns if start_by_group is not None else ()) if c not in SERVING_PARAMS]
+    if odd:
+        raise SlimjaxError("start_by_group", f"column {odd[0]!r} is not a constant; one of {', '.join(SERVING_PARAMS)}")
     start = {**DEFAULT_START, **(start or {})}
     rows = measured_targets(traces)
     if rows.empty:
@@ -231,18 +226,11 @@ def calibrate_serving(
         group_of[idx] = k
     G = len(keys)
     free_idx = tuple(SERVING_PARAMS.index(p) for p in free)
-    with np.errstate(divide="ignore"):
-        z0 = np.asarray(parameters_from(np.array([start[p] for p in SERVING_PARAMS]), SERVING_PARAMS, SERVING_BOUNDED))
-    z0 = np.where(np.isfinite(z0), z0, -30.0)  # a time held at 0: exp(−30) s, nothing
-    z = np.tile(z0, (G, 1))
+    z = np.tile(_unconstrained(start), (G, 1))
     for g, key in enumerate(keys):  # a warm start per group (a refit from the constants shipped before)
-        own = _group_start(start_by_group, key)
-        if own:
-            with np.errstate(divide="ignore"):
-                zg = parameters_from(
-                    np.array([{**start, **own}[p] for p in SERVING_PARAMS]), SERVING_PARAMS, SERVING_BOUNDED
-                )
-            z[g] = np.where(np.isfinite(zg), zg, -30.0)
+        label = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+        if start_by_group is not None and label in start_by_group.index:
+            z[g] = _unconstrained({**start, **start_by_group.loc[label].astype(float).to_dict()})
     inputs = _lane_inputs(rows, step_tokens)
     buckets = _buckets(rows)
     meas = rows[list(MEASURED)].to_numpy(float)
