@@ -34,7 +34,7 @@ def _spec(batches, stream):
 
 def _reference_seconds(sim, batches, repeats=3):
     arch, gpu = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
-    sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+    sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
     terms = sref.replica_terms(arch, gpu, sv)
     st = sim.stream
     I, O = [int(x) for x in st.input_len], [int(x) for x in st.output_len]
@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--trace-seconds", type=float, default=120.0)
     ap.add_argument("--hour", type=int, default=0, help="candidates through the whole one-hour conversation trace")
+    ap.add_argument("--staged", type=int, default=32, help="pipeline and disaggregated candidates (MODEL.md §10)")
     args = ap.parse_args()
     slimjax.configure()
     stream = dict(poisson=6.0, input_len=1000, output_len=200, requests=args.requests, seed=0)
@@ -78,6 +79,7 @@ def main() -> None:
             f"{k:>5} candidates: jitted {jitted * 1e3:8.2f} ms/candidate, reference {ref * 1e3:8.2f} ms/candidate, "
             f"ratio {ref / jitted:6.1f}x, {steps / (jitted * k):,.0f} lane-steps/s"
         )
+    _pipelines_and_pools(stream, args.staged)
     trace = DATA / "traces" / "AzureLLMInferenceTrace_conv.csv"
     if trace.is_file():
         spec = _spec(
@@ -103,6 +105,55 @@ def main() -> None:
             f"Azure conversation, whole hour ({sim.stream.n_requests} requests) x {k} candidates (B 8 … 256), "
             f"float32: {wall:.1f} s with compiles, {ds.attrs['engine_steps'] / wall:,.0f} lane-steps/s"
         )
+
+
+def _pipelines_and_pools(stream, k: int) -> None:
+    """MODEL.md §10: k pipelined candidates (Llama-3.1-70B, H100 TP 2 × PP 2, batch limits 8 … 256) and k
+    disaggregated deployments (prefill H100 TP 2, decode H200 TP 2 at batch limits 8 … 256), each against the
+    Python event loop of §10 in the same run."""
+    arch, h100, h200 = (
+        catalog.resolve_model("Llama-3.1-70B")[1],
+        catalog.resolve_gpu("H100-SXM")[1],
+        catalog.resolve_gpu("H200")[1],
+    )
+    batches = [int(b) for b in np.round(np.geomspace(8, 256, k))]
+    spec = dict(models=["Llama-3.1-70B"], gpus=["H100-SXM"], tp=[2], pp=[2], batch=batches, stream=stream)
+    sim = simulatefile.parse({**spec, "precision": "float64"})
+    simulate.run(sim)
+    t = time.perf_counter()
+    simulate.run(sim)
+    jitted = (time.perf_counter() - t) / len(batches)
+    sv = {key: float(np.asarray(v).reshape(-1)[0]) for key, v in sim.serving.fields().items()}
+    terms = sref.stage_terms(arch, h100, sv, 2)
+    st = sim.stream
+    I, O, A = [int(x) for x in st.input_len], [int(x) for x in st.output_len], st.arrival_s.tolist()
+    t = time.perf_counter()
+    for b in batches[:3]:
+        sref.simulate_pipeline(terms, A, I, O, b)
+    ref = (time.perf_counter() - t) / 3
+    print(f"{k:>5} pipelined (TP 2 × PP 2) candidates: ratio {ref / jitted:6.1f}x ({jitted * 1e3:.1f} ms/candidate)")
+
+    deps = [dict(prefill={"gpu": "H100-SXM", "tp": 2}, decode={"gpu": "H200", "tp": 2, "batch": b}) for b in batches]
+    sim = simulatefile.parse({**spec, "pp": [1], "batch": [8], "disaggregated": deps, "precision": "float64"})
+    simulate.run(sim)
+    t = time.perf_counter()
+    simulate.run(sim)
+    jitted = (time.perf_counter() - t) / len(deps)  # (the one aggregated candidate rides along)
+    d = sim.deployments[0]
+    tp_ = sref.stage_terms(
+        arch, h100, {key: float(np.asarray(v)[0]) for key, v in d.prefill.serving.fields().items()}, 1
+    )
+    td = sref.stage_terms(arch, h200, {key: float(np.asarray(v)[0]) for key, v in d.decode.serving.fields().items()}, 1)
+    from slimjax.studies.disaggregated import transfer_seconds
+
+    kv = arch["n_layers"] * sref.kv_bytes_per_layer_token(arch)
+    t = time.perf_counter()
+    for dep in sim.deployments[:3]:
+        sref.simulate_disaggregated(
+            tp_, td, A, I, O, 1, 1, int(dep.decode.batch), lambda i, dep=dep: float(transfer_seconds(kv * I[i], dep))
+        )
+    ref = (time.perf_counter() - t) / 3
+    print(f"{k:>5} disaggregated deployments: ratio {ref / jitted:6.1f}x ({jitted * 1e3:.1f} ms/deployment)")
 
 
 if __name__ == "__main__":

@@ -297,6 +297,10 @@ def procure(
     try:
         with float64_scope():
             ds = sizing.size(study, screen, None if progress is None else progress.update)
+            if study.deployments:  # disaggregated prefill/decode pairs beside the aggregated fleet (MODEL.md §10)
+                from .studies import disaggregated
+
+                ds = disaggregated.size_study(study, ds)
     finally:
         if progress is not None:
             progress.close()

@@ -56,12 +56,52 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
     )
 
 
+def stage_terms(arch: dict, gpu: dict, sv: dict, n_pp: int) -> dict:
+    """MODEL.md §10: one virtual engine of a group of n_pp stages of n_tp = sv["n_gpu"] GPUs. A stage holds
+    ⌈L/n_pp⌉ layers (L/n_pp where n_pp divides L; the largest stage binds otherwise): its share f of the
+    weights, FLOPs, KV and all-reduces; its pool u·n_tp·M − f·M_W − M_R; each engine 1/n_pp of it."""
+    t = replica_terms(arch, gpu, sv)
+    L = arch["n_layers"]
+    f = math.ceil(L / n_pp) / L
+    stage_arch = {**t["arch"], "n_layers": f * L, "n_sliding_layers": f * arch["n_sliding_layers"]}
+    stage = dict(
+        t,
+        P_act=f * t["P_act"],
+        a_pre=f * t["a_pre"],
+        a_dec=f * t["a_dec"],
+        M_W=f * t["M_W"],
+        moe=dict(t["moe"], routed=f * t["moe"]["routed"]),
+        L=f * L,
+        L_s=f * arch["n_sliding_layers"],
+        arch=stage_arch,
+    )
+    stage_pool = sv["memory_utilization"] * sv["n_gpu"] * gpu["memory_bytes"] - f * t["M_W"] - sv["reserved_bytes"]
+    return dict(
+        stage,
+        stage=dict(stage),
+        n_pp=n_pp,
+        pool=stage_pool / n_pp,
+        net_bw=gpu["network_bytes_per_s"],
+        net_tau=gpu["network_latency_s"],
+    )
+
+
+def network_seconds(x, t):
+    """t_net(x) = τ_net + x / BW_net (MODEL.md §10)."""
+    return t["net_tau"] + x / t["net_bw"]
+
+
 def K(T, t):
     return t["r"] * t["o"] * t["e_kv"] * ((t["L"] - t["L_s"]) * T + t["L_s"] * min(T, t["W"]))
 
 
 def step_seconds(decode_contexts, chunks, t):
-    """τ of one step: ``decode_contexts`` the T_j of the decoding requests, ``chunks`` (n_i, p_i) pairs."""
+    """τ of one step: ``decode_contexts`` the T_j of the decoding requests, ``chunks`` (n_i, p_i) pairs. An engine
+    of n_pp stages (:func:`stage_terms`): τ_pp = n_pp·τ_stage + (n_pp − 1)·t_net(n_tok·D·b_a) (MODEL.md §10)."""
+    if t.get("n_pp", 1) > 1:
+        n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
+        tau_stage = step_seconds(decode_contexts, chunks, t["stage"])
+        return t["n_pp"] * tau_stage + (t["n_pp"] - 1) * network_seconds(n_tok * t["D"] * 2.0, t)
     n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
     ops = 2 * t["P_act"] * n_tok
     byt = moe_weight_bytes(n_tok, t["M_W"], t["moe"])
@@ -91,7 +131,9 @@ class _Replica:
         self.last_done = 0
 
 
-def simulate(t: dict, arrivals, inputs, outputs, batch, replicas=1, router="round_robin", clients=None):
+def simulate(
+    t: dict, arrivals, inputs, outputs, batch, replicas=1, router="round_robin", clients=None, prefilled=False
+):
     """Per request (ttft, e2e, arrival, replica) and per replica (busy, queue_peak, kv_peak), plus all token
     gaps. ``clients``: closed loop with that many clients (``arrivals`` ignored)."""
     N = len(inputs)
@@ -148,7 +190,10 @@ def simulate(t: dict, arrivals, inputs, outputs, batch, replicas=1, router="roun
         while rep.queue and len(rep.running) < batch and fp[rep.queue[0]] <= rep.free:
             i = rep.queue.popleft()
             rep.free -= fp[i]
-            rep.running.append(dict(i=i, p=0, j=0, last=now))
+            if prefilled:  # MODEL.md §10's decode pool: decode-only steps from T = I + 1, j = 1
+                rep.running.append(dict(i=i, p=inputs[i], j=1, last=now))
+            else:
+                rep.running.append(dict(i=i, p=0, j=0, last=now))
         rep.queue_peak = max(rep.queue_peak, len(rep.queue))
         rep.kv_peak = max(rep.kv_peak, t["pool"] - rep.free)
         decoding = [q for q in rep.running if q["p"] >= inputs[q["i"]]]
@@ -200,3 +245,104 @@ def simulate(t: dict, arrivals, inputs, outputs, batch, replicas=1, router="roun
         gaps=gaps,
         steps=steps,
     )
+
+
+def simulate_pipeline(t: dict, arrivals, inputs, outputs, batch, replicas=1):
+    """MODEL.md §10 on §9: R replicas under round robin (request i to replica i mod R), each n_pp independent §9
+    engines of ⌊B/n_pp⌋ slots and 1/n_pp of the stage's pool, its arrivals dealt to them round robin; each
+    engine's step is τ_pp (``t`` from :func:`stage_terms`). Per request ttft and e2e; engines' busy times."""
+    N, n_pp = len(inputs), t["n_pp"]
+    ttft, e2e, busy, steps = [math.nan] * N, [math.nan] * N, [], 0
+    for r in range(replicas):
+        mine = [i for i in range(N) if i % replicas == r]
+        for e in range(n_pp):
+            sub = mine[e::n_pp]
+            if not sub:
+                continue
+            got = simulate(
+                t,
+                [arrivals[i] for i in sub],
+                [inputs[i] for i in sub],
+                [outputs[i] for i in sub],
+                batch // n_pp,
+            )
+            for k, i in enumerate(sub):
+                ttft[i], e2e[i] = got["ttft"][k], got["e2e"][k]
+            busy += got["busy"]
+            steps += got["steps"]
+    return dict(ttft=ttft, e2e=e2e, busy=busy, steps=steps)
+
+
+def simulate_prefill_pool(t: dict, arrivals, inputs, hold, replicas):
+    """MODEL.md §10's prefill pool: request i to replica i mod R; admitted FCFS while footprint(I_i) fits the free
+    KV (no batch limit); steps hold only prefill chunks (budget step_tokens); its first token at the end of its
+    last prefill step; its KV freed ``hold[i]`` (the transfer) later. Returns the first-token times."""
+    N = len(inputs)
+    fp = [footprint(t["arch"], inputs[i], t["block"], t["r"], t["o"]) for i in range(N)]
+    first = [math.nan] * N
+    for r in range(replicas):
+        queue = deque(i for i in range(N) if i % replicas == r)
+        free, clock, running, held = t["pool"], 0.0, [], []  # held: (release time, bytes)
+        while queue or running:
+            if running:
+                now = clock
+            else:
+                now = max(clock, arrivals[queue[0]])
+            for rel in [h for h in held if h[0] <= now]:
+                free += rel[1]
+                held.remove(rel)
+            while queue and arrivals[queue[0]] <= now and fp[queue[0]] <= free:
+                i = queue.popleft()
+                free -= fp[i]
+                running.append(dict(i=i, p=0))
+            if not running:  # the head waits for a transfer to free KV
+                assert held, "a prompt that cannot fit an empty replica"
+                clock = max(now, min(h[0] for h in held))
+                continue
+            budget, chunks = t["step_tokens"], []
+            for q in running:
+                n = min(inputs[q["i"]] - q["p"], t["chunk"] if t["chunk"] > 0 else math.inf, budget)
+                budget -= n
+                if n > 0:
+                    chunks.append((q, n))
+            fin = now + step_seconds([], [(n, q["p"]) for q, n in chunks], t)
+            for q, n in chunks:
+                q["p"] += n
+                if q["p"] == inputs[q["i"]]:
+                    first[q["i"]] = fin
+                    if hold[q["i"]] > 0:
+                        held.append((fin + hold[q["i"]], fp[q["i"]]))
+                    else:
+                        free += fp[q["i"]]
+            running = [q for q in running if q["p"] < inputs[q["i"]]]
+            clock = fin
+    return first
+
+
+def simulate_disaggregated(tp_: dict, td: dict, arrivals, inputs, outputs, R_p, R_d, batch_d, xfer):
+    """MODEL.md §10: the prefill pool (``tp_``), then each request's KV moved in ``xfer(i)`` seconds to decode
+    replica k mod R_d, k its rank in arrival order at the decode pool (ties to the lower index); the decode pool
+    (``td``) admits by B_d slots and footprint(I + O). Per request ttft, e2e."""
+    N = len(inputs)
+    hold = [xfer(i) if outputs[i] > 1 else 0.0 for i in range(N)]
+    first = simulate_prefill_pool(tp_, arrivals, inputs, hold, R_p)
+    ttft = [first[i] - arrivals[i] for i in range(N)]
+    e2e = list(ttft)
+    later = sorted((first[i] + hold[i], i) for i in range(N) if outputs[i] > 1)
+    n_pp = td.get("n_pp", 1)
+    for r in range(R_d):
+        for e in range(n_pp):  # a pipelined decode replica: n_pp virtual engines dealt its arrivals round robin
+            mine = [i for k, (_, i) in enumerate(later) if k % R_d == r][e::n_pp]
+            if not mine:
+                continue
+            got = simulate(
+                td,
+                [first[i] + hold[i] for i in mine],
+                [inputs[i] for i in mine],
+                [outputs[i] for i in mine],
+                batch_d // n_pp,
+                prefilled=True,
+            )
+            for k, i in enumerate(mine):
+                e2e[i] = got["end"][k] - arrivals[i]
+    return dict(ttft=ttft, e2e=e2e, first=first)

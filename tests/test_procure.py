@@ -363,8 +363,10 @@ def test_candidates_agree_with_the_scalar_capacity_path(small_study):
 
 
 def test_an_infeasible_study_says_why(tmp_path):
-    # 1 ms per token: no GPU here decodes that fast; 405B needs more than three 80 GB GPUs; 3 divides no head count
-    ds = slimjax.procure(dict(SMALL, models=["Llama-3.1-8B", "Llama-3.1-405B"], tp=[1, 2, 3], slo=dict(itl_s=0.001)))
+    # 1 ms per token: no GPU here decodes that fast; 405B needs more than three 80 GB GPUs without pipeline
+    # stages (pp: 1, the default); 3 divides no head count
+    study = dict(SMALL, models=["Llama-3.1-8B", "Llama-3.1-405B"], tp=[1, 2, 3], slo=dict(itl_s=0.001))
+    ds = slimjax.procure(study)
     assert (ds.best_gpu == "").all() and np.isnan(ds.best_cost_per_hour).all() and not ds.feasible.any()
     assert (ds.binding_reason.sel(model="Llama-3.1-8B") == proc_reason("itl")).all()
     assert (ds.binding_reason.sel(model="Llama-3.1-405B") == proc_reason("memory")).all()

@@ -42,7 +42,7 @@ def _spec(model, gpu, batch, *, tp=1, replicas=1, router="round_robin", stream=N
 def _reference(sim, batch, replicas, router, clients=None):
     arch = catalog.resolve_model(sim.models[0])[1]
     gpu = catalog.resolve_gpu(sim.gpus[0])[1]
-    sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+    sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
     terms = sref.replica_terms(arch, gpu, sv)
     st = sim.stream
     arrivals = None if st.arrival_s is None else st.arrival_s.tolist()
@@ -63,7 +63,7 @@ def _compare(spec, clients=None):
     ds = simulate.run(sim)
     batch, replicas = int(sim.batch[0]), int(sim.replicas[0])
     want, terms = _reference(sim, batch, replicas, sim.router, clients)
-    pick = dict(model=0, gpu=0, tp=0, batch=0, replicas=0) | ({"clients": 0} if clients else {})
+    pick = dict(model=0, gpu=0, tp=0, pp=0, batch=0, replicas=0) | ({"clients": 0} if clients else {})
     got = ds.isel(pick)
     np.testing.assert_allclose(got.ttft_s.values, want["ttft"], rtol=1e-9, atol=0)
     np.testing.assert_allclose(got.e2e_s.values, want["e2e"], rtol=1e-9, atol=0)
@@ -144,7 +144,7 @@ def test_head_of_line_simultaneous_arrivals_and_single_token_outputs():
 def test_closed_loop_equals_the_event_loop():
     stream = {"closed_loop": {"clients": [3], "input_len": 700, "output_len": 40, "requests_per_client": 4}}
     ds, want, _ = _compare(_spec("Llama-3.1-8B", "H100-SXM", 2, stream=stream), clients=3)
-    assert ds.ttft_p90_s.dims == ("model", "gpu", "tp", "batch", "replicas", "clients")
+    assert ds.ttft_p90_s.dims == ("model", "gpu", "tp", "pp", "batch", "replicas", "clients")
     # what the run assumed, in the store and at the end of its table
     import json
 
@@ -179,7 +179,7 @@ def test_lone_request_is_section_4():
         sim = simulatefile.parse(_spec(model, gpu, 4, tp=tp, stream=stream, chunk_size=1024, step_tokens=4096))
         ds = simulate.run(sim).squeeze()
         arch, g = catalog.resolve_model(model)[1], catalog.resolve_gpu(gpu)[1]
-        sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+        sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
         point, _, _ = ref.capacity_point(arch, g, sv, 1, 3000, 200)
         np.testing.assert_allclose(float(ds.ttft_s), point["prefill_s"], rtol=1e-12)
         np.testing.assert_allclose(float(ds.tpot_s), point["itl_s"], rtol=1e-12)
@@ -196,7 +196,7 @@ def test_saturated_closed_loop_reaches_steady_decode_throughput():
     sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", C, stream=stream))
     ds = simulate.run(sim).squeeze()
     arch, g = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
-    sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+    sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
     point, _, _ = ref.capacity_point(arch, g, sv, C, I, O)
     steady = C * O / (point["prefill_s"] + (O - 1) * point["itl_s"])  # each client: its prefill, then O − 1 steps
     end = ds.arrival_s.values + ds.e2e_s.values
@@ -211,7 +211,7 @@ def test_low_load_poisson_ttft_is_the_prefill():
     sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 8, stream=stream))
     ds = simulate.run(sim).squeeze()
     arch, g = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
-    sv = {k: float(np.asarray(v)[0, 0, 0]) for k, v in sim.serving.fields().items()}
+    sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
     point, _, _ = ref.capacity_point(arch, g, sv, 1, 1500, 20)
     np.testing.assert_allclose(float(ds.ttft_p50_s), point["prefill_s"], rtol=1e-9)
 

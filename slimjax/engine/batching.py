@@ -53,8 +53,8 @@ def _gap_bin(gap):
 
 
 # slot fields, one float row per admitted request (compacted in admission order)
-_REQ, _P, _J, _IN, _OUT, _FP, _ADMIT, _FIRST, _ARR = range(9)
-_FIELDS = 9
+_REQ, _P, _J, _IN, _OUT, _FP, _ADMIT, _FIRST, _ARR, _REL = range(10)
+_FIELDS = 10  # _REL: when a completed request's KV is released (disaggregated prefill: its transfer's end)
 
 
 _WINDOW = 8  # arrivals a pointer moves over per pass (a pass more while all of them qualify)
@@ -145,7 +145,12 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
             head_t = jnp.where(st["head"] < n, arrival[jnp.minimum(st["head"], n - 1)], inf)
         else:
             head_t = jnp.where(st["head"] >= 0, st["t_arr"][jnp.maximum(st["head"], 0)], inf)
-        return jnp.where(st["admitted"] > 0, st["clock"], jnp.maximum(st["clock"], head_t))
+        held = st["admitted"] > 0
+        if "hold_s" in stream:  # rows whose KV waits for its transfer hold no work
+            rows = st["slots"]
+            occ = jnp.arange(rows.shape[1])[None, :] < st["admitted"][:, None]
+            held = jnp.any(occ & (rows[..., _J] < rows[..., _OUT]), axis=-1)
+        return jnp.where(held, st["clock"], jnp.maximum(st["clock"], head_t))
 
     def next_arrival(stream, st):
         """(time, client) of the earliest pending arrival, ties to the lower request index."""
@@ -219,13 +224,35 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
 
         def admit(carry):
             head, free, count, sl = carry
+            ready_made = stream["prefilled"][head] if "prefilled" in stream else 0.0  # its prompt prefilled elsewhere
             row = jnp.stack(
-                [head.astype(dt), 0.0, 0.0, in_len[head], out_len[head], footprint[head], t, jnp.nan, arr_of(head)]
+                [
+                    head.astype(dt),
+                    ready_made * in_len[head],
+                    ready_made,
+                    in_len[head],
+                    out_len[head],
+                    footprint[head],
+                    t,
+                    jnp.nan,
+                    arr_of(head),
+                    inf,
+                ]
             )
             return next_of(head), free - footprint[head], count + 1, sl.at[count].set(row.astype(dt))
 
         head0, free0, count0 = st["head"][r], st["free"][r], st["admitted"][r]
-        head, free, count, sl = jax.lax.while_loop(can_admit, admit, (head0, free0, count0, st["slots"][r]))
+        sl0 = st["slots"][r]
+        holding = "hold_s" in stream
+        if holding:  # KV whose transfer ended by t is free before admission (§10)
+            occ0 = jnp.arange(S, dtype=jnp.int32) < count0
+            gone = occ0 & (sl0[:, _J] >= sl0[:, _OUT]) & (sl0[:, _REL] <= t)
+            free0 = free0 + jnp.sum(jnp.where(gone, sl0[:, _FP], 0.0))
+            stay = occ0 & ~gone
+            to = jnp.where(stay, jnp.cumsum(stay) - 1, S)
+            sl0 = jnp.zeros_like(sl0).at[:, _REQ].set(-1.0).at[to].set(sl0, mode="drop")
+            count0 = jnp.sum(stay).astype(count0.dtype)
+        head, free, count, sl = jax.lax.while_loop(can_admit, admit, (head0, free0, count0, sl0))
         # the slot arrays, not the batch limit, stopped an admission: this lane's results are void (rerun wider)
         blocked = (count == S) & (count < batch) & waiting(head) & (footprint[jnp.clip(head, 0, n - 1)] <= free)
         stop_wide = go & blocked
@@ -233,8 +260,9 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
         pos = jnp.arange(S, dtype=jnp.int32)
         occ = pos < count
         p, j, i_len, o_len = sl[:, _P], sl[:, _J], sl[:, _IN], sl[:, _OUT]
-        dec = occ & (p >= i_len)
-        pre = occ & (p < i_len)
+        live = occ & (j < o_len) if holding else occ  # (a held row's KV only waits for its transfer)
+        dec = live & (p >= i_len)
+        pre = live & (p < i_len)
         context = i_len + j
         d = jnp.sum(dec)
         budget = jnp.maximum(params["step_tokens"] - d, 0.0)
@@ -254,13 +282,24 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
             params["a_dec"],
             params["step_overhead_s"],
         )
-        end = t + tau
+        if holding:  # nothing to run: wait, without a step, for the next release (the head may then fit)
+            idle = ~jnp.any(dec | pre)
+            release = jnp.min(jnp.where(occ & ~live, sl[:, _REL], inf))
+            tau = jnp.where(idle, 0.0, tau)
+            end = jnp.where(idle, jnp.maximum(t, release), t + tau)
+        else:
+            end = t + tau
         p_new = p + new
         first = chunked & (p_new >= i_len)
         j_new = jnp.where(dec, j + 1.0, jnp.where(first, 1.0, j))
         t_first = jnp.where(first, end, sl[:, _FIRST])
         done = go & (dec | first) & (j_new >= o_len)
         keep = occ & ~done
+        if holding:  # a completed prefill keeps its KV until its transfer ends
+            hold = stream["hold_s"][jnp.clip(sl[:, _REQ].astype(jnp.int32), 0, n - 1)]
+            stays = done & (hold > 0)
+            keep = keep | stays
+            release_at = jnp.where(stays, end + hold, sl[:, _REL])
         req = sl[:, _REQ].astype(jnp.int32)
         rows = jnp.stack([sl[:, _ARR], sl[:, _ADMIT], t_first, jnp.broadcast_to(end, (S,))], axis=-1)
 
@@ -276,6 +315,8 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
         n_done = jnp.sum(done).astype(jnp.int32)
         dest = jnp.where(keep, jnp.cumsum(keep) - 1, S)
         fields = sl.at[:, _P].set(p_new).at[:, _J].set(j_new).at[:, _FIRST].set(t_first)
+        if holding:
+            fields = fields.at[:, _REL].set(release_at)
         packed = jnp.zeros_like(fields).at[:, _REQ].set(-1.0).at[dest].set(fields, mode="drop")
         at_r = go & (jnp.arange(R) == r)
         st["slots"] = st["slots"].at[r].set(jnp.where(go, packed, st["slots"][r]))
@@ -294,13 +335,17 @@ def _lane_fns(*, replicas: int, slots: int, clients: int, closed: bool, router: 
         st["queue_peak"] = jnp.where(at_r, jnp.maximum(st["queue_peak"], qlen), st["queue_peak"])
         st["kv_peak"] = jnp.where(at_r, jnp.maximum(st["kv_peak"], params["pool"] - free), st["kv_peak"])
         st["held_peak"] = jnp.where(at_r, jnp.maximum(st["held_peak"], count), st["held_peak"])
-        freed = jnp.sum(jnp.where(done, sl[:, _FP], zero))
+        freed = jnp.sum(jnp.where(done & ~stays if holding else done, sl[:, _FP], zero))
         st["free"] = jnp.where(at_r, free + freed, st["free"])
         st["admitted"] = jnp.where(at_r, jnp.sum(keep).astype(jnp.int32), st["admitted"])
         st["clock"] = jnp.where(at_r, end, st["clock"])
         st["busy"] = jnp.where(at_r, st["busy"] + tau, st["busy"])
-        st["steps"] = st["steps"] + go
-        st["stuck"] = st["stuck"] | (go & (count == 0))
+        if holding:
+            st["steps"] = st["steps"] + (go & ~idle)
+            st["stuck"] = st["stuck"] | (go & idle & ~jnp.isfinite(release))
+        else:
+            st["steps"] = st["steps"] + go
+            st["stuck"] = st["stuck"] | (go & (count == 0))
         st["overflow"] = st["overflow"] | stop_wide
         if stopping:
             margin = 1.0 + _STOP_MARGIN
@@ -661,15 +706,60 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
     if router == "round_robin" and clients is None:
         return simulate_round_robin(terms, batch, footprint, stream, np.full(len(batch), int(replicas)))
 
-    # one lane holds all R replicas: least_loaded and closed loops couple them
-    return run_pool(
-        dict(terms, batch=batch, footprint=np.asarray(footprint)),
-        stream,
-        replicas=int(replicas),
-        clients=clients or 1,
-        closed=clients is not None,
-        router=router,
-    )
+    # one lane holds all R replicas: least_loaded and closed loops couple them. A replica of n_pp stages is n_pp
+    # virtual engines dealt arrivals round robin (§10): under round robin, R·n_pp engines (request i to engine
+    # i mod R·n_pp: replica i mod R, its (i div R) mod n_pp-th engine)
+    stages = pipeline_stages(terms, len(batch))
+    if router != "round_robin" and np.any(stages > 1):
+        raise ValueError(
+            f"router {router!r} with pipeline stages: a replica deals its arrivals to its n_pp virtual engines round "
+            "robin (MODEL.md §10), which only the round_robin router composes with; use router: round_robin"
+        )
+    footprint = np.asarray(footprint)
+    out = None
+    for n_pp in np.unique(stages):
+        at = np.flatnonzero(stages == n_pp)
+        got = run_pool(
+            dict(_take(terms, at), batch=engine_batch(batch[at], n_pp), footprint=footprint[at]),
+            stream,
+            replicas=int(replicas) * int(n_pp),
+            clients=clients or 1,
+            closed=clients is not None,
+            router=router,
+        )
+        got["replica"] = np.mod(got["replica"], int(replicas))
+        got["replicas"] = np.full(len(at), int(replicas) * int(n_pp))
+        if out is None:
+            width = int(replicas) * int(stages.max())
+            out = {
+                k: _empty_like(v, len(batch), width if v.ndim == 2 and k in PER_REPLICA else None)
+                for k, v in got.items()
+            }
+        for k, v in got.items():
+            if k in PER_REPLICA:
+                out[k][at, : v.shape[1]] = v
+            else:
+                out[k][at] = v
+    return out
+
+
+PER_REPLICA = ("busy_s", "queue_peak", "held_peak", "kv_peak_bytes")  # records per replica (per engine under PP)
+
+
+def _empty_like(v, rows: int, width: int | None):
+    shape = (rows, *v.shape[1:]) if width is None else (rows, width)
+    fill = np.nan if v.dtype.kind == "f" and v.ndim == 2 and width is None else 0
+    return np.full(shape, fill, v.dtype)
+
+
+def pipeline_stages(terms: dict, candidates: int) -> np.ndarray:
+    """n_pp per candidate (integers; 1 where the terms predate §10)."""
+    return np.asarray(terms.get("pipeline_stages", np.ones(candidates)), np.float64).reshape(candidates).astype(int)
+
+
+def engine_batch(batch, stages):
+    """⌊B/n_pp⌋: the requests one virtual engine admits at batch limit B (§10)."""
+    return np.floor(np.asarray(batch) / np.asarray(stages) + 0.0).astype(np.asarray(batch).dtype)
 
 
 LANE_ELEMENTS = 1 << 22  # requests × lanes in one pool of the sub-lane runs (their per-request arrays)
@@ -701,8 +791,12 @@ def round_robin_jobs(
     ``tpot_allowed`` (:func:`run_pool`): a job's sub-lanes stop once it is certain to miss (its records are then
     incomplete and ``stopped`` is set)."""
     job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
-    R = np.asarray(job_replicas, dtype=np.int64).reshape(len(job_stream))
-    batch = np.asarray(batch)
+    replicas = np.asarray(job_replicas, dtype=np.int64).reshape(len(job_stream))
+    # a replica of n_pp stages is n_pp virtual engines dealt arrivals round robin (§10): R·n_pp round-robin
+    # engines, each admitting ⌊B/n_pp⌋ (request i to engine i mod R·n_pp: replica i mod R)
+    stages = pipeline_stages(terms, len(np.asarray(batch)))
+    R = replicas * stages[job_candidate]
+    batch = engine_batch(batch, stages)
     dt = np.asarray(streams[0]["arrival_s"]).dtype
     n_of = np.array([len(st["arrival_s"]) for st in streams])[job_stream]
     lane_job = np.repeat(np.arange(len(R)), R)
@@ -718,7 +812,7 @@ def round_robin_jobs(
         n, r_max = len(st["arrival_s"]), int(R[mine].max()) if len(mine) else 1
         rec = {k: np.full((len(mine), n), np.nan, dt) for k in ("admit_s", "first_token_s", "end_s")}
         rec["arrival_s"] = np.broadcast_to(np.asarray(st["arrival_s"], dt), (len(mine), n)).copy()
-        rec["replica"] = np.arange(n)[None] % R[mine][:, None]
+        rec["replica"] = np.arange(n)[None] % replicas[mine][:, None]
         rec.update({k: np.zeros((len(mine), r_max), dt) for k in ("busy_s", "kv_peak_bytes")})
         rec["queue_peak"] = np.zeros((len(mine), r_max), np.int32)
         rec["held_peak"] = np.zeros((len(mine), r_max), np.int32)

@@ -115,7 +115,9 @@ def slim_cell(model, gpu, coeffs, serving, I, O, slim_kv: bool, bandwidth_expone
     """§1's (or slim-kv's) batch-independent terms on the group ``serving`` describes, and the inputs of its
     physical floor (:mod:`slimjax.model.floor`) at 100 % of that group's peak."""
     dt = I.dtype
-    tp = dict(n_gpu=serving.n_gpu.astype(dt), kv_dtype_bytes=serving.kv_dtype_bytes.astype(dt))
+    # SLIM scales with the group's GPUs (§1 is calibrated per group): all n_tp·n_pp of a pipelined one (§10)
+    group = serving.n_gpu * serving.pipeline_stages
+    tp = dict(n_gpu=group.astype(dt), kv_dtype_bytes=serving.kv_dtype_bytes.astype(dt))
     if not slim_kv:
         cell = slim_cell_terms(model, gpu, coeffs, I, O, **tp)
     else:  # the variant's KV-capacity limit: §3 max_seqs at the sweep's serving settings
@@ -258,6 +260,8 @@ def _capacity_batch(x: dict, cells: dict, out: dict) -> dict:
     }
     n = x["serving"].n_gpu
     result["n_gpu"] = jnp.where(jnp.isnan(n), 0.0, n)
+    stages = x["serving"].pipeline_stages
+    result["pp"] = jnp.where(jnp.isnan(n) | jnp.isnan(stages), 0.0, stages)
     result["n_gpu_to_fit"] = x["n_gpu_to_fit"]
     return result
 

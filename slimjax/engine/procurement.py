@@ -43,6 +43,13 @@ PROCUREMENT: dict[str, Variable] = {
         Variable("class_output_len", ("workload", "class"), "tokens", "class output length O_k (rounded mean)", _P),
         Variable("class_weight", ("workload", "class"), "1", "class weight w_k = n_k/N (0: no such class)", _P),
         Variable("weights_bytes", ("model", "gpu", "tp"), "bytes", "weights M_W of the group", _P),
+        Variable(
+            "pp",
+            ("model", "gpu", "tp"),
+            "stages",
+            "pipeline stages of each candidate's group, tp GPUs each (MODEL.md §10: the smallest that fits)",
+            _P,
+        ),
         Variable("kv_pool_bytes", ("model", "gpu", "tp"), "bytes", "KV pool u·M − M_W − M_R of the group", _P),
         Variable(
             "fits",
@@ -83,6 +90,7 @@ PROCUREMENT: dict[str, Variable] = {
         Variable("utilization", SIZED, "1", "ρ at Λ/R per replica", _P),
         Variable("best_gpu", CHOICE, "", "chosen GPU ('' when no candidate is feasible)", _P, "int32", label_of="gpu"),
         Variable("best_tp", CHOICE, "GPUs", "chosen TP degree (0: none)", _P),
+        Variable("best_pp", CHOICE, "stages", "chosen pipeline stages (0: none; the group is tp·pp GPUs)", _P),
         Variable("best_batch", CHOICE, "sequences", "chosen concurrency limit (0: none)", _P),
         Variable("best_replicas", CHOICE, "replica groups", "replicas of the choice", _P),
         Variable("best_gpus", CHOICE, "GPUs", "GPUs of the choice", _P),
@@ -205,7 +213,9 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
     pool = cell["kv_pool_bytes"][..., 0]  # (1, 1, M, G, N, 1)
     footprint = proc.mixture_mean(w, cell["seq_footprint_bytes"])  # F̄ (W, X, M, G, N, 1)
     divides = jnp.mod(model.n_heads, serving.n_gpu)[..., 0] == 0
-    slots = jnp.where(divides, proc.mixture_slots(B, pool, footprint), 0.0)  # (W, X, M, G, N, B)
+    # each of the n_pp virtual engines admits ⌊B/n_pp⌋ (§10): a batch limit below the stages runs nothing
+    staged = B >= serving.pipeline_stages[..., 0]
+    slots = jnp.where(divides & staged, proc.mixture_slots(B, pool, footprint), 0.0)  # (W, X, M, G, N, B)
     per_class = service_terms(cell, measured, jnp.maximum(slots, 1.0)[..., None], I, O)
     has_measured = ~jnp.isnan(measured.batch)
     ttft = jnp.where(has_measured, measured.ttft_s, proc.study_ttft(cell["prefill_s"], per_class["itl_s"]))
@@ -248,7 +258,9 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
     # ---- the mixture (mix row 0) at each total rate: dims (W, R, M, G, N, B)
     rate = x["total_rate"][..., 0]  # (W, R, 1, 1, 1, 1)
     lam0, slots0, mean_s0 = lam[:, :1], slots[:, :1], mean_service[:, :1]
-    n_gpu = serving.n_gpu[:, 0, ..., 0][:, None]  # (1, 1, M, G, N, 1)
+    # GPUs of one replica group: n_tp·n_pp (§10)
+    n_gpu = (serving.n_gpu * serving.pipeline_stages)[:, 0, ..., 0][:, None]  # (1, 1, M, G, N, 1)
+    stages = serving.pipeline_stages[:, 0, ..., 0][:, None]
     price = gpu.price_per_hour[:, 0, ..., 0][:, None]  # (1, 1, 1, G, 1, 1)
     feasible = (lam0 > 0) & jnp.isfinite(rate)
     replicas = jnp.where(feasible, proc.replicas_needed(rate, lam0), jnp.nan)
@@ -283,6 +295,7 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
     best_replicas = jnp.where(any_feasible, _pick(replicas, best, best.shape), jnp.nan)
     best_cost = jnp.where(any_feasible, _pick(cost, best, best.shape), jnp.nan)
     best_tp = jnp.where(any_feasible, tp[(best // n_batch) % N], 0.0)
+    best_pp = jnp.where(any_feasible, _pick(jnp.broadcast_to(stages, cost.shape), best, best.shape), 0.0)
     furthest = jnp.max(reason[:, 0], axis=(2, 3, 4))[:, None, :]  # (W, 1, M): the deepest check any candidate reached
     no_rate = jnp.isnan(x["total_rate"][..., 0, 0, 0, 0, 0])[:, :, None]  # (W, R, 1)
 
@@ -302,6 +315,7 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
         class_weight=weight7,
         weights_bytes=jnp.broadcast_to(cell["weights_bytes"][:1, :1, :, :, :, :1, :1], pool[..., None].shape),
         kv_pool_bytes=pool[..., None],
+        pp=jnp.broadcast_to(stages[..., None], pool[..., None].shape),
         fits=(divides & (memory.max_concurrent_seqs(pool, footprint[:, :1]) >= 1))[..., None],
         slots=candidate(slots),
         service_s=candidate(jnp.where(runs, mean_service[:, :1], jnp.nan)),
@@ -325,7 +339,8 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
         best_tp=choice(best_tp),
         best_batch=choice(jnp.where(any_feasible, batch[best % n_batch], 0.0)),
         best_replicas=choice(best_replicas),
-        best_gpus=choice(best_replicas * best_tp),
+        best_pp=choice(best_pp),
+        best_gpus=choice(best_replicas * best_tp * best_pp),
         best_cost_per_hour=choice(best_cost),
         best_cost_per_mtok=choice(jnp.where(any_feasible, _pick(cost_per_mtok, best, best.shape), jnp.nan)),
         binding_reason=choice(jnp.where(any_feasible, 0, jnp.where(no_rate, 0, furthest))),

@@ -159,7 +159,15 @@ VARIABLES: dict[str, Variable] = {
             "n_gpu",
             PAIR,
             "GPUs",
-            "GPUs in the replica group (tensor-parallel degree; 0: no degree in {1, 2, 4, 8} fits)",
+            "GPUs of one tensor-parallel group, a stage when pp > 1 (0: no degree in {1, 2, 4, 8} fits)",
+            "capacity",
+            "int32",
+        ),
+        Variable(
+            "pp",
+            PAIR,
+            "stages",
+            "pipeline stages n_pp of the replica group, n_gpu GPUs each (MODEL.md §10; 0: none fits)",
             "capacity",
             "int32",
         ),
@@ -174,14 +182,19 @@ VARIABLES: dict[str, Variable] = {
         ),
         Variable("weights_bytes", PAIR, "bytes", "resident weights of the replica group, M_W = P·b_w", "capacity"),
         Variable(
-            "kv_pool_bytes", PAIR, "bytes", "KV-cache pool u·M − M_W − M_R (negative: weights do not fit)", "capacity"
+            "kv_pool_bytes",
+            PAIR,
+            "bytes",
+            "KV-cache pool u·M − M_W − M_R (per stage when pp > 1: u·n_gpu·M − f·M_W − M_R; negative: "
+            "weights do not fit)",
+            "capacity",
         ),
         Variable("kv_bytes_per_token", PAIR, "bytes", "raw KV-cache bytes per token, L·e_kv", "capacity"),
         Variable(
             "seq_footprint_bytes",
             PAIR_LENS,
             "bytes",
-            "KV bytes reserved per sequence of I + O tokens (blocks, window, factors)",
+            "KV bytes reserved per sequence of I + O tokens (blocks, window, factors; on one stage when pp > 1)",
             "capacity",
         ),
         Variable(

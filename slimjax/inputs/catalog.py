@@ -45,6 +45,8 @@ _DTYPE_BYTES = {
 # Families whose FFN is two plain matrices (no gate); everything else is treated as gated (3).
 _UNGATED_MODEL_TYPES = {"opt", "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "bloom", "falcon", "phi", "mpt"}
 DEFAULT_ALLREDUCE_LATENCY_US = 10.0
+DEFAULT_GPUS_PER_NODE = 8  # MODEL.md §10
+DEFAULT_NETWORK_LATENCY_US = 10.0  # τ_net, MODEL.md §10
 # Families whose MoE layers carry one always-on shared expert their config does not count.
 _SHARED_EXPERTS_BY_TYPE = {"llama4_text": 1, "llama4": 1}
 
@@ -571,6 +573,26 @@ def _latency(row: Mapping, key: str, field: str) -> float:
     return checked_number(value, f"{field}.{key}", lambda v: v >= 0, "non-negative")
 
 
+def require_network(name: str, row: Mapping, field: str, what: str = "pipeline stages pass activations") -> None:
+    """Pipeline stages and disaggregated KV transfers cross the scale-out network (MODEL.md §10): a GPU without a
+    ``network_gbs`` figure cannot take them, and the error says where to add it."""
+    if not row["network_bytes_per_s"] > 0:
+        raise SlimjaxError(
+            field,
+            f"{what} over the network, but {name} has no network_gbs; add it to its entry in configs/gpus.yaml "
+            "(or the inline GPU)",
+        )
+
+
+def _gpus_per_node(row: Mapping, key: str, field: str) -> float:
+    return positive_number(row.get(key, DEFAULT_GPUS_PER_NODE), f"{field}.{key}", integer=True)
+
+
+def _network_latency(row: Mapping, key: str, field: str) -> float:
+    value = row.get(key, DEFAULT_NETWORK_LATENCY_US)
+    return checked_number(value, f"{field}.{key}", lambda v: v >= 0, "non-negative")
+
+
 def _topology(row: Mapping, field: str) -> str:
     value = row.get("link_topology", "switch")
     if value not in constants.LINK_TOPOLOGIES:
@@ -644,10 +666,14 @@ for _row in (
     GPUField("link_topology", "link_mesh", 1.0, _is_mesh, "switch | mesh | pcie (1: mesh)"),
     GPUField("link_efficiency", "link_efficiency", 1.0, _link_efficiency, "achieved fraction of nominal link η_link"),
     GPUField("allreduce_latency_us", "allreduce_latency_s", 1e-6, _latency, "latency τ per all-reduce, µs"),
+    # nodes and the scale-out network (MODEL.md §10): pipeline stages across nodes, KV transfer between pools
+    GPUField("gpus_per_node", "gpus_per_node", 1.0, _gpus_per_node, "GPUs per node (NVLink domain; default 8)"),
+    GPUField("network_gbs", "network_bytes_per_s", 1e9, optional_positive, "scale-out NIC per GPU, GB/s"),
+    GPUField("network_latency_us", "network_latency_s", 1e-6, _network_latency, "latency τ_net per transfer, µs"),
 ):
     register_gpu_field(_row)
 # keys of an entry that are not specs of their own (link_gbs: a mesh's link figure, read as interconnect_gbs' field)
-_GPU_META = ("name", "aliases", "vendor", "source", "link_source", "link_gbs")
+_GPU_META = ("name", "aliases", "vendor", "source", "link_source", "link_gbs", "network_source")
 
 
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:

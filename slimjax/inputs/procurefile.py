@@ -34,12 +34,14 @@ KEYS = (
     "models",
     "gpus",
     "tp",
+    "pp",
     "batch",
     "slo",
     "serving",
     "measured",
     "prices",
     "sizing",
+    "disaggregated",
 )
 REQUIRED = ("workloads", "models", "gpus", "slo")
 SLO_KEYS = ("ttft_s", "quantile", "itl_s", "e2e_s")
@@ -88,6 +90,7 @@ class Study:
     source: str
     spec: dict
     sizing: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_SIZING))
+    deployments: tuple = ()  # disaggregated prefill/decode pairs (MODEL.md §10), sized by simulation
 
     @property
     def n_classes(self) -> int:
@@ -132,7 +135,7 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
     field = f"workloads[{i}]"
     if not isinstance(entry, Mapping):
         raise SlimjaxError(field, f"must be a mapping with name and input_len/output_len or trace, got {entry!r}")
-    allowed = ("name", "input_len", "output_len", "trace", "format", "classes")
+    allowed = ("name", "input_len", "output_len", "trace", "format", "classes", "duration_s")
     bad = [k for k in entry if k not in allowed]
     if bad:
         raise SlimjaxError(f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), allowed)}")
@@ -150,6 +153,21 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
         if not path.is_file():
             raise SlimjaxError(f"{field}.trace", f"trace file {str(path)!r} not found")
         trace = load_requests(path, fmt)
+        if entry.get("duration_s") is not None:  # the trace's first T seconds (a slice a study can afford to simulate)
+            if trace.arrival_s is None:
+                raise SlimjaxError(f"{field}.duration_s", f"{path.name} has no timestamps to take seconds of")
+            keep = trace.arrival_s - trace.arrival_s[0] < positive_number(entry["duration_s"], f"{field}.duration_s")
+            if keep.sum() < 2:
+                raise SlimjaxError(f"{field}.duration_s", f"{entry['duration_s']!r} s holds fewer than two requests")
+            trace = dataclasses.replace(
+                trace,
+                input_len=trace.input_len[keep],
+                output_len=trace.output_len[keep],
+                arrival_s=trace.arrival_s[keep],
+                source=f"{trace.source}, first {entry['duration_s']:g} s",
+            )
+        elif "duration_s" in entry:
+            raise SlimjaxError(f"{field}.duration_s", "must be a positive number of seconds")
         k = entry.get("classes", DEFAULT_CLASSES)
         classes = length_classes(trace.input_len, trace.output_len, k, f"{field}.classes")
         class_of = np.zeros(trace.n_requests, np.int64)
@@ -161,10 +179,9 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
             raise SlimjaxError(
                 f"{field}.{k}", "missing: a workload is {name, input_len, output_len} or {name, trace, format, classes}"
             )
-    if "classes" in entry or "format" in entry:
-        raise SlimjaxError(
-            f"{field}.{'classes' if 'classes' in entry else 'format'}", "only a trace workload has classes or a format"
-        )
+    for k in ("classes", "format", "duration_s"):
+        if k in entry:
+            raise SlimjaxError(f"{field}.{k}", "only a trace workload has classes, a format or duration_s")
     i_len = positive_number(entry["input_len"], f"{field}.input_len", integer=True)
     o_len = positive_number(entry["output_len"], f"{field}.output_len", integer=True)
     one = np.ones(1)
@@ -277,11 +294,22 @@ def serving_per_tp(
     """Serving per (model, GPU) as sweeps read it (n_gpu is the study's tp axis), then per TP degree n:
     n_gpu = n and, where kv_replication is auto, r = max(1, n / H_kv) (§4c)."""
     block = dict(value or {})
-    if "n_gpu" in block or any(isinstance(v, Mapping) and "n_gpu" in v for v in block.values()):
-        raise SlimjaxError("serving.n_gpu", "a study sweeps the group size: list the degrees under tp instead")
+    for key, axis in (("n_gpu", "tp"), ("pp", "pp")):
+        if key in block or any(isinstance(v, Mapping) and key in v for v in block.values()):
+            raise SlimjaxError(
+                f"serving.{key}", f"a study sweeps the group size: list the degrees under {axis} instead"
+            )
     if calibrated and not any(k in block for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")):
         block.setdefault("efficiency", DEFAULT_SERVING["efficiency"])
     block.setdefault("kv_replication", DEFAULT_SERVING["kv_replication"])
+    for g, row in gpus:
+        over = [int(x) for x in tp if x > row["gpus_per_node"]]
+        if over:
+            raise SlimjaxError(
+                "tp",
+                f"{over[0]} GPUs of tensor parallel span more than one {g} node ({row['gpus_per_node']:g} GPUs, "
+                "gpus_per_node): list pipeline stages under pp for more GPUs (MODEL.md §10)",
+            )
     base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens)
     fields = base.fields()
     n = tp[None, None, :]
@@ -348,8 +376,28 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     batch = parse_axis(data.get("batch", list(DEFAULT_BATCH)), "batch").astype(float)
     max_tokens = max(float(np.max(w.classes.input_len + w.classes.output_len)) for w in workloads)
     serving, serving_table = serving_per_tp(data.get("serving"), models, gpus, tp, max_tokens)
+    serving = with_stages(serving, serving_table, data.get("pp", 1), models, gpus, tp, max_tokens)
     labelled = list(zip(gpu_names, gpu_rows, strict=True))
     gpu_rows = [row for _, row in with_calibrated_links(labelled, data["gpus"], serving_table)]
+    sizing = _sizing(data.get("sizing"))
+    from .disaggregated import parse_study_section
+
+    deployments = parse_study_section(
+        data.get("disaggregated"), models, data.get("serving"), max_tokens, serving_per_group
+    )
+    if deployments and sizing["method"] != "simulation":
+        raise SlimjaxError("disaggregated", "sized by simulation only (MODEL.md §10): remove sizing: screen")
+    if deployments:
+        for dep in deployments:  # the study's prices apply to the pools' GPUs too
+            for pool in (dep.prefill, dep.decode):
+                if pool.gpu in prices:
+                    pool.gpu_row["price_per_hour"] = prices[pool.gpu]
+                elif not pool.gpu_row["price_per_hour"] > 0:
+                    raise SlimjaxError(
+                        "disaggregated",
+                        f"{pool.gpu} has no price: add price_per_hour to its entry in configs/gpus.yaml (or list it "
+                        "under gpus and prices)",
+                    )
     return Study(
         workloads=workloads,
         rate_labels=rate_labels,
@@ -367,5 +415,56 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
         price_source=price_source,
         source=source,
         spec=data,
-        sizing=_sizing(data.get("sizing")),
+        sizing=sizing,
+        deployments=tuple(deployments),
     )
+
+
+def serving_per_group(
+    value: Any, models, gpus, tp: np.ndarray, pp: np.ndarray, max_tokens: float, calibrated: bool = True
+) -> tuple[ServingSpec, dict]:
+    """:func:`serving_per_tp` with a pipeline axis: leaves (M, G, N, P), ``pipeline_stages`` = pp (MODEL.md §10).
+    Stages pass activations over the network: a GPU without ``network_gbs`` cannot take pp > 1 (named)."""
+    if np.any(pp > 1):
+        for g, row in gpus:
+            catalog.require_network(g, row, "pp", f"pipeline stages on {g} pass activations")
+    base, table = serving_per_tp(value, models, gpus, tp, max_tokens, calibrated)
+    out = {k: np.repeat(np.asarray(v)[..., None], len(pp), axis=-1) for k, v in base.fields().items()}
+    out["pipeline_stages"] = np.broadcast_to(np.asarray(pp, float), out["pipeline_stages"].shape).copy()
+    for m in table:
+        for g in table[m]:
+            table[m][g].pop("pp", None)
+            table[m][g]["pp"] = [int(x) for x in pp]
+    return ServingSpec(**out), table
+
+
+def with_stages(serving: ServingSpec, table: dict, value: Any, models, gpus, tp, max_tokens: float) -> ServingSpec:
+    """Pipeline stages per (model, GPU, TP) (MODEL.md §10): ``auto`` the smallest n_pp in {1, 2, 4, 8}
+    whose stages of that TP degree hold the weights and a sequence of the longest I + O (1 where none does: the
+    candidate does not fit, as the screen says; 1 on a GPU without ``network_gbs``, which stages would cross), or
+    one positive integer for every candidate (default 1: no stages, as before §10). A replica group is tp·pp GPUs."""
+    from ..config import float64_scope
+    from ..model.calculator import smallest_fitting_pp
+
+    fields = {k: np.asarray(v, float) for k, v in serving.fields().items()}
+    if value == "auto":
+        with float64_scope():
+            model = stack(ModelSpec, [row for _, row in models])
+            gpu = stack(GPUSpec, [row for _, row in gpus])
+            m = ModelSpec(
+                **{f.name: np.asarray(getattr(model, f.name))[:, None, None] for f in dataclasses.fields(ModelSpec)}
+            )
+            g = GPUSpec(**{k: np.asarray(v)[None, :, None] for k, v in gpu.fields().items()})
+            stages = np.asarray(smallest_fitting_pp(m, g, ServingSpec(**fields), max_tokens))
+        networked = np.array([row["network_bytes_per_s"] > 0 for _, row in gpus])[None, :, None]
+        stages = np.where((stages > 0) & networked, stages, 1.0)
+    else:
+        stages = np.full(fields["n_gpu"].shape, positive_number(value, "pp", integer=True))
+        if stages.flat[0] > 1:
+            for name, row in gpus:
+                catalog.require_network(name, row, "pp", f"pipeline stages on {name} pass activations")
+    fields["pipeline_stages"] = stages.astype(float)
+    for i, (m_name, _) in enumerate(models):
+        for j, (g_name, _) in enumerate(gpus):
+            table[m_name][g_name]["pp"] = [int(x) for x in stages[i, j]]
+    return ServingSpec(**fields)

@@ -18,9 +18,16 @@ import jax.numpy as jnp
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
-from ..model.calculator import TP_DEGREES, replicated_kv, smallest_fitting_tp
+from ..model.calculator import (
+    TP_DEGREES,
+    largest_node_tp,
+    replicated_kv,
+    smallest_fitting_pp,
+    smallest_fitting_tp,
+)
+from ..model.pipeline import PP_DEGREES
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
-from .catalog import dtype_bytes
+from .catalog import dtype_bytes, require_network
 from .checks import checked_number, is_integer, split_keyed_block
 
 
@@ -82,13 +89,36 @@ def _group_spec(ctx: AutoContext, **override) -> tuple:
 
 
 def _auto_n_gpu(ctx: AutoContext) -> float:
-    """MODEL.md §4c: the smallest n in {1, 2, 4, 8} dividing H_q that fits at the sweep's longest I + O."""
+    """MODEL.md §4c/§10: the smallest n in {1, 2, 4, 8} within a node dividing H_q that fits at the sweep's longest
+    I + O (at the given pipeline degree); where none does and ``pp`` is auto, the largest such n (stages are then
+    added by ``pp: auto``)."""
     with float64_scope():
         model, gpu, serving = _group_spec(ctx)
         n = float(
             smallest_fitting_tp(model, gpu, serving, ctx.max_tokens, ctx.settings.get("kv_replication") == "auto")[0]
         )
+        if n == 0 and ctx.settings.get("pp") == "auto":
+            n = float(largest_node_tp(model, gpu)[0])
     return n if n > 0 else math.nan
+
+
+def _auto_pp(ctx: AutoContext) -> float:
+    """MODEL.md §10: the smallest n_pp in {1, 2, 4, 8} that fits at the sweep's longest I + O on stages of the
+    resolved TP degree (1 where no TP degree is possible: the group does not run, said by n_gpu)."""
+    if math.isnan(ctx.settings["n_gpu"]):
+        return 1.0
+    settings = dict(ctx.settings)
+    if settings.get("kv_replication") == "auto":
+        settings["kv_replication"] = float(replicated_kv(settings["n_gpu"], ctx.model_fields["n_kv_heads"]))
+    with float64_scope():
+        model, gpu, serving = _group_spec(dataclasses.replace(ctx, settings=settings))
+        n = float(smallest_fitting_pp(model, gpu, serving, ctx.max_tokens)[0])
+    return n if n > 0 else math.nan
+
+
+def _stages_within_layers(n: float, model: Mapping) -> str | None:
+    layers = model["n_layers"]
+    return None if n <= layers else f"{n:g} pipeline stages exceed its {layers:g} layers"
 
 
 def _divides_heads(n: float, model: Mapping) -> str | None:
@@ -114,11 +144,22 @@ SERVING: dict[str, ServingKey] = {
             "n_gpu",
             1,
             _positive_int,
-            "GPUs in the replica group (tensor parallel; auto: smallest of "
+            "GPUs of one tensor-parallel group, inside a node (a stage when pp > 1; auto: smallest of "
             f"{', '.join(f'{n:g}' for n in TP_DEGREES)} that fits)",
             cli_type=int,
             auto=_auto_n_gpu,
             model_check=_divides_heads,
+        ),
+        ServingKey(
+            "pp",
+            "pipeline_stages",
+            1,
+            _positive_int,
+            "pipeline stages n_pp of the replica group (n_gpu GPUs each; MODEL.md §10; auto: smallest of "
+            f"{', '.join(f'{n:g}' for n in PP_DEGREES)} that fits)",
+            cli_type=int,
+            auto=_auto_pp,
+            model_check=_stages_within_layers,
         ),
         ServingKey("gpu_memory_utilization", "memory_utilization", 0.9, _unit, "fraction u of VRAM the server may use"),
         ServingKey(
@@ -386,6 +427,21 @@ def _resolve(merged: dict, where: dict, arch: Mapping, ctx: Callable[[dict], Aut
     return checked, [row.key for row in autos]
 
 
+def _check_nodes(checked: Mapping, gpu: Mapping, where: Mapping, model: str, name: str) -> None:
+    """Tensor parallel stays inside a node and pipeline stages need the network they cross (MODEL.md §10)."""
+    n, stages = checked["n_gpu"], checked["pp"]
+    if not math.isnan(n) and n > gpu["gpus_per_node"]:
+        raise SlimjaxError(
+            where.get("n_gpu", "serving.n_gpu"),
+            f"{model} on {name}: a tensor-parallel degree of {n:g} spans more than one node "
+            f"({gpu['gpus_per_node']:g} GPUs, gpus_per_node); give pp > 1 for more GPUs (MODEL.md §10)",
+        )
+    if not math.isnan(stages) and stages > 1:
+        require_network(
+            name, gpu, where.get("pp", "serving.pp"), f"{model} on {name}: {stages:g} pipeline stages pass activations"
+        )
+
+
 def serving_block(
     value: Any, models: list[tuple[str, dict]], gpus: list[tuple[str, dict]], max_tokens: float
 ) -> tuple[ServingSpec, dict]:
@@ -423,6 +479,7 @@ def serving_block(
                 )
                 if problem:
                     raise SlimjaxError(where.get(row.key, f"serving.{row.key}"), f"{m}: {problem}")
+            _check_nodes(checked, gpu, where, m, g)
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
             table[m][g] = {
                 **checked,

@@ -28,11 +28,12 @@ from ..errors import SlimjaxError, suggest
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .axes import parse_axis
 from .checks import checked_number, positive_number
-from .procurefile import models_and_gpus, read_file, serving_per_tp
+from .disaggregated import parse_deployments
+from .procurefile import models_and_gpus, read_file, serving_per_group
 from .requests import TRACE_FORMATS, load_requests
 from .serving import with_calibrated_links
 
-KEYS = ("models", "gpus", "tp", "batch", "replicas", "router", "serving", "precision", "stream")
+KEYS = ("models", "gpus", "tp", "pp", "batch", "replicas", "disaggregated", "router", "serving", "precision", "stream")
 REQUIRED = ("models", "gpus", "batch", "stream")
 PRECISIONS = ("float32", "float64")
 STREAM_KINDS = ("requests", "trace", "poisson", "closed_loop")
@@ -66,15 +67,17 @@ class Simulation:
     model: ModelSpec  # leaves (M,)
     gpu: GPUSpec  # leaves (G,)
     tp: np.ndarray
+    pp: np.ndarray  # pipeline stages (MODEL.md §10)
     batch: np.ndarray
     replicas: np.ndarray
     router: str
-    serving: ServingSpec  # leaves (M, G, N)
+    serving: ServingSpec  # leaves (M, G, N, P)
     serving_table: dict
     precision: str
     stream: Stream
     source: str
     spec: dict
+    deployments: tuple = ()  # disaggregated prefill/decode candidates (MODEL.md §10)
 
     @property
     def dtype(self) -> np.dtype:
@@ -229,19 +232,36 @@ def parse(spec: str | os.PathLike | Mapping) -> Simulation:
         raise SlimjaxError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     models, gpus = models_and_gpus(data, base_dir)
     tp = parse_axis(data.get("tp", [1]), "tp").astype(float)
+    pp = parse_axis(data.get("pp", [1]), "pp").astype(float)
+    if router != "round_robin" and np.any(pp > 1):
+        raise SlimjaxError(
+            "router",
+            f"{router} with pipeline stages: a replica deals its arrivals to its pp virtual engines round robin "
+            "(MODEL.md §10), which only router: round_robin composes with",
+        )
     batch = parse_axis(data["batch"], "batch").astype(float)
     replicas = parse_axis(data.get("replicas", [1]), "replicas").astype(float)
     stream = _stream(data["stream"], base_dir)
     max_tokens = float(np.max(stream.input_len + stream.output_len))
     serving_value = dict(data.get("serving") or {})
-    serving, table = serving_per_tp(serving_value, models, gpus, tp, max_tokens, calibrated=False)
+    serving, table = serving_per_group(serving_value, models, gpus, tp, pp, max_tokens, calibrated=False)
     gpus = with_calibrated_links(gpus, data["gpus"], table)
+    deployments = parse_deployments(
+        data.get("disaggregated"),
+        models,
+        serving_value,
+        max_tokens,
+        lambda *a: serving_per_group(*a, calibrated=False),
+    )
+    if deployments and stream.kind == "closed_loop":
+        raise SlimjaxError("disaggregated", "simulated on open streams (requests, trace, poisson), not a closed loop")
     return Simulation(
         models=[m for m, _ in models],
         gpus=[g for g, _ in gpus],
         model=stack(ModelSpec, [row for _, row in models]),
         gpu=stack(GPUSpec, [row for _, row in gpus]),
         tp=tp,
+        pp=pp,
         batch=batch,
         replicas=replicas,
         router=router,
@@ -251,4 +271,5 @@ def parse(spec: str | os.PathLike | Mapping) -> Simulation:
         stream=stream,
         source=source,
         spec=data,
+        deployments=tuple(deployments),
     )

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from .calculator import kv_capacity, roofline_terms
 from .experts import weights_read_bytes
 from .memory import kv_read_bytes, model_kv_bytes_per_layer_token, seq_footprint_bytes
+from .pipeline import stage_fraction
 
 
 def step_work(
@@ -67,25 +68,31 @@ def chunk_attention_tokens(new_tokens, earlier_tokens):
 
 
 def replica_terms(model, gpu, serving) -> dict:
-    """What one replica's steps need (§9 on §3/§4/§4b/§4c): the roofline dict (serving efficiencies, t_l and
-    the all-reduce), a_pre, a_dec, t_step, N_tok, s and the KV pool, shaped like the specs."""
+    """What one engine's steps need (§9 on §3/§4/§4b/§4c): the roofline dict (serving efficiencies, t_l and
+    the all-reduce), a_pre, a_dec, t_step, N_tok, s and the KV pool, shaped like the specs. A group of n_pp
+    pipeline stages runs n_pp virtual engines (§10): each step is τ_pp (the roofline dict of
+    :func:`slimjax.model.pipeline.pipeline_roof`, n_pp·t_step), each engine holds 1/n_pp of the stage's KV pool,
+    and ``pipeline_stages`` says how many engines a replica has (its batch limit is ⌊B/n_pp⌋ each)."""
     roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
+    stages = serving.pipeline_stages
     pool = kv_capacity(model, gpu, serving, 1.0, 0.0)["pool"]
     return dict(
         roof=roof,
         a_pre=a_pre,
         a_dec=a_dec,
-        step_overhead_s=serving.step_overhead_s,
+        step_overhead_s=stages * serving.step_overhead_s,
         step_tokens=serving.step_tokens,
         chunk_size=serving.chunk_size,
-        pool=pool,
+        pool=pool / stages,
+        pipeline_stages=stages,
     )
 
 
 def request_footprint_bytes(model, serving, tokens):
-    """footprint(I + O) of §3 reserved at admission for a request of ``tokens`` = I + O (broadcasts)."""
+    """footprint(I + O) of §3 reserved at admission for a request of ``tokens`` = I + O (broadcasts), on the
+    largest stage's layers when the group has n_pp stages (§10: f·footprint, f = ⌈L/n_pp⌉/L)."""
     e_kv = model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
-    return seq_footprint_bytes(
+    return stage_fraction(model.n_layers, serving.pipeline_stages) * seq_footprint_bytes(
         e_kv,
         model.n_layers,
         model.n_sliding_layers,

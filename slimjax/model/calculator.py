@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import experts, memory, parallel, queue, roofline
+from . import experts, memory, parallel, pipeline, queue, roofline
 from .rates import request_rate, token_throughput
 from .specs import ServingSpec
 
@@ -28,13 +28,16 @@ def max_seqs(model, gpu, serving, input_len, output_len):
 
 
 def kv_capacity(model, gpu, serving, input_len, output_len):
-    """Memory (§3): e_kv, weights, KV pool, per-sequence footprint of I + O tokens, max_seqs."""
+    """Memory (§3) of one stage of the group (§10; the whole group when n_pp = 1): e_kv, the model's weights M_W,
+    the stage's KV pool u·n_tp·M − f·M_W − M_R, a sequence's footprint of I + O tokens on the stage's layers,
+    max_seqs = ⌊pool / footprint⌋ (f = ⌈L/n_pp⌉/L, :mod:`.pipeline`)."""
     e_kv = memory.model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
     weights = memory.weights_bytes(model.n_params, serving.bytes_per_weight)
+    share = pipeline.stage_fraction(model.n_layers, serving.pipeline_stages)
     pool = memory.kv_pool_bytes(
-        serving.memory_utilization, serving.n_gpu * gpu.memory_bytes, weights, serving.reserved_bytes
+        serving.memory_utilization, serving.n_gpu * gpu.memory_bytes, share * weights, serving.reserved_bytes
     )
-    footprint = memory.seq_footprint_bytes(
+    footprint = share * memory.seq_footprint_bytes(
         e_kv,
         model.n_layers,
         model.n_sliding_layers,
@@ -74,16 +77,40 @@ def configuration_fits(model, gpu, serving, tokens, batch=1.0):
 
 
 def smallest_fitting_tp(model, gpu, serving, tokens, kv_replication_auto=False, batch=1.0):
-    """The smallest n in TP_DEGREES that divides H_q and with which the group fits a sequence of ``tokens``
-    (§4c ``n_gpu: auto``; with ``batch``, that many of them), the other settings as ``serving`` has them
-    (r = max(1, n/H_kv) where ``kv_replication_auto``); 0 where none does."""
+    """The smallest n in TP_DEGREES, at most the GPU's ``gpus_per_node`` (tensor parallel stays inside a node,
+    §10), that divides H_q and with which the group fits a sequence of ``tokens`` (§4c ``n_gpu: auto``; with
+    ``batch``, that many of them), the other settings as ``serving`` has them (r = max(1, n/H_kv) where
+    ``kv_replication_auto``); 0 where none does."""
     best = jnp.zeros(
         jnp.broadcast_shapes(jnp.shape(model.n_heads), jnp.shape(gpu.memory_bytes), jnp.shape(serving.n_gpu))
     )
     for n in reversed(TP_DEGREES):
         r = jnp.where(kv_replication_auto, replicated_kv(n, model.n_kv_heads), serving.kv_replication)
         trial = ServingSpec(**{**serving.fields(), "n_gpu": n + 0.0 * serving.n_gpu, "kv_replication": r})
-        ok = (jnp.mod(model.n_heads, n) == 0) & configuration_fits(model, gpu, trial, tokens, batch)
+        ok = (jnp.mod(model.n_heads, n) == 0) & (n <= gpu.gpus_per_node)
+        ok = ok & configuration_fits(model, gpu, trial, tokens, batch)
+        best = jnp.where(ok, n, best)
+    return best
+
+
+def largest_node_tp(model, gpu):
+    """The largest n in TP_DEGREES within one node (``gpus_per_node``) that divides H_q; 0 where none: the TP
+    degree pipeline stages are added to when no single group fits (§10 ``n_gpu: auto`` then ``pp: auto``)."""
+    best = jnp.zeros(jnp.broadcast_shapes(jnp.shape(model.n_heads), jnp.shape(gpu.gpus_per_node)))
+    for n in TP_DEGREES:
+        best = jnp.where((jnp.mod(model.n_heads, n) == 0) & (n <= gpu.gpus_per_node), n, best)
+    return best
+
+
+def smallest_fitting_pp(model, gpu, serving, tokens, batch=1.0):
+    """The smallest n_pp in PP_DEGREES (at most L) with which the group of ``serving.n_gpu``-GPU stages fits a
+    sequence of ``tokens`` (§10 ``pp: auto``; with ``batch``, that many); 0 where none does."""
+    best = jnp.zeros(
+        jnp.broadcast_shapes(jnp.shape(model.n_layers), jnp.shape(gpu.memory_bytes), jnp.shape(serving.n_gpu))
+    )
+    for n in reversed(pipeline.PP_DEGREES):
+        trial = ServingSpec(**{**serving.fields(), "pipeline_stages": n + 0.0 * serving.n_gpu})
+        ok = (n <= model.n_layers) & configuration_fits(model, gpu, trial, tokens, batch)
         best = jnp.where(ok, n, best)
     return best
 
@@ -137,6 +164,15 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         comm_fixed_s=comm_fixed,
         comm_per_token_s=comm_per_token,
     )
+    if not at_peak:  # n_pp stages: one engine's pass goes through every stage and the p2p hops between them (§10)
+        roof = pipeline.pipeline_roof(
+            roof,
+            model.n_layers,
+            model.hidden,
+            serving.pipeline_stages,
+            gpu.network_bytes_per_s,
+            gpu.network_latency_s,
+        )
     return roof, a_pre, a_dec
 
 
@@ -158,6 +194,7 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         chunk_max_s=chunk_max_s,
         chunks=chunks,
         roofline=dict(roof, attn=a_dec),
+        pipeline_stages=serving.pipeline_stages,
     )
 
 
@@ -165,13 +202,15 @@ def service_terms(cell, measured, batch, input_len, output_len):
     """ITL, ITL with a chunk, TTFT, S(B), request rate and token throughput at ``batch`` (§4).
 
     Measured mode wherever ``measured.batch`` is not NaN; else the roofline proxy (NaN where the
-    roofline does not apply, as ``cell['prefill_s']`` is then).
+    roofline does not apply, as ``cell['prefill_s']`` is then). A group of n_pp stages holds B sequences in n_pp
+    virtual engines of B/n_pp each (§10): its ITL and TTFT are one engine's at B/n_pp, its rates the replica's.
     """
-    itl = roofline.decode_itl(batch, input_len, output_len, **cell["roofline"])
+    engine = pipeline.engine_batch(batch, cell.get("pipeline_stages", 1.0))
+    itl = roofline.decode_itl(engine, input_len, output_len, **cell["roofline"])
     # NaN wherever prefill is; this select also fixes how XLA fuses (and contracts into FMAs) the decode
     # sums, which keeps dense figures bit-identical to before §4b/§4c (tests/golden/capacity.json)
     itl = jnp.where(jnp.isnan(cell["prefill_s"]), jnp.nan, itl)
-    ttft = roofline.time_to_first_token(batch, output_len, cell["prefill_s"], cell["chunks"], itl)
+    ttft = roofline.time_to_first_token(engine, output_len, cell["prefill_s"], cell["chunks"], itl)
     service = roofline.service_time(output_len, ttft, itl)
     itl_chunk = roofline.itl_with_chunk(itl, cell["chunk_max_s"])
     if measured is not None:

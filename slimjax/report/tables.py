@@ -107,6 +107,7 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                 c = w.sel(rate=rate, model=model)
                 lines.append("")
                 lines.append(f"== {wl} at {rate} = {total:,.3g} requests/s (classes I/O {classes}) — {model}")
+                staged = "pp" in ds and bool((ds["pp"].sel(model=model) > 1).any())
                 rows = []
                 for g in ds["gpu"].values:
                     for n in ds["tp"].values:
@@ -118,7 +119,10 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                         gpus = np.where(feas, cand["gpus_total"].values, np.inf)
                         i = int(np.lexsort((ds["batch"].values, gpus, cost))[0])
                         pick = cand.isel(batch=i)
-                        row = {"GPU": g, "TP": int(n), "batch": int(ds["batch"].values[i])}
+                        row = {"GPU": g, "TP": int(n)}
+                        if staged:  # pipeline stages (MODEL.md §10): the group is TP·PP GPUs
+                            row["PP"] = int(w["pp"].sel(model=model, gpu=g, tp=n))
+                        row["batch"] = int(ds["batch"].values[i])
                         row["replicas"] = int(pick["replicas"])
                         if simulated:
                             screen = float(pick["replicas_screen"])
@@ -191,6 +195,8 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                             f"({'saves' if saving > 0 else 'costs'} {_money(abs(saving))}/hour vs the best "
                             f"single choice)"
                         )
+                if "deployment" in ds.dims:
+                    lines += disaggregated_lines(c, q, p, top)
     if shown:
         lines += ["", "constants: where each row's roofline constants come from"]
         lines += [f"  {mark}: {CONSTANTS_SOURCES[mark]}" for mark in CONSTANTS_SOURCES if mark in shown]
@@ -228,5 +234,88 @@ def simulation_table(ds: xr.Dataset) -> str:
             f"{label:<58} {_ms(row['ttft_p50_s']):>10} {_ms(row['ttft_p90_s']):>10} {_ms(row['tpot_p90_s']):>10} "
             f"{_ms(row['e2e_mean_s']):>10} {row['utilization']:>6.0%} {row['queue_peak']:>6.0f}"
         )
+    if "deployment" in ds.dims:
+        lines += ["", "disaggregated prefill/decode (MODEL.md §10):", _disaggregated_header()]
+        for m in ds.model.values:
+            for d in ds.deployment.values:
+                at = ds.sel(model=m, deployment=d)
+                label = f"{m}: {d}"
+                if not bool(at.disagg_fits):
+                    lines.append(f"{label} — does not fit (no KV pool in a pool, or TP does not divide the heads)")
+                    continue
+                times = " ".join(
+                    f"{_ms(float(at[f'disagg_{v}'])):>10}"
+                    for v in ("ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s")
+                )
+                lines.append(
+                    f"{label}\n{'':<58} {times} {float(at.disagg_prefill_utilization):>6.0%} "
+                    f"{float(at.disagg_decode_utilization):>6.0%} {float(at.disagg_cost_per_hour):>8.2f}"
+                )
     lines += assumption_lines(ds)
     return "\n".join(lines)
+
+
+def _disaggregated_header() -> str:
+    columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
+    return f"{'deployment':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'util P':>6} {'util D':>6} {'$/h':>8}"
+
+
+DISAGG_REASONS = {
+    "does_not_fit": "a pool does not fit",
+    "ttft": "the prefill pool misses the TTFT SLO",
+    "itl": "the decode pool misses the ITL SLO",
+    "e2e": "the decode pool misses the E2E SLO",
+}
+
+
+def disaggregated_lines(c: xr.Dataset, q: str, p: str, top: int) -> list[str]:
+    """The disaggregated deployments of one (workload, rate, model) (MODEL.md §10), cheapest first, and the best
+    beside the best aggregated fleet: the saving or the extra cost, and which SLO bound each pool."""
+    import pandas as pd
+
+    from ..studies.disaggregated import SIZE_CODES
+
+    rows, failing = [], []
+    for d in c["deployment"].values:
+        at = c.sel(deployment=d)
+        reason = SIZE_CODES[int(at["disagg_reason"])]
+        if reason != "feasible":
+            failing.append(f"  {d}: {DISAGG_REASONS[reason]} at up to the study's max_replicas")
+            continue
+        binding = SIZE_CODES[int(at["disagg_decode_binding"])]
+        rows.append(
+            {
+                "prefill | decode | transfer": d,
+                "R_p": int(at["disagg_prefill_replicas"]),
+                "R_d": int(at["disagg_decode_replicas"]),
+                "GPUs": int(at["disagg_gpus"]),
+                "$/hour": float(at["disagg_cost_per_hour"]),
+                "$/Mtok": float(at["disagg_cost_per_mtok"]),
+                q: _ms(float(at["disagg_sim_ttft_p_s"])),
+                f"TPOT {p}": _ms(float(at["disagg_sim_tpot_p_s"])),
+                "binds": "prefill: "
+                + ("TTFT" if int(at["disagg_prefill_replicas"]) > 1 else "one replica suffices")
+                + "; decode: "
+                + ("one replica suffices" if binding == "feasible" else binding.upper()),
+            }
+        )
+    lines = ["disaggregated prefill/decode (MODEL.md §10; R_p for TTFT, then R_d for ITL and E2E):"]
+    if rows:
+        table = pd.DataFrame(rows).sort_values(["$/hour", "GPUs"], kind="stable").head(top)
+        table["$/hour"] = table["$/hour"].map(_money)
+        table["$/Mtok"] = table["$/Mtok"].map(lambda x: f"${x:,.3f}")
+        table.index = range(1, len(table) + 1)
+        lines.append(table.to_string())
+        saving = float(c["disagg_saving_per_hour"])
+        if np.isfinite(saving):
+            best, agg = float(c["best_disagg_cost_per_hour"]), float(c["best_cost_per_hour"])
+            verdict = "saves" if saving > 0 else "costs" if saving < 0 else "costs the same as"
+            lines.append(
+                f"best disaggregated {_money(best)}/hour {verdict} {_money(abs(saving))}/hour vs the best aggregated "
+                f"{_money(agg)}/hour"
+            )
+        else:
+            lines.append("no aggregated fleet to compare with: every aggregated candidate fails")
+    else:
+        lines.append("  no deployment meets the SLOs")
+    return lines + failing[:3]

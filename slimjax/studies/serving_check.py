@@ -68,7 +68,7 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int = 4, serving: dic
                 },
             )
         )
-        ds = simulate.run(sim).isel(model=0, gpu=0, batch=0, replicas=0, clients=0)
+        ds = simulate.run(sim).isel(model=0, gpu=0, pp=0, batch=0, replicas=0, clients=0)
         for idx, row in group.iterrows():
             at = ds.sel(tp=int(row.n_gpu))
             need.loc[idx, "sim_ttft_s"] = float(at.ttft_mean_s)

@@ -1,6 +1,6 @@
 """What a real stream does to each candidate replica fleet (MODEL.md §9), as an xarray Dataset.
 
-Candidates are (model, GPU, TP degree, batch limit B) × replicas (× clients for a closed loop); every
+Candidates are (model, GPU, TP degree, pipeline stages, batch limit B) × replicas (× clients for a closed loop); every
 candidate runs the same request stream through :func:`slimjax.engine.batching.simulate_candidates`. Per
 request: TTFT, E2E, TPOT (dim ``request``, stream order); per candidate the §9 summaries.
 """
@@ -49,26 +49,35 @@ SUMMARIES = {
     "queue_peak": ("requests", "most requests left waiting after a step's admission, worst replica"),
     "kv_peak_bytes": ("bytes", "most KV reserved at once, worst replica"),
 }
-COUNTS = {"fits": ("1", "the configuration runs: weights and runtime leave a KV pool, and TP divides H_q")}
+COUNTS = {
+    "fits": (
+        "1",
+        "the configuration runs: weights and runtime leave a KV pool on each stage, TP divides H_q, and each of the "
+        "pp virtual engines admits at least one request (B ≥ pp)",
+    )
+}
 
 
 def flat_candidates(model: ModelSpec, gpu: GPUSpec, serving: ServingSpec, batch, shape):
-    """Model (M,), GPU (G,) and serving (M, G, N) specs and batch limits (B,) broadcast to (M, G, N, B), then
-    flattened to K candidates: (model, gpu, serving, batch) with leaves (K,)."""
+    """Model (M,), GPU (G,) and serving (M, G, N[, P]) specs and batch limits (B,) broadcast to ``shape``
+    ((M, G, N[, P], B)), then flattened to K candidates: (model, gpu, serving, batch) with leaves (K,)."""
+    lead = len(shape) - 3  # the group axes after model and GPU
 
     def flat(x, index):
         return np.broadcast_to(np.asarray(x, float)[index], shape).reshape(-1)
 
-    at_model, at_gpu, at_group = (slice(None), None, None, None), (None, slice(None), None, None), (..., None)
+    at_model = (slice(None), *(None,) * (len(shape) - 1))
+    at_gpu = (None, slice(None), *(None,) * (len(shape) - 2))
+    at_group, at_batch = (..., None), (*(None,) * (2 + lead), slice(None))
     model = ModelSpec(**{f.name: flat(getattr(model, f.name), at_model) for f in dataclasses.fields(ModelSpec)})
     gpu = GPUSpec(**{k: flat(v, at_gpu) for k, v in gpu.fields().items()})
     serving = ServingSpec(**{k: flat(v, at_group) for k, v in serving.fields().items()})
-    return model, gpu, serving, flat(batch, (None, None, None, slice(None)))
+    return model, gpu, serving, flat(batch, at_batch)
 
 
 def _broadcast(sim: Simulation):
-    """The simulation's candidates flattened (:func:`flat_candidates`), and their (M, G, N, B) shape."""
-    shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.batch))
+    """The simulation's candidates flattened (:func:`flat_candidates`), and their (M, G, N, P, B) shape."""
+    shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.pp), len(sim.batch))
     return (*flat_candidates(sim.model, sim.gpu, sim.serving, sim.batch, shape), shape)
 
 
@@ -86,7 +95,9 @@ def candidate_inputs(model, gpu, serving, stream: Stream, dtype):
         )
         terms = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), terms)
     pool = terms["pool"]
+    stages = np.asarray(serving.pipeline_stages)
     fits = (pool > 0) & (np.mod(np.asarray(model.n_heads), np.asarray(serving.n_gpu)) == 0)
+    fits = fits & (stages <= np.asarray(model.n_layers))
     terms = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(dtype), terms)
     return terms, footprint.astype(dtype), fits
 
@@ -111,8 +122,11 @@ def run(sim: Simulation) -> xr.Dataset:
     terms, footprint, fits = candidate_inputs(model, gpu, serving, stream, dtype)
 
     def labels(k):
-        m, g, n, b = np.unravel_index(k, shape)
-        return f"{sim.models[m]} on {sim.gpus[g]} (tp {sim.tp[n]:g}, batch {sim.batch[b]:g})"
+        m, g, n, p, b = np.unravel_index(k, shape)
+        return f"{sim.models[m]} on {sim.gpus[g]} (tp {sim.tp[n]:g}, pp {sim.pp[p]:g}, batch {sim.batch[b]:g})"
+
+    # a virtual engine admits ⌊B/n_pp⌋ requests (§10): a batch limit below the stages runs nothing
+    fits = fits & (batch >= np.asarray(serving.pipeline_stages))
 
     _check_requests_fit(footprint.astype(np.float64), terms["pool"].astype(np.float64), fits, labels, stream)
     K, n_req = footprint.shape
@@ -154,13 +168,13 @@ def run(sim: Simulation) -> xr.Dataset:
                     per_request[name][:, r_i, c_i, :n] = x
                 for name, x in engine.summaries(records, stream.output_len[:n], clients).items():
                     summary[name][:, r_i, c_i] = x
-    dims = ["model", "gpu", "tp", "batch", "replicas"] + (["clients"] if closed else [])
+    dims = ["model", "gpu", "tp", "pp", "batch", "replicas"] + (["clients"] if closed else [])
     full = (*shape, len(sim.replicas), len(client_axis))
 
     def shaped(x, tail=()):
         x = x.reshape(*full, *tail)
-        x = np.where(fits.reshape(*shape, *(1,) * (x.ndim - 4)), x, np.nan)
-        return x if closed else x[:, :, :, :, :, 0]
+        x = np.where(fits.reshape(*shape, *(1,) * (x.ndim - len(shape))), x, np.nan)
+        return x if closed else x[:, :, :, :, :, :, 0]
 
     data = {}
     for name, (units, long) in PER_REQUEST.items():
@@ -170,7 +184,7 @@ def run(sim: Simulation) -> xr.Dataset:
     for name, (units, long) in SUMMARIES.items():
         data[name] = xr.Variable(dims, shaped(summary[name]), {"units": units, "long_name": long})
     data["fits"] = xr.Variable(
-        ("model", "gpu", "tp", "batch"),
+        ("model", "gpu", "tp", "pp", "batch"),
         fits.reshape(shape),
         {"units": COUNTS["fits"][0], "long_name": COUNTS["fits"][1]},
     )
@@ -178,6 +192,7 @@ def run(sim: Simulation) -> xr.Dataset:
         "model": np.asarray(sim.models, dtype=str),
         "gpu": np.asarray(sim.gpus, dtype=str),
         "tp": sim.tp.astype(np.int64),
+        "pp": sim.pp.astype(np.int64),
         "batch": sim.batch.astype(np.int64),
         "replicas": sim.replicas.astype(np.int64),
         "request": np.arange(n_req),
@@ -200,7 +215,51 @@ def run(sim: Simulation) -> xr.Dataset:
     if closed:
         attrs["warmup"] = "statistics after the first C completions of each closed loop (MODEL.md §9)"
     attrs["assumptions"] = json.dumps(simulation_assumptions(sim, closed))
+    if sim.deployments:
+        steps_d = _disaggregated(sim, data, coords)
+        attrs["engine_steps"] = steps + steps_d
+        attrs["disaggregated"] = (
+            "MODEL.md §10: prefill pool (prompt-only steps, KV held until its transfer ends), KV moved over the "
+            "network (or NVLink), decode pool (decode-only steps from T = I + 1); TPOT includes transfer and queue"
+        )
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+DISAGGREGATED = {  # name -> (units, long name): per deployment, beside the aggregated candidates
+    "prefill_utilization": ("1", "prefill pool busy time / (engines × span)"),
+    "decode_utilization": ("1", "decode pool busy time / (engines × span)"),
+    "gpus": ("GPUs", "GPUs of the deployment, R_p·n_p + R_d·n_d"),
+    "cost_per_hour": ("USD/h", "R_p·n_p·price_p + R_d·n_d·price_d (illustrative prices)"),
+}
+
+
+def _disaggregated(sim: Simulation, data: dict, coords: dict) -> int:
+    """The deployments' per-request times and summaries as ``disagg_*`` variables (dims model, deployment)."""
+    from . import disaggregated
+
+    st = sim.stream
+    stream = {
+        "arrival_s": st.arrival_s - 0.0,
+        "input_len": st.input_len.astype(float),
+        "output_len": st.output_len.astype(float),
+    }
+    runs = [disaggregated.run_deployment(sim.models, sim.model, d, stream, sim.dtype) for d in sim.deployments]
+    summ = [disaggregated.summaries(g, d, st.arrival_s) for g, d in zip(runs, sim.deployments, strict=True)]
+    table = {**{k: v for k, v in PER_REQUEST.items() if k in ("ttft_s", "e2e_s", "tpot_s")}}
+    table["transfer_s"] = ("s", "KV transfer of each request from its prefill to its decode replica (§10)")
+    for name, (units, long) in table.items():
+        x = np.stack([g[name] for g in runs], axis=1)  # (M, D, N)
+        data[f"disagg_{name}"] = xr.Variable(("model", "deployment", "request"), x, {"units": units, "long_name": long})
+    for name, (units, long) in {**SUMMARIES, **DISAGGREGATED}.items():
+        if name not in summ[0]:
+            continue
+        x = np.stack([s[name] for s in summ], axis=1)
+        data[f"disagg_{name}"] = xr.Variable(("model", "deployment"), x, {"units": units, "long_name": long})
+    data["disagg_fits"] = xr.Variable(
+        ("model", "deployment"), np.stack([g["fits"] for g in runs], axis=1), {"long_name": "the deployment runs"}
+    )
+    coords["deployment"] = np.asarray([d.label() for d in sim.deployments], dtype=str)
+    return sum(g["steps"] for g in runs)
 
 
 def simulation_assumptions(sim, closed: bool) -> list[str]:

@@ -306,7 +306,8 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     grid = (W, Rr, M, G, N, B)
     replicas = r_sim.reshape(grid)
     tp, batch = np.asarray(study.tp, float), np.asarray(study.batch, float)
-    n_gpu = tp[None, None, None, None, :, None]
+    stages = np.asarray(study.serving.pipeline_stages, float).reshape(1, 1, M, G, N, 1)
+    n_gpu = tp[None, None, None, None, :, None] * stages  # GPUs of one replica group, n_tp·n_pp (§10)
     price = np.asarray(study.gpu.price_per_hour, float)[None, None, None, :, None, None]
     rate = np.asarray(study.total_rate, float)[:, :, None, None, None, None]
     weight = ds["class_weight"].transpose("workload", "class").values
@@ -340,10 +341,12 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     best_tp = np.where(any_ok, tp[(best // n_b) % N], 0.0)
     out["best_gpu"] = choice(labelled(study, "best_gpu", np.where(any_ok, best // (N * n_b), -1)))
     out["best_tp"] = choice(best_tp)
+    best_pp = np.where(any_ok, np.asarray(_pick(np.broadcast_to(stages, cost.shape), best, choice_shape)), 0.0)
+    out["best_pp"] = choice(best_pp)
     out["best_batch"] = choice(np.where(any_ok, batch[best % n_b], 0.0))
     out["best_replicas"] = choice(pick(replicas))
     out["best_replicas_screen"] = choice(pick(ds["replicas"].transpose(*SIZED).values))
-    out["best_gpus"] = choice(pick(replicas) * best_tp)
+    out["best_gpus"] = choice(pick(replicas) * best_tp * best_pp)
     best_cost = pick(cost)
     out["best_cost_per_hour"] = choice(best_cost)
     out["best_cost_per_mtok"] = choice(pick(out["cost_per_mtok"].values))

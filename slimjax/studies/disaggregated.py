@@ -1,0 +1,404 @@
+"""Disaggregated prefill and decode (MODEL.md §10) on a request stream: per deployment and model, the prefill pool
+(§9 steps holding only prompt chunks, admission by footprint(I_i), a prompt's KV held until its transfer ends),
+the transfer, and the decode pool (decode-only §9 steps from T = I_i + 1, admission by B_d and footprint(I_i + O_i)),
+both through :func:`slimjax.engine.batching.round_robin_jobs` (round robin: request i to prefill replica i mod R_p;
+the k-th arrival at the decode pool to decode replica k mod R_d).
+
+Transfer (§10): t_xfer = t_net(kv_bytes_per_token·I_i / min(n_p, n_d)) over the slower pool's NIC (BW_net the
+smaller, τ_net the larger of the two), or, ``nvlink``, τ + x / (η_link·BW_link) of the shared node's link. A
+request with O_i = 1 is done at its first token and moves nothing.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import float64_scope
+from ..engine import batching as engine
+from ..errors import SlimjaxError
+from ..inputs.disaggregated import Deployment, Pool
+from ..model import batching as steps
+from ..model.memory import model_kv_bytes_per_layer_token
+from ..model.specs import GPUSpec, ModelSpec, stack
+
+PREFILL_BATCH = 1e9  # the prefill pool admits by KV alone (§10): no batch limit
+TIMES = ("ttft", "tpot")
+
+
+def _specs(model: ModelSpec, pool: Pool):
+    gpu = stack(GPUSpec, [pool.gpu_row] * len(np.asarray(model.n_layers)))
+    return gpu, pool.serving
+
+
+def transfer_seconds(kv_bytes, deployment: Deployment):
+    """t_xfer of ``kv_bytes`` of a prompt's KV (§10), seconds; broadcasts."""
+    p, d = deployment.prefill, deployment.decode
+    x = kv_bytes / min(p.gpus, d.gpus)
+    if deployment.transfer == "nvlink":
+        link = p.gpu_row["link_efficiency"] * p.gpu_row["link_bytes_per_s"]
+        return p.gpu_row["allreduce_latency_s"] + x / link
+    bw = min(p.gpu_row["network_bytes_per_s"], d.gpu_row["network_bytes_per_s"])
+    return max(p.gpu_row["network_latency_s"], d.gpu_row["network_latency_s"]) + x / bw
+
+
+def _pool_inputs(model, pool: Pool, tokens):
+    """(terms, footprint (M, N), fits (M,)) of one pool for every model, float64."""
+    gpu, serving = _specs(model, pool)
+    with float64_scope():
+        terms = steps.replica_terms(model, gpu, serving)
+        footprint = steps.request_footprint_bytes(
+            jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], model),
+            jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], serving),
+            jnp.asarray(tokens, jnp.float64),
+        )
+        terms = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), terms)
+    n_heads, layers = np.asarray(model.n_heads), np.asarray(model.n_layers)
+    fits = (terms["pool"] > 0) & (np.mod(n_heads, pool.tp) == 0) & (pool.pp <= layers)
+    return terms, np.asarray(footprint), fits
+
+
+def pool_inputs(models: list[str], model: ModelSpec, deployment: Deployment, stream: dict) -> dict:
+    """What both phases need for every model: each pool's terms, footprints (prompt on the prefill pool, I + O
+    on the decode pool), whether the deployment fits, and each request's transfer time (M, N). A request too
+    large for an engine's whole pool is an error, named."""
+    i_len, o_len = np.asarray(stream["input_len"], float), np.asarray(stream["output_len"], float)
+    p, d = deployment.prefill, deployment.decode
+    terms_p, fp_p, fits_p = _pool_inputs(model, p, i_len[None, :])
+    terms_d, fp_d, fits_d = _pool_inputs(model, d, (i_len + o_len)[None, :])
+    for name, fp, terms, ok, what in (
+        ("prefill", fp_p, terms_p, fits_p, "prompt"),
+        ("decode", np.where(o_len[None, :] > 1, fp_d, 0.0), terms_d, fits_d, "I + O"),
+    ):
+        over = ok[:, None] & (fp > terms["pool"][:, None])
+        if over.any():
+            m, i = np.argwhere(over)[0]
+            raise SlimjaxError(
+                f"stream request {i}",
+                f"its {what} KV ({fp[m, i] / 2**30:.3g} GiB) exceeds one {name} engine's whole pool "
+                f"({terms['pool'][m] / 2**30:.3g} GiB) for {models[m]} in {deployment.label()}",
+            )
+    with float64_scope():
+        e_kv = np.asarray(model_kv_bytes_per_layer_token(model, p.serving.kv_dtype_bytes))
+    kv_per_token = e_kv * np.asarray(model.n_layers)  # L·e_kv, raw (§3)
+    xfer = np.where(o_len[None, :] > 1, transfer_seconds(kv_per_token[:, None] * i_len[None, :], deployment), 0.0)
+    return dict(terms_p=terms_p, fp_p=fp_p, terms_d=terms_d, fp_d=fp_d, fits=fits_p & fits_d, xfer=xfer)
+
+
+def _cast(tree, dtype):
+    return jax.tree_util.tree_map(lambda x: np.asarray(x).astype(dtype), tree)
+
+
+def prefill_phase(inputs: dict, stream: dict, replicas, dtype=np.float64) -> dict:
+    """The prefill pool of each model at ``replicas[m]`` replicas: first-token times (M, N) and busy time, steps."""
+    N = len(stream["arrival_s"])
+    M = len(inputs["fits"])
+    cast = {k: np.asarray(v).astype(dtype) for k, v in stream.items()}
+    streams = [dict(cast, output_len=np.ones(N, dtype), hold_s=inputs["xfer"][m].astype(dtype)) for m in range(M)]
+    jobs = np.arange(M)
+    with jax.enable_x64(dtype == np.float64):
+        rec = engine.round_robin_jobs(
+            _cast(inputs["terms_p"], dtype),
+            np.full(M, PREFILL_BATCH, dtype),
+            [inputs["fp_p"][m : m + 1].astype(dtype) for m in range(M)],
+            streams,
+            jobs,
+            jobs,
+            np.asarray(replicas),
+        )
+    return dict(
+        first=np.stack([rec[m]["first_token_s"][0] for m in range(M)]).astype(np.float64),
+        busy=np.array([np.sum(rec[m]["busy_s"]) for m in range(M)]),
+        steps=int(sum(np.sum(rec[m]["steps"]) for m in range(M))),
+    )
+
+
+def decode_phase(inputs: dict, stream: dict, first, batch: float, replicas, dtype=np.float64) -> dict:
+    """The decode pool of each model at ``replicas[m]``: each request arrives at first token + transfer, the k-th
+    arrival (ties to the lower index) to replica k mod R_d; completion times (M, N) (the first token's where O = 1)."""
+    i_len, o_len = np.asarray(stream["input_len"], float), np.asarray(stream["output_len"], float)
+    M = len(inputs["fits"])
+    later = first + inputs["xfer"]
+    go = np.flatnonzero(o_len > 1)
+    streams, orders, footprints = [], [], []
+    for m in range(M):
+        t = np.where(np.isfinite(later[m, go]), later[m, go], np.inf)
+        order = go[np.lexsort((go, t))]
+        orders.append(order)
+        streams.append(
+            {
+                "arrival_s": np.where(np.isfinite(later[m, order]), later[m, order], np.inf).astype(dtype),
+                "input_len": i_len[order].astype(dtype),
+                "output_len": o_len[order].astype(dtype),
+                "prefilled": np.ones(len(order), dtype),
+            }
+        )
+        footprints.append(inputs["fp_d"][m : m + 1, order].astype(dtype))
+    jobs = np.arange(M)
+    end = np.array(first, dtype=np.float64)
+    if len(go) == 0:
+        return dict(end=end, busy=np.zeros(M), steps=0)
+    with jax.enable_x64(dtype == np.float64):
+        rec = engine.round_robin_jobs(
+            _cast(inputs["terms_d"], dtype),
+            np.full(M, batch, dtype),
+            footprints,
+            streams,
+            jobs,
+            jobs,
+            np.asarray(replicas),
+        )
+    for m in range(M):
+        end[m, orders[m]] = rec[m]["end_s"][0]
+    return dict(
+        end=end,
+        busy=np.array([np.sum(rec[m]["busy_s"]) for m in range(M)]),
+        steps=int(sum(np.sum(rec[m]["steps"]) for m in range(M))),
+    )
+
+
+def request_times(first, end, stream: dict):
+    """(TTFT, E2E, TPOT) per request (§10: TPOT includes the transfer and the decode queue)."""
+    arrival, o_len = np.asarray(stream["arrival_s"], float), np.asarray(stream["output_len"], float)
+    ttft, e2e = first - arrival, end - arrival
+    with np.errstate(all="ignore"):
+        tpot = np.where(o_len > 1, (e2e - ttft) / np.maximum(o_len - 1.0, 1.0), np.nan)
+    return ttft, e2e, tpot
+
+
+def run_deployment(models: list[str], model: ModelSpec, deployment: Deployment, stream: dict, dtype=np.float64):
+    """Per request (M, N) TTFT, E2E, TPOT and transfer times; per model the pools' busy time, steps and whether the
+    deployment fits, at the deployment's own R_p and R_d. ``stream``: arrival_s, input_len, output_len (N,), open."""
+    M = len(models)
+    inputs = pool_inputs(models, model, deployment, stream)
+    pre = prefill_phase(inputs, stream, np.full(M, deployment.prefill.replicas), dtype)
+    dec = decode_phase(
+        inputs, stream, pre["first"], deployment.decode.batch, np.full(M, deployment.decode.replicas), dtype
+    )
+    ttft, e2e, tpot = request_times(pre["first"], dec["end"], stream)
+    nan = ~inputs["fits"][:, None]
+    return dict(
+        ttft_s=np.where(nan, np.nan, ttft),
+        e2e_s=np.where(nan, np.nan, e2e),
+        tpot_s=np.where(nan, np.nan, tpot),
+        transfer_s=np.where(nan, np.nan, inputs["xfer"]),
+        prefill_busy_s=pre["busy"],
+        decode_busy_s=dec["busy"],
+        steps=pre["steps"] + dec["steps"],
+        fits=inputs["fits"],
+    )
+
+
+def summaries(got: dict, deployment: Deployment, arrival) -> dict:
+    """Per model: TTFT and TPOT mean and p50/p90/p99 (numpy's linear quantiles), mean E2E, each pool's
+    utilisation (busy time / (engines × span)), GPUs and $/hour of the deployment."""
+    out = {}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for name in TIMES:
+            x = got[f"{name}_s"]
+            out[engine.summary_name(name, "mean")] = np.nanmean(x, axis=-1)
+            for q in engine.SUMMARY_QUANTILES:
+                out[engine.summary_name(name, q)] = np.nanquantile(x, q, axis=-1)
+        out["e2e_mean_s"] = np.nanmean(got["e2e_s"], axis=-1)
+        span = np.nanmax(got["e2e_s"] + np.asarray(arrival)[None, :], axis=-1) - np.min(arrival)
+    p, d = deployment.prefill, deployment.decode
+    out["prefill_utilization"] = got["prefill_busy_s"] / (p.replicas * p.pp * span)
+    out["decode_utilization"] = got["decode_busy_s"] / (d.replicas * d.pp * span)
+    gpus = p.replicas * p.gpus + d.replicas * d.gpus
+    cost = p.replicas * p.gpus * p.gpu_row["price_per_hour"] + d.replicas * d.gpus * d.gpu_row["price_per_hour"]
+    fits = got["fits"]
+    out["gpus"] = np.where(fits, float(gpus), np.nan)
+    out["cost_per_hour"] = np.where(fits, cost, np.nan)
+    return {k: np.where(fits, v, np.nan) for k, v in out.items()}
+
+
+def _quantile(x, q):
+    x = np.asarray(x, float)
+    if np.any(np.isnan(x)):
+        return np.inf  # a request that never finished: the SLO is not met
+    return float(np.quantile(x, q)) if x.size else 0.0
+
+
+def smallest_meeting(meets, max_replicas: int):
+    """The smallest R in [1, max_replicas] with ``meets(R)`` true, by doubling from 1 then bisection (p-quantiles
+    are non-increasing in R under round robin up to simulation ties, and nothing more is assumed: the bracket is
+    searched, never extrapolated); None where max_replicas fails. ``meets(R)`` -> (ok, info); returns
+    (R, info at R, info at the largest failing R tried below it or None)."""
+    lo, lo_info, r = 0, None, 1
+    while True:
+        ok, info = meets(r)
+        if ok:
+            hi, hi_info = r, info
+            break
+        lo, lo_info = r, info
+        if r >= max_replicas:
+            return None, None, lo_info
+        r = min(2 * r, max_replicas)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ok, info = meets(mid)
+        if ok:
+            hi, hi_info = mid, info
+        else:
+            lo, lo_info = mid, info
+    return hi, hi_info, lo_info
+
+
+SIZE_CODES = ("feasible", "does_not_fit", "ttft", "itl", "e2e")  # why a deployment has no (R_p, R_d), or what binds
+
+
+def size_deployment(name: str, model: ModelSpec, deployment: Deployment, stream: dict, slo: dict, max_replicas: int):
+    """MODEL.md §10 sizing of one deployment for one model (``model`` leaves (1,)) on ``stream``: R_p the smallest
+    meeting the TTFT SLO (TTFT depends on the prefill pool alone), then R_d the smallest meeting the ITL (on the
+    p-quantile TPOT) and E2E SLOs at that R_p (larger R_p is not searched). Returns R_p, R_d, the simulated
+    p-quantile TTFT and TPOT and mean E2E, ``reason`` (SIZE_CODES: 0 feasible, else the pool that cannot meet its
+    SLO at max_replicas) and ``binding`` (the SLO the decode pool failed with one replica fewer; 0: one sufficed)."""
+    q = slo["quantile"]
+    inputs = pool_inputs([name], model, deployment, stream)
+    out = dict(prefill_replicas=np.nan, decode_replicas=np.nan, ttft=np.nan, tpot=np.nan, e2e=np.nan, binding=0)
+    if not inputs["fits"][0]:
+        return dict(out, reason=SIZE_CODES.index("does_not_fit"))
+
+    def prefill_meets(r):
+        pre = prefill_phase(inputs, stream, np.array([r]))
+        ttft = pre["first"][0] - np.asarray(stream["arrival_s"], float)
+        return _quantile(ttft, q) <= slo["ttft_s"], pre["first"]
+
+    r_p, first, _ = smallest_meeting(prefill_meets, max_replicas)
+    if r_p is None:
+        return dict(out, reason=SIZE_CODES.index("ttft"))
+
+    def decode_meets(r):
+        dec = decode_phase(inputs, stream, first, deployment.decode.batch, np.array([r]))
+        ttft, e2e, tpot = request_times(first[0], dec["end"][0], stream)
+        many = np.asarray(stream["output_len"]) > 1  # O = 1 has no TPOT; an unfinished one fails (NaN)
+        tpot_q = _quantile(tpot[many], q) if many.any() else 0.0
+        e2e_mean = float(np.mean(e2e)) if np.all(np.isfinite(e2e)) else np.inf
+        fails = "itl" if tpot_q > slo["itl_s"] else "e2e" if e2e_mean > slo["e2e_s"] else None
+        return fails is None, dict(ttft=_quantile(ttft, q), tpot=tpot_q, e2e=e2e_mean, fails=fails)
+
+    r_d, info, below = smallest_meeting(decode_meets, max_replicas)
+    if r_d is None:
+        return dict(out, prefill_replicas=r_p, reason=SIZE_CODES.index(below["fails"]))
+    binding = SIZE_CODES.index(below["fails"]) if below is not None else 0
+    return dict(
+        prefill_replicas=r_p,
+        decode_replicas=r_d,
+        ttft=info["ttft"],
+        tpot=info["tpot"],
+        e2e=info["e2e"],
+        binding=binding,
+        reason=0,
+    )
+
+
+def size_study(study, ds):
+    """Every disaggregated deployment of ``study`` sized (:func:`size_deployment`) per workload, rate and model on
+    the workload's own stream, priced, and the cheapest beside the best aggregated fleet of ``ds`` (sized by
+    simulation): ``disagg_*`` variables (dim ``deployment``), ``best_disagg_*`` and ``disagg_saving_per_hour``
+    (aggregated − disaggregated: positive where disaggregating pays)."""
+    import xarray as xr
+
+    from ..model import procurement as proc
+    from .sizing import _stream
+
+    deps = study.deployments
+    W, Rr, M, D = len(study.workloads), len(study.rate_labels), len(study.models), len(deps)
+    grid = (W, Rr, M, D)
+    fields = ("prefill_replicas", "decode_replicas", "ttft", "tpot", "e2e", "binding", "reason")
+    got = {k: np.full(grid, np.nan) for k in fields}
+    got["reason"][:] = SIZE_CODES.index("does_not_fit")
+    got["binding"][:] = 0
+    for w, wl in enumerate(study.workloads):
+        for r in range(Rr):
+            rate = float(study.total_rate[w, r])
+            if not np.isfinite(rate):
+                continue
+            stream = _stream(wl, rate, study.sizing)
+            for m in range(M):
+                one = jax.tree_util.tree_map(lambda x, m=m: np.asarray(x)[m : m + 1], study.model)
+                for d, dep in enumerate(deps):
+                    res = size_deployment(
+                        study.models[m], one, _model_only(dep, m), stream, study.slo, study.sizing["max_replicas"]
+                    )
+                    for k in fields:
+                        got[k][w, r, m, d] = res[k]
+    n_p = np.array([dep.prefill.gpus for dep in deps], float)
+    n_d = np.array([dep.decode.gpus for dep in deps], float)
+    price_p = np.array([dep.prefill.gpu_row["price_per_hour"] for dep in deps])
+    price_d = np.array([dep.decode.gpu_row["price_per_hour"] for dep in deps])
+    r_p, r_d = got["prefill_replicas"], got["decode_replicas"]
+    feasible = np.isfinite(r_d)
+    gpus = np.where(feasible, r_p * n_p + r_d * n_d, np.nan)
+    cost = np.where(feasible, r_p * n_p * price_p + r_d * n_d * price_d, np.nan)
+    weight = ds["class_weight"].transpose("workload", "class").values
+    lengths = ds["class_input_len"].transpose("workload", "class").values
+    lengths = lengths + ds["class_output_len"].transpose("workload", "class").values
+    tokens = np.sum(weight * lengths, -1)[:, None, None, None]
+    rate = np.asarray(study.total_rate, float)[:, :, None, None]
+    per_mtok = np.asarray(proc.cost_per_mtok(cost, rate, tokens))
+    # the choice: least cost, then fewer GPUs, then the earlier deployment
+    index = np.broadcast_to(np.arange(D), grid)
+    order = np.lexsort((index, np.where(feasible, gpus, np.inf), np.where(feasible, cost, np.inf)), axis=-1)
+    best = order[..., 0]
+    any_ok = feasible.any(-1)
+
+    def pick(x):
+        return np.where(any_ok, np.take_along_axis(np.broadcast_to(x, grid), best[..., None], -1)[..., 0], np.nan)
+
+    out = ds.copy()
+    at = ("workload", "rate", "model", "deployment")
+    choice = ("workload", "rate", "model")
+    table = {
+        "disagg_prefill_replicas": (r_p, "replica groups", "R_p: fewest prefill replicas meeting the TTFT SLO"),
+        "disagg_decode_replicas": (r_d, "replica groups", "R_d: fewest decode replicas meeting ITL and E2E at R_p"),
+        "disagg_gpus": (gpus, "GPUs", "R_p·n_p + R_d·n_d"),
+        "disagg_cost_per_hour": (cost, "USD/hour", "R_p·n_p·price_p + R_d·n_d·price_d (illustrative)"),
+        "disagg_cost_per_mtok": (per_mtok, "USD/Mtok", "cost per million tokens served"),
+        "disagg_sim_ttft_p_s": (got["ttft"], "s", "simulated p-quantile TTFT at (R_p, R_d)"),
+        "disagg_sim_tpot_p_s": (got["tpot"], "s", "simulated p-quantile TPOT (transfer and decode queue included)"),
+        "disagg_sim_e2e_mean_s": (got["e2e"], "s", "simulated mean E2E"),
+    }
+    for name, (x, units, long) in table.items():
+        out[name] = xr.Variable(at, x, {"units": units, "long_name": long})
+    flags = {"flag_values": list(range(len(SIZE_CODES))), "flag_meanings": " ".join(SIZE_CODES)}
+    out["disagg_reason"] = xr.Variable(
+        at, got["reason"].astype(np.int8), {"long_name": "0: sized; else why no (R_p, R_d) up to max_replicas", **flags}
+    )
+    out["disagg_decode_binding"] = xr.Variable(
+        at, got["binding"].astype(np.int8), {"long_name": "the SLO the decode pool missed one replica fewer", **flags}
+    )
+    out["best_disagg"] = xr.Variable(
+        choice,
+        np.where(any_ok, best, -1).astype(np.int32),
+        {"long_name": "index of the cheapest deployment (-1: none)"},
+    )
+    out["best_disagg_cost_per_hour"] = xr.Variable(choice, pick(cost), {"units": "USD/hour"})
+    out["best_disagg_cost_per_mtok"] = xr.Variable(choice, pick(per_mtok), {"units": "USD/Mtok"})
+    saving = out["best_cost_per_hour"].transpose(*choice).values - pick(cost)
+    out["disagg_saving_per_hour"] = xr.Variable(
+        choice,
+        saving,
+        {"units": "USD/hour", "long_name": "best aggregated − best disaggregated (positive: disaggregating pays)"},
+    )
+    out = out.assign_coords(deployment=np.asarray([dep.label(sized=True) for dep in deps], dtype=str))
+    out.attrs["disaggregated"] = (
+        "MODEL.md §10: R_p the smallest meeting TTFT, then R_d the smallest meeting ITL and E2E at that R_p (larger "
+        "R_p not searched); KV moved over the network, held on the prefill replica until its transfer ends"
+    )
+    return out
+
+
+def _model_only(dep: Deployment, m: int) -> Deployment:
+    """The deployment with its pools' serving for model m alone (leaves (1,))."""
+    import dataclasses
+
+    def one(pool):
+        serving = type(pool.serving)(**{k: np.asarray(v)[m : m + 1] for k, v in pool.serving.fields().items()})
+        return dataclasses.replace(pool, serving=serving)
+
+    return dataclasses.replace(dep, prefill=one(dep.prefill), decode=one(dep.decode))
