@@ -238,3 +238,18 @@ def test_a_disaggregated_section_leaves_the_aggregated_choice(studies):
     )
     text = slimjax.procure_tables(both)
     assert "disaggregated prefill/decode" in text and "vs the best aggregated" in text
+
+
+def test_reports_show_both_fleets_and_both_distributions(studies, tmp_path):
+    from slimjax.report import figures
+
+    _, both = studies
+    figs = figures.disaggregated_figures(both)
+    assert [f.key for f in figs] == ["disaggregated_chat"]
+    table = figures.disaggregated_table(both)
+    assert len(table) == 1 and table["pools"][0] in both.deployment.values
+    dep = dict(prefill={"gpu": "H100-SXM"}, decode={"gpu": "H200", "batch": 8})
+    sim = simulate.run(simulatefile.parse(_spec("Llama-3.1-8B", [dep])))
+    (fig,) = figures.simulation_figures(sim)
+    labels = [line.get_label() for line in fig.figure.axes[0].get_lines()]
+    assert any(label.startswith("prefill 1×H100-SXM") for label in labels)

@@ -436,7 +436,83 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
                 f"{ds.attrs.get('price_date', '')}.",
             )
         )
-    return out + sizing_figures(ds)
+    return out + sizing_figures(ds) + disaggregated_figures(ds)
+
+
+def disaggregated_figures(ds: xr.Dataset) -> list[Figure]:
+    """Aggregated vs disaggregated (MODEL.md §10): per workload and model, the best aggregated fleet's $/Mtok and
+    the best disaggregated deployment's against the total rate, each deployment's own curve behind them."""
+    if "deployment" not in ds.dims:
+        return []
+    out = []
+    for wl in ds["workload"].values:
+        w = ds.sel(workload=wl)
+        rates = w["total_rate"].values.astype(float)
+        ok = np.flatnonzero(np.isfinite(rates))
+        models = list(ds["model"].values)
+        fig, axes = _grid(len(models), 5.0, 3.6)
+        for ax, m in zip(axes, models, strict=False):
+            c = w.sel(model=m)
+            for k, d in enumerate(ds["deployment"].values):
+                y = c["disagg_cost_per_mtok"].sel(deployment=d).values[ok]
+                if np.isfinite(y).any():
+                    ax.plot(rates[ok], y, color=PALETTE[(k + 2) % len(PALETTE)], lw=0.8, ls=":", marker=".", label=d)
+            ax.plot(
+                rates[ok], c["best_cost_per_mtok"].values[ok], color="black", lw=2.5, marker="o", label="aggregated"
+            )
+            ax.plot(
+                rates[ok],
+                c["best_disagg_cost_per_mtok"].values[ok],
+                color=PALETTE[1],
+                lw=2.5,
+                ls="--",
+                marker="s",
+                label="disaggregated (best)",
+            )
+            ax.set_xscale("log" if _spans_decades(rates[ok]) else "linear")
+            ax.set_yscale("log")
+            ax.set_xlabel("total rate Λ (requests/s)")
+            ax.set_ylabel("cost (USD per million tokens)")
+            ax.set_title(f"{wl}: {m}", fontsize=9)
+            ax.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        out.append(
+            Figure(
+                f"disaggregated_{wl}",
+                f"Aggregated vs disaggregated prefill/decode — {wl}",
+                fig,
+                "Both sized by simulating the workload's own stream (MODEL.md §8–§10); R_p for TTFT, then R_d for ITL "
+                "and E2E. Prices illustrative.",
+            )
+        )
+    return out
+
+
+def disaggregated_table(ds: xr.Dataset) -> pd.DataFrame:
+    """The chosen pools per workload, rate and model, beside the best aggregated fleet's cost."""
+    rows = []
+    for wl in ds["workload"].values:
+        for r in ds["rate"].values:
+            if not np.isfinite(float(ds["total_rate"].sel(workload=wl, rate=r))):
+                continue
+            for m in ds["model"].values:
+                c = ds.sel(workload=wl, rate=r, model=m)
+                best = int(c["best_disagg"])
+                at = c.isel(deployment=best) if best >= 0 else None
+                rows.append(
+                    {
+                        "workload": wl,
+                        "rate": str(r),
+                        "model": m,
+                        "pools": str(c["deployment"].values[best]) if at is not None else "none feasible",
+                        "R_p, R_d": f"{int(at['disagg_prefill_replicas'])}, {int(at['disagg_decode_replicas'])}"
+                        if at is not None
+                        else "—",
+                        "$/hour": f"{float(c['best_disagg_cost_per_hour']):,.2f}" if at is not None else "—",
+                        "aggregated $/hour": f"{float(c['best_cost_per_hour']):,.2f}",
+                        "saving $/hour": f"{float(c['disagg_saving_per_hour']):,.2f}" if at is not None else "—",
+                    }
+                )
+    return pd.DataFrame(rows)
 
 
 def sizing_figures(ds: xr.Dataset) -> list[Figure]:
@@ -554,6 +630,15 @@ def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         ax.set_xlabel(what)
         ax.set_ylabel("fraction of requests (1)")
         ax.axhline(0.9, color="0.6", lw=0.6, ls=":")
+    if "deployment" in ds.dims:  # disaggregated deployments (MODEL.md §10), dashed
+        for k, m in enumerate(ds["model"].values):
+            for j, d in enumerate(ds["deployment"].values[:MAX_PANELS]):
+                color = PALETTE[(len(runs) + k * ds.sizes["deployment"] + j) % len(PALETTE)]
+                for ax, var in ((a_ttft, "disagg_ttft_s"), (a_tpot, "disagg_tpot_s")):
+                    x = ds[var].sel(model=m, deployment=d).values
+                    x = np.sort(x[np.isfinite(x)])
+                    if x.size:
+                        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, lw=1, ls="--", label=d)
     a_queue.set_xlabel("time in the stream (s)")
     a_queue.set_ylabel("requests waiting (all replicas)")
     a_ttft.legend(fontsize=6, loc="lower right")

@@ -69,7 +69,10 @@ def figures_for(kind: str, obj, at=None) -> tuple[list, list[tuple[str, pd.DataF
         figs = [f for make in F.SWEEP_KINDS for f in make(obj, at)]
         return figs, []
     if kind == "procurement":
-        return F.procurement_figures(obj, at), [("Chosen fleet", F.procurement_table(obj))]
+        tables = [("Chosen fleet", F.procurement_table(obj))]
+        if "deployment" in obj.dims:
+            tables.append(("Disaggregated pools beside the aggregated fleet", F.disaggregated_table(obj)))
+        return F.procurement_figures(obj, at), tables
     if kind == "calibration":
         return F.calibration_figures(obj, at), [("Fitted coefficients", F.calibration_table(obj))]
     if kind == "simulation":
