@@ -209,3 +209,22 @@ def test_procurement_plans_models_no_node_holds_on_stages():
     np.testing.assert_allclose(best.best_cost_per_hour.values, best.best_gpus.values * 2.99)
     flat = slimjax.procure(dict(study, pp=1))
     assert not flat.fits.any() and np.isnan(flat.best_cost_per_hour).all()
+
+
+def test_every_catalog_model_has_a_plan_on_h100_nodes():
+    """n_gpu: auto, pp: auto: every model in configs/models.yaml fits on H100 nodes — one node where it holds the
+    model, stages across nodes where it does not (DeepSeek-V3/R1 and Llama-3.1-405B: 8 × 2)."""
+    models = list(catalog.model_catalog())
+    spec = dict(
+        models=models,
+        gpus=["H100-SXM"],
+        batch=[1],
+        input_len=[2048],
+        output_len=[512],
+        serving=dict(n_gpu="auto", pp="auto", kv_replication="auto"),
+    )
+    at = slimjax.sweep(spec, quiet=True).isel(gpu=0, input_len=0, output_len=0, batch=0)
+    assert (at.max_seqs >= 1).all() and (at.n_gpu >= 1).all()
+    multi = sorted(str(m) for m in at.model.values[(at.pp > 1).values])
+    assert multi == ["DeepSeek-R1", "DeepSeek-V3", "Llama-3.1-405B"]
+    assert ((at.n_gpu * at.pp).sel(model=multi) == 16).all()

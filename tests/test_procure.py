@@ -511,3 +511,21 @@ def test_ties_go_to_fewer_gpus_then_smaller_tp_then_smaller_batch_then_the_first
     cheapest = ds.cost_per_hour.where(ds.feasible).min()
     assert int((ds.cost_per_hour == cheapest).sum()) == 6
     assert (str(ds.best_gpu.values), int(ds.best_tp), int(ds.best_batch), int(ds.best_gpus)) == ("first", 1, 4, 1)
+
+
+def test_a_trace_workload_takes_its_first_seconds(shared_data):
+    from slimjax.inputs import procurefile
+    from slimjax.inputs.requests import load_requests
+
+    path = shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv"
+    whole = load_requests(path, "azure")
+    entry = dict(name="conv", trace=str(path), format="azure", classes=2, duration_s=60)
+    study = procurefile.parse(dict(SMALL, workloads=[entry]))
+    keep = whole.arrival_s - whole.arrival_s[0] < 60
+    wl = study.workloads[0]
+    assert (
+        wl.requests == int(keep.sum()) < whole.n_requests
+        and wl.trace.input_len.tolist() == whole.input_len[keep].tolist()
+    )
+    with pytest.raises(slimjax.SlimjaxError, match=r"workloads\[0\].duration_s"):
+        procurefile.parse(dict(SMALL, workloads=[dict(name="x", input_len=10, output_len=5, duration_s=3)]))

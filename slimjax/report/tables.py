@@ -261,7 +261,7 @@ def _disaggregated_header() -> str:
 
 
 DISAGG_REASONS = {
-    "does_not_fit": "a pool does not fit",
+    "does_not_fit": "a pool does not fit (its weights leave no KV pool, or its TP does not divide the heads)",
     "ttft": "the prefill pool misses the TTFT SLO",
     "itl": "the decode pool misses the ITL SLO",
     "e2e": "the decode pool misses the E2E SLO",
@@ -280,7 +280,8 @@ def disaggregated_lines(c: xr.Dataset, q: str, p: str, top: int) -> list[str]:
         at = c.sel(deployment=d)
         reason = SIZE_CODES[int(at["disagg_reason"])]
         if reason != "feasible":
-            failing.append(f"  {d}: {DISAGG_REASONS[reason]} at up to the study's max_replicas")
+            when = "" if reason == "does_not_fit" else " at up to the study's max_replicas"
+            failing.append(f"  {d}: {DISAGG_REASONS[reason]}{when}")
             continue
         binding = SIZE_CODES[int(at["disagg_decode_binding"])]
         rows.append(
@@ -309,11 +310,14 @@ def disaggregated_lines(c: xr.Dataset, q: str, p: str, top: int) -> list[str]:
         saving = float(c["disagg_saving_per_hour"])
         if np.isfinite(saving):
             best, agg = float(c["best_disagg_cost_per_hour"]), float(c["best_cost_per_hour"])
-            verdict = "saves" if saving > 0 else "costs" if saving < 0 else "costs the same as"
-            lines.append(
-                f"best disaggregated {_money(best)}/hour {verdict} {_money(abs(saving))}/hour vs the best aggregated "
-                f"{_money(agg)}/hour"
-            )
+            if saving == 0:
+                lines.append(f"best disaggregated {_money(best)}/hour costs the same as the best aggregated")
+            else:
+                verdict = "saves" if saving > 0 else "costs"
+                lines.append(
+                    f"best disaggregated {_money(best)}/hour {verdict} {_money(abs(saving))}/hour vs the best "
+                    f"aggregated {_money(agg)}/hour"
+                )
         else:
             lines.append("no aggregated fleet to compare with: every aggregated candidate fails")
     else:
