@@ -35,6 +35,7 @@ import numpy as np
 
 from ..constants import ROUTERS
 from ..model import batching
+from ..model.pipeline import engine_batch_limit
 
 GAP_BINS = 2048  # log-spaced inter-token gap bins from GAP_RANGE_S[0] to [1]: 1.1 % wide
 GAP_RANGE_S = (1e-6, 1e4)
@@ -731,8 +732,8 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
         got["replicas"] = np.full(len(at), int(replicas) * int(n_pp))
         if out is None:
             width = int(replicas) * int(stages.max())
-            out = {
-                k: _empty_like(v, len(batch), width if v.ndim == 2 and k in PER_REPLICA else None)
+            out = {  # every row is written below; per-replica columns past a group's R·n_pp stay 0
+                k: np.zeros((len(batch), width) if k in PER_REPLICA else (len(batch), *v.shape[1:]), v.dtype)
                 for k, v in got.items()
             }
         for k, v in got.items():
@@ -746,20 +747,15 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
 PER_REPLICA = ("busy_s", "queue_peak", "held_peak", "kv_peak_bytes")  # records per replica (per engine under PP)
 
 
-def _empty_like(v, rows: int, width: int | None):
-    shape = (rows, *v.shape[1:]) if width is None else (rows, width)
-    fill = np.nan if v.dtype.kind == "f" and v.ndim == 2 and width is None else 0
-    return np.full(shape, fill, v.dtype)
-
-
 def pipeline_stages(terms: dict, candidates: int) -> np.ndarray:
     """n_pp per candidate (integers; 1 where the terms predate §10)."""
     return np.asarray(terms.get("pipeline_stages", np.ones(candidates)), np.float64).reshape(candidates).astype(int)
 
 
 def engine_batch(batch, stages):
-    """⌊B/n_pp⌋: the requests one virtual engine admits at batch limit B (§10)."""
-    return np.floor(np.asarray(batch) / np.asarray(stages) + 0.0).astype(np.asarray(batch).dtype)
+    """:func:`slimjax.model.pipeline.engine_batch_limit` on the host, in the batch's dtype."""
+    batch = np.asarray(batch)
+    return np.asarray(engine_batch_limit(batch, np.asarray(stages, batch.dtype))).astype(batch.dtype)
 
 
 LANE_ELEMENTS = 1 << 22  # requests × lanes in one pool of the sub-lane runs (their per-request arrays)
@@ -910,22 +906,28 @@ def counted_requests(records, clients: int | None):
     return np.isfinite(end) & (rank >= clients)
 
 
+def time_summaries(ttft, tpot, e2e) -> dict:
+    """TTFT and TPOT mean and :data:`SUMMARY_QUANTILES` (numpy's linear quantiles) and mean E2E over the last axis,
+    NaN (not counted, or no TPOT) left out."""
+    out = {}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for name, x in zip(SUMMARY_TIMES, (ttft, tpot), strict=True):
+            out[summary_name(name, "mean")] = np.nanmean(x, axis=-1)
+            for q in SUMMARY_QUANTILES:
+                out[summary_name(name, q)] = np.nanquantile(x, q, axis=-1)
+        out["e2e_mean_s"] = np.nanmean(e2e, axis=-1)
+    return out
+
+
 def summaries(records, output_len, clients: int | None = None) -> dict:
     """Per candidate: TTFT and TPOT mean and p50/p90/p99 (numpy's linear quantiles), mean E2E, token-gap p90,
     utilisation (busy time / (R·span)), peak queue and peak KV in use (§9 Outputs)."""
     ttft, e2e, tpot = request_times(records, output_len)
     counted = counted_requests(records, clients)
-    out = {}
-    for name, x in zip(SUMMARY_TIMES, (ttft, tpot), strict=True):
-        x = np.where(counted, x, np.nan)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out[summary_name(name, "mean")] = np.nanmean(x, axis=-1)
-            for q in SUMMARY_QUANTILES:
-                out[summary_name(name, q)] = np.nanquantile(x, q, axis=-1)
+    out = time_summaries(*(np.where(counted, x, np.nan) for x in (ttft, tpot, e2e)))
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        out["e2e_mean_s"] = np.nanmean(np.where(counted, e2e, np.nan), axis=-1)
         span = np.nanmax(records["end_s"], axis=-1) - np.nanmin(records["arrival_s"], axis=-1)
     out["token_gap_p90_s"] = gap_quantile(records["gaps"], 0.9)
     busy = records["busy_s"]

@@ -24,7 +24,7 @@ from .axes import parse_axis
 from .checks import checked_number, positive_number
 from .measured import MEASURED_KEYS, measured_block
 from .requests import TRACE_FORMATS, LengthClasses, RequestTrace, class_groups, length_classes, load_requests
-from .serving import constants_source, serving_block, with_calibrated_links
+from .serving import check_group_shape, constants_source, serving_block, with_calibrated_links
 from .sweepfile import load_spec
 
 KEYS = (
@@ -303,13 +303,7 @@ def serving_per_tp(
         block.setdefault("efficiency", DEFAULT_SERVING["efficiency"])
     block.setdefault("kv_replication", DEFAULT_SERVING["kv_replication"])
     for g, row in gpus:
-        over = [int(x) for x in tp if x > row["gpus_per_node"]]
-        if over:
-            raise SlimjaxError(
-                "tp",
-                f"{over[0]} GPUs of tensor parallel span more than one {g} node ({row['gpus_per_node']:g} GPUs, "
-                "gpus_per_node): list pipeline stages under pp for more GPUs (MODEL.md §10)",
-            )
+        check_group_shape(g, row, tp, [], "tp", "pp")
     base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens)
     fields = base.fields()
     n = tp[None, None, :]
@@ -425,15 +419,13 @@ def serving_per_group(
 ) -> tuple[ServingSpec, dict]:
     """:func:`serving_per_tp` with a pipeline axis: leaves (M, G, N, P), ``pipeline_stages`` = pp (MODEL.md §10).
     Stages pass activations over the network: a GPU without ``network_gbs`` cannot take pp > 1 (named)."""
-    if np.any(pp > 1):
-        for g, row in gpus:
-            catalog.require_network(g, row, "pp", f"pipeline stages on {g} pass activations")
+    for g, row in gpus:
+        check_group_shape(g, row, [], pp, "tp", "pp")
     base, table = serving_per_tp(value, models, gpus, tp, max_tokens, calibrated)
     out = {k: np.repeat(np.asarray(v)[..., None], len(pp), axis=-1) for k, v in base.fields().items()}
     out["pipeline_stages"] = np.broadcast_to(np.asarray(pp, float), out["pipeline_stages"].shape).copy()
     for m in table:
         for g in table[m]:
-            table[m][g].pop("pp", None)
             table[m][g]["pp"] = [int(x) for x in pp]
     return ServingSpec(**out), table
 
@@ -460,9 +452,8 @@ def with_stages(serving: ServingSpec, table: dict, value: Any, models, gpus, tp,
         stages = np.where((stages > 0) & networked, stages, 1.0)
     else:
         stages = np.full(fields["n_gpu"].shape, positive_number(value, "pp", integer=True))
-        if stages.flat[0] > 1:
-            for name, row in gpus:
-                catalog.require_network(name, row, "pp", f"pipeline stages on {name} pass activations")
+        for name, row in gpus:
+            check_group_shape(name, row, [], stages.flat[:1], "tp", "pp")
     fields["pipeline_stages"] = stages.astype(float)
     for i, (m_name, _) in enumerate(models):
         for j, (g_name, _) in enumerate(gpus):

@@ -427,19 +427,19 @@ def _resolve(merged: dict, where: dict, arch: Mapping, ctx: Callable[[dict], Aut
     return checked, [row.key for row in autos]
 
 
-def _check_nodes(checked: Mapping, gpu: Mapping, where: Mapping, model: str, name: str) -> None:
-    """Tensor parallel stays inside a node and pipeline stages need the network they cross (MODEL.md §10)."""
-    n, stages = checked["n_gpu"], checked["pp"]
-    if not math.isnan(n) and n > gpu["gpus_per_node"]:
+def check_group_shape(gpu: str, row: Mapping, tp, pp, tp_field: str, pp_field: str, who: str = "") -> None:
+    """Tensor parallel stays inside a node and pipeline stages need the network they cross (MODEL.md §10): the TP
+    degrees ``tp`` and stage counts ``pp`` (NaN: none resolved) on GPU ``gpu`` (catalog fields ``row``), errors
+    naming ``tp_field`` / ``pp_field``."""
+    over = [n for n in tp if not math.isnan(n) and n > row["gpus_per_node"]]
+    if over:
         raise SlimjaxError(
-            where.get("n_gpu", "serving.n_gpu"),
-            f"{model} on {name}: a tensor-parallel degree of {n:g} spans more than one node "
-            f"({gpu['gpus_per_node']:g} GPUs, gpus_per_node); give pp > 1 for more GPUs (MODEL.md §10)",
+            tp_field,
+            f"{who}a tensor-parallel degree of {over[0]:g} spans more than one {gpu} node ({row['gpus_per_node']:g} "
+            "GPUs, gpus_per_node); give pp > 1 for more GPUs (MODEL.md §10)",
         )
-    if not math.isnan(stages) and stages > 1:
-        require_network(
-            name, gpu, where.get("pp", "serving.pp"), f"{model} on {name}: {stages:g} pipeline stages pass activations"
-        )
+    if any(not math.isnan(n) and n > 1 for n in pp):
+        require_network(gpu, row, pp_field, f"{who}pipeline stages on {gpu} pass activations")
 
 
 def serving_block(
@@ -479,7 +479,15 @@ def serving_block(
                 )
                 if problem:
                     raise SlimjaxError(where.get(row.key, f"serving.{row.key}"), f"{m}: {problem}")
-            _check_nodes(checked, gpu, where, m, g)
+            check_group_shape(
+                g,
+                gpu,
+                [checked["n_gpu"]],
+                [checked["pp"]],
+                where.get("n_gpu", "serving.n_gpu"),
+                where.get("pp", "serving.pp"),
+                f"{m} on {g}: ",
+            )
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
             table[m][g] = {
                 **checked,

@@ -78,6 +78,11 @@ def pipeline_roof(roof: dict, n_layers, hidden, pipeline_stages, network_bytes_p
 
 
 def engine_batch(batch, pipeline_stages):
-    """Sequences one virtual engine holds at batch limit B: B/n_pp in the closed forms (§4 at the engine's
-    batch; ⌊B/n_pp⌋ in the simulation, which admits whole requests)."""
+    """Sequences one virtual engine holds at batch limit B in the closed forms: B/n_pp (§4 at the engine's batch;
+    :func:`engine_batch_limit` in the simulation, which admits whole requests)."""
     return batch / pipeline_stages
+
+
+def engine_batch_limit(batch, pipeline_stages):
+    """⌊B/n_pp⌋: the requests one virtual engine admits at batch limit B (§10)."""
+    return jnp.floor(batch / pipeline_stages)

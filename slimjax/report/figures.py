@@ -490,28 +490,23 @@ def disaggregated_figures(ds: xr.Dataset) -> list[Figure]:
 def disaggregated_table(ds: xr.Dataset) -> pd.DataFrame:
     """The chosen pools per workload, rate and model, beside the best aggregated fleet's cost."""
     rows = []
-    for wl in ds["workload"].values:
-        for r in ds["rate"].values:
-            if not np.isfinite(float(ds["total_rate"].sel(workload=wl, rate=r))):
-                continue
-            for m in ds["model"].values:
-                c = ds.sel(workload=wl, rate=r, model=m)
-                best = int(c["best_disagg"])
-                at = c.isel(deployment=best) if best >= 0 else None
-                rows.append(
-                    {
-                        "workload": wl,
-                        "rate": str(r),
-                        "model": m,
-                        "pools": str(c["deployment"].values[best]) if at is not None else "none feasible",
-                        "R_p, R_d": f"{int(at['disagg_prefill_replicas'])}, {int(at['disagg_decode_replicas'])}"
-                        if at is not None
-                        else "—",
-                        "$/hour": f"{float(c['best_disagg_cost_per_hour']):,.2f}" if at is not None else "—",
-                        "aggregated $/hour": f"{float(c['best_cost_per_hour']):,.2f}",
-                        "saving $/hour": f"{float(c['disagg_saving_per_hour']):,.2f}" if at is not None else "—",
-                    }
-                )
+    for wl, r, _, m, c in _choices(ds):
+        best = int(c["best_disagg"])
+        at = c.isel(deployment=best) if best >= 0 else None
+        rows.append(
+            {
+                "workload": wl,
+                "rate": str(r),
+                "model": m,
+                "pools": str(c["deployment"].values[best]) if at is not None else "none feasible",
+                "R_p, R_d": f"{int(at['disagg_prefill_replicas'])}, {int(at['disagg_decode_replicas'])}"
+                if at is not None
+                else "—",
+                "$/hour": f"{float(c['best_disagg_cost_per_hour']):,.2f}" if at is not None else "—",
+                "aggregated $/hour": f"{float(c['best_cost_per_hour']):,.2f}",
+                "saving $/hour": f"{float(c['disagg_saving_per_hour']):,.2f}" if at is not None else "—",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -562,29 +557,34 @@ def sizing_figures(ds: xr.Dataset) -> list[Figure]:
     return out
 
 
-def procurement_table(ds: xr.Dataset) -> pd.DataFrame:
-    """The chosen fleet per workload, rate and model."""
-    rows = []
+def _choices(ds: xr.Dataset):
+    """(workload, rate, total rate, model, the Dataset there) of every (workload, rate, model) with a rate."""
     for wl in ds["workload"].values:
         for r in ds["rate"].values:
             total = float(ds["total_rate"].sel(workload=wl, rate=r))
             if not np.isfinite(total):
                 continue
             for m in ds["model"].values:
-                c = ds.sel(workload=wl, rate=r, model=m)
-                gpu = str(c["best_gpu"].values)
-                rows.append(
-                    {
-                        "workload": wl,
-                        "rate": f"{r} ({total:.3g}/s)",
-                        "model": m,
-                        "choice": f"{int(c['best_gpus'])} × {gpu} (TP {int(c['best_tp'])}, B ≤ {int(c['best_batch'])})"
-                        if gpu
-                        else f"none feasible ({REASON_WORDS.get(int(c['binding_reason']), '')})",
-                        "$/hour": f"{float(c['best_cost_per_hour']):,.2f}" if gpu else "—",
-                        "$/Mtok": f"{float(c['best_cost_per_mtok']):,.3f}" if gpu else "—",
-                    }
-                )
+                yield wl, r, total, m, ds.sel(workload=wl, rate=r, model=m)
+
+
+def procurement_table(ds: xr.Dataset) -> pd.DataFrame:
+    """The chosen fleet per workload, rate and model."""
+    rows = []
+    for wl, r, total, m, c in _choices(ds):
+        gpu = str(c["best_gpu"].values)
+        rows.append(
+            {
+                "workload": wl,
+                "rate": f"{r} ({total:.3g}/s)",
+                "model": m,
+                "choice": f"{int(c['best_gpus'])} × {gpu} (TP {int(c['best_tp'])}, B ≤ {int(c['best_batch'])})"
+                if gpu
+                else f"none feasible ({REASON_WORDS.get(int(c['binding_reason']), '')})",
+                "$/hour": f"{float(c['best_cost_per_hour']):,.2f}" if gpu else "—",
+                "$/Mtok": f"{float(c['best_cost_per_mtok']):,.3f}" if gpu else "—",
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -273,17 +273,15 @@ def disaggregated_lines(c: xr.Dataset, q: str, p: str, top: int) -> list[str]:
     beside the best aggregated fleet: the saving or the extra cost, and which SLO bound each pool."""
     import pandas as pd
 
-    from ..studies.disaggregated import SIZE_CODES
-
     rows, failing = [], []
     for d in c["deployment"].values:
         at = c.sel(deployment=d)
-        reason = SIZE_CODES[int(at["disagg_reason"])]
+        reason = SIM_REASONS[int(at["disagg_reason"])]
         if reason != "feasible":
             when = "" if reason == "does_not_fit" else " at up to the study's max_replicas"
             failing.append(f"  {d}: {DISAGG_REASONS[reason]}{when}")
             continue
-        binding = SIZE_CODES[int(at["disagg_decode_binding"])]
+        binding = SIM_REASONS[int(at["disagg_decode_binding"])]
         rows.append(
             {
                 "prefill | decode | transfer": d,

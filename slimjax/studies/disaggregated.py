@@ -24,9 +24,9 @@ from ..inputs.disaggregated import Deployment, Pool
 from ..model import batching as steps
 from ..model.memory import model_kv_bytes_per_layer_token
 from ..model.specs import GPUSpec, ModelSpec, stack
+from .sizing import _CODE, SIM_REASONS, _stream  # one table of why a fleet has no size, and what binds it
 
 PREFILL_BATCH = 1e9  # the prefill pool admits by KV alone (§10): no batch limit
-TIMES = ("ttft", "tpot")
 
 
 def _specs(model: ModelSpec, pool: Pool):
@@ -195,15 +195,9 @@ def run_deployment(models: list[str], model: ModelSpec, deployment: Deployment, 
 def summaries(got: dict, deployment: Deployment, arrival) -> dict:
     """Per model: TTFT and TPOT mean and p50/p90/p99 (numpy's linear quantiles), mean E2E, each pool's
     utilisation (busy time / (engines × span)), GPUs and $/hour of the deployment."""
-    out = {}
+    out = engine.time_summaries(got["ttft_s"], got["tpot_s"], got["e2e_s"])
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for name in TIMES:
-            x = got[f"{name}_s"]
-            out[engine.summary_name(name, "mean")] = np.nanmean(x, axis=-1)
-            for q in engine.SUMMARY_QUANTILES:
-                out[engine.summary_name(name, q)] = np.nanquantile(x, q, axis=-1)
-        out["e2e_mean_s"] = np.nanmean(got["e2e_s"], axis=-1)
         span = np.nanmax(got["e2e_s"] + np.asarray(arrival)[None, :], axis=-1) - np.min(arrival)
     p, d = deployment.prefill, deployment.decode
     out["prefill_utilization"] = got["prefill_busy_s"] / (p.replicas * p.pp * span)
@@ -248,20 +242,17 @@ def smallest_meeting(meets, max_replicas: int):
     return hi, hi_info, lo_info
 
 
-SIZE_CODES = ("feasible", "does_not_fit", "ttft", "itl", "e2e")  # why a deployment has no (R_p, R_d), or what binds
-
-
 def size_deployment(name: str, model: ModelSpec, deployment: Deployment, stream: dict, slo: dict, max_replicas: int):
     """MODEL.md §10 sizing of one deployment for one model (``model`` leaves (1,)) on ``stream``: R_p the smallest
     meeting the TTFT SLO (TTFT depends on the prefill pool alone), then R_d the smallest meeting the ITL (on the
     p-quantile TPOT) and E2E SLOs at that R_p (larger R_p is not searched). Returns R_p, R_d, the simulated
-    p-quantile TTFT and TPOT and mean E2E, ``reason`` (SIZE_CODES: 0 feasible, else the pool that cannot meet its
+    p-quantile TTFT and TPOT and mean E2E, ``reason`` (SIM_REASONS: 0 feasible, else the pool that cannot meet its
     SLO at max_replicas) and ``binding`` (the SLO the decode pool failed with one replica fewer; 0: one sufficed)."""
     q = slo["quantile"]
     inputs = pool_inputs([name], model, deployment, stream)
     out = dict(prefill_replicas=np.nan, decode_replicas=np.nan, ttft=np.nan, tpot=np.nan, e2e=np.nan, binding=0)
     if not inputs["fits"][0]:
-        return dict(out, reason=SIZE_CODES.index("does_not_fit"))
+        return dict(out, reason=_CODE["does_not_fit"])
 
     def prefill_meets(r):
         pre = prefill_phase(inputs, stream, np.array([r]))
@@ -270,7 +261,7 @@ def size_deployment(name: str, model: ModelSpec, deployment: Deployment, stream:
 
     r_p, first, _ = smallest_meeting(prefill_meets, max_replicas)
     if r_p is None:
-        return dict(out, reason=SIZE_CODES.index("ttft"))
+        return dict(out, reason=_CODE["ttft"])
 
     def decode_meets(r):
         dec = decode_phase(inputs, stream, first, deployment.decode.batch, np.array([r]))
@@ -283,8 +274,8 @@ def size_deployment(name: str, model: ModelSpec, deployment: Deployment, stream:
 
     r_d, info, below = smallest_meeting(decode_meets, max_replicas)
     if r_d is None:
-        return dict(out, prefill_replicas=r_p, reason=SIZE_CODES.index(below["fails"]))
-    binding = SIZE_CODES.index(below["fails"]) if below is not None else 0
+        return dict(out, prefill_replicas=r_p, reason=_CODE[below["fails"]])
+    binding = _CODE[below["fails"]] if below is not None else 0
     return dict(
         prefill_replicas=r_p,
         decode_replicas=r_d,
@@ -304,14 +295,13 @@ def size_study(study, ds):
     import xarray as xr
 
     from ..model import procurement as proc
-    from .sizing import _stream
 
     deps = study.deployments
     W, Rr, M, D = len(study.workloads), len(study.rate_labels), len(study.models), len(deps)
     grid = (W, Rr, M, D)
     fields = ("prefill_replicas", "decode_replicas", "ttft", "tpot", "e2e", "binding", "reason")
     got = {k: np.full(grid, np.nan) for k in fields}
-    got["reason"][:] = SIZE_CODES.index("does_not_fit")
+    got["reason"][:] = _CODE["does_not_fit"]
     got["binding"][:] = 0
     for w, wl in enumerate(study.workloads):
         for r in range(Rr):
@@ -365,7 +355,7 @@ def size_study(study, ds):
     }
     for name, (x, units, long) in table.items():
         out[name] = xr.Variable(at, x, {"units": units, "long_name": long})
-    flags = {"flag_values": list(range(len(SIZE_CODES))), "flag_meanings": " ".join(SIZE_CODES)}
+    flags = {"flag_values": list(range(len(SIM_REASONS))), "flag_meanings": " ".join(SIM_REASONS)}
     out["disagg_reason"] = xr.Variable(
         at, got["reason"].astype(np.int8), {"long_name": "0: sized; else why no (R_p, R_d) up to max_replicas", **flags}
     )
