@@ -89,7 +89,7 @@ def test_one_stage_is_section_9_exactly():
         "input_len": sim.stream.input_len.astype(float),
         "output_len": sim.stream.output_len.astype(float),
     }
-    from slimjax.engine import batching as engine
+    from slimjax.engine import sim as engine
 
     with slimjax.config.float64_scope():
         a = engine.simulate_candidates(terms, batch, footprint, stream, replicas=2)

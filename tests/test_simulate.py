@@ -10,7 +10,7 @@ import reference as ref
 import serving_reference as sref
 
 import slimjax
-from slimjax.engine import batching as engine
+from slimjax.engine import sim as engine
 from slimjax.errors import SlimjaxError
 from slimjax.inputs import catalog, simulatefile
 from slimjax.studies import simulate

@@ -26,7 +26,7 @@ import pandas as pd
 import xarray as xr
 
 from ..config import uses_float64
-from ..engine import batching as engine
+from ..engine import sim as engine
 from ..errors import SlimjaxError
 from ..inputs.physics import row_specs
 from ..inputs.serving import default_serving

@@ -1,7 +1,7 @@
 """Disaggregated prefill and decode (MODEL.md §10) on a request stream: per deployment and model, the prefill pool
 (§9 steps holding only prompt chunks, admission by footprint(I_i), a prompt's KV held until its transfer ends),
 the transfer, and the decode pool (decode-only §9 steps from T = I_i + 1, admission by B_d and footprint(I_i + O_i)),
-both through :func:`slimjax.engine.batching.round_robin_jobs` (round robin: request i to prefill replica i mod R_p;
+both through :func:`slimjax.engine.sim.round_robin_jobs` (round robin: request i to prefill replica i mod R_p;
 the k-th arrival at the decode pool to decode replica k mod R_d).
 
 Transfer (§10): t_xfer = t_net(kv_bytes_per_token·I_i / min(n_p, n_d)) over the slower pool's NIC (BW_net the
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import float64_scope
-from ..engine import batching as engine
+from ..engine import sim as engine
 from ..errors import SlimjaxError
 from ..inputs.disaggregated import Deployment, Pool
 from ..model import batching as steps

@@ -1,7 +1,7 @@
 """What a real stream does to each candidate replica fleet (MODEL.md §9), as an xarray Dataset.
 
 Candidates are (model, GPU, TP degree, pipeline stages, batch limit B) × replicas (× clients for a closed loop); every
-candidate runs the same request stream through :func:`slimjax.engine.batching.simulate_candidates`. Per
+candidate runs the same request stream through :func:`slimjax.engine.sim.simulate_candidates`. Per
 request: TTFT, E2E, TPOT (dim ``request``, stream order); per candidate the §9 summaries.
 """
 
@@ -17,7 +17,7 @@ import xarray as xr
 
 from .._version import __version__
 from ..config import float64_scope
-from ..engine import batching as engine
+from ..engine import sim as engine
 from ..errors import SlimjaxError
 from ..inputs.simulatefile import Simulation, Stream
 from ..model import batching as floor

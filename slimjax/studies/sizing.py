@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 import xarray as xr
 
-from ..engine import batching as engine
+from ..engine import sim as engine
 from ..engine.grid import labelled
 from ..engine.procurement import _choose, _pick
 from ..model import procurement as proc

@@ -1,0 +1,492 @@
+"""The lane loop (MODEL.md §9, §10): one jitted ``lax.while_loop`` over engine steps of every lane at once.
+
+A *lane* is R replicas (static) serving one request stream; lanes are vmapped (candidates × replicas × streams)
+inside the loop, so nothing loops in Python per step or per request, and the loop carries every lane at once (a
+vmapped while loop would select every carried array, per-request ones included, on every step). Each iteration
+either routes the earliest arrival due before the next step (``round_robin``: request i to replica i mod R;
+``least_loaded``: fewest admitted + waiting at the arrival instant, ties to the lowest index) or runs one step of
+the replica whose next step starts first (:mod:`.step`). A lane of one replica on an open stream (*contiguous*)
+needs no routing: its queue is the stream from the next request to admit. Other lanes' FCFS queues are linked
+lists through the requests (head, tail, next), so routing and admission are O(1) each.
+
+Streams: open (arrival times known; padding requests arrive at +inf and are never routed) or closed loop
+(C clients; request i belongs to client i mod C and its successor i + C arrives when it completes).
+
+A contiguous lane takes a decode-only stretch (every held request decoding, none completing, no admission
+possible) as up to :data:`COAST_STEPS` steps in one iteration: each step's τ from the same terms, its start the
+previous one's end, so the results are those of one step at a time (to the order of a sum).
+
+A step the slot width would stop an admission in is not taken: the lane stops with ``overflow`` set and its
+state as before that step, so widening its slots and going on is a run as wide as B from the start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ...constants import ROUTERS
+from . import step as one
+from .outputs import gap_bin, no_completions, records, write_completions
+from .state import GAP_BINS, LaneParams, LaneState, Routing, Slots, StopCounts, Stream, empty_slots
+
+COAST_STEPS = 32  # decode-only steps one iteration may take at once (contiguous lanes)
+STOP_MARGIN = 1e-5  # relative: a count the host's own arithmetic (another rounding) could not contradict
+WINDOW = 8  # arrivals a pointer moves over per pass (a pass more while all of them qualify)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lane:
+    """A lane's static shape: R replicas of S slots, C clients of a closed loop (else an open stream), the
+    router, and whether it counts late requests to stop early (contiguous lanes only)."""
+
+    replicas: int
+    slots: int
+    clients: int = 1
+    closed: bool = False
+    router: str = "round_robin"
+    stopping: bool = False
+
+    def __post_init__(self):
+        if self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {ROUTERS}, got {self.router!r}")
+        if self.stopping and not self.contiguous:
+            raise ValueError("stopping counts need contiguous lanes (one replica on an open stream)")
+
+    @property
+    def contiguous(self) -> bool:
+        return self.replicas == 1 and not self.closed
+
+
+def pointer(ptr, arrival, due):
+    """The first index from ``ptr`` on whose arrival is not ``due`` (``due`` monotone along the sorted
+    stream, so the due ones are a run from ``ptr``), :data:`WINDOW` arrivals a pass."""
+    n = arrival.shape[0]
+
+    def scan(p):
+        idx = p + jnp.arange(WINDOW, dtype=jnp.int32)
+        ok = (idx < n) & due(arrival[jnp.minimum(idx, n - 1)])
+        k = jnp.sum(jnp.cumprod(ok.astype(jnp.int32))).astype(jnp.int32)
+        return (p + k).astype(jnp.int32), k == WINDOW
+
+    return jax.lax.while_loop(lambda c: c[1], lambda c: scan(c[0]), scan(ptr))[0]
+
+
+def init(lane: Lane, params: LaneParams, stream: Stream) -> LaneState:
+    R, S, C = lane.replicas, lane.slots, lane.clients
+    arrival = stream.arrival_s
+    dt, n = arrival.dtype, arrival.shape[0]
+    inf = jnp.asarray(jnp.inf, dt)
+    routing = None
+    if not lane.contiguous:
+        if lane.closed:
+            first = jnp.arange(C, dtype=jnp.int32)
+            client_next = jnp.where(first < n, first, n)
+            client_time = jnp.where(first < n, 0.0, inf).astype(dt)
+        else:
+            client_next = jnp.zeros(1, jnp.int32)
+            client_time = arrival[:1]
+        routing = Routing(
+            arrival_s=jnp.full(n, inf, dt),
+            replica=jnp.full(n, -1, jnp.int32),
+            next_in_queue=jnp.full(n, -1, jnp.int32),
+            client_next=client_next,
+            client_time=client_time,
+            tail=jnp.full(R, -1, jnp.int32),
+            queued=jnp.zeros(R, jnp.int32),
+            in_system=jnp.zeros(R, jnp.int32),
+            last_done=jnp.zeros(R, jnp.int32),
+        )
+    stop = None
+    if lane.stopping:
+        zero = jnp.zeros((), jnp.int32)
+        stop = StopCounts(zero, zero, zero, zero, jnp.zeros((), bool))
+    return LaneState(
+        done=no_completions(n, dt),
+        head=jnp.zeros(R, jnp.int32) if lane.contiguous else jnp.full(R, -1, jnp.int32),
+        clock=jnp.zeros(R, dt),
+        busy_s=jnp.zeros(R, dt),
+        free_bytes=jnp.full(R, params.pool_bytes, dt),
+        admitted=jnp.zeros(R, jnp.int32),
+        slots=empty_slots((R, S), dt),
+        queue_peak=jnp.zeros(R, jnp.int32),
+        held_peak=jnp.zeros(R, jnp.int32),
+        kv_peak_bytes=jnp.zeros(R, dt),
+        gaps=jnp.zeros(GAP_BINS, dt),
+        steps=jnp.zeros((), jnp.int32),
+        stuck=jnp.zeros((), bool),
+        overflow=jnp.zeros((), bool),
+        arrived=jnp.zeros(R, jnp.int32) if lane.contiguous else None,
+        routing=routing,
+        stop=stop,
+    )
+
+
+def ready(lane: Lane, stream: Stream, st: LaneState):
+    """Each replica's next step start: its clock while it holds requests, else its queue head's arrival
+    (not before its clock); +inf when it has nothing to do."""
+    arrival = stream.arrival_s
+    n = arrival.shape[0]
+    inf = jnp.asarray(jnp.inf, arrival.dtype)
+    if lane.contiguous:
+        head_t = jnp.where(st.head < n, arrival[jnp.minimum(st.head, n - 1)], inf)
+    else:
+        head_t = jnp.where(st.head >= 0, st.routing.arrival_s[jnp.maximum(st.head, 0)], inf)
+    held = st.admitted > 0
+    if stream.hold_s is not None:  # rows whose KV waits for its transfer hold no work
+        sl = st.slots
+        occ = jnp.arange(sl.request.shape[1])[None, :] < st.admitted[:, None]
+        held = jnp.any(occ & (sl.decoded < sl.output_len), axis=-1)
+    return jnp.where(held, st.clock, jnp.maximum(st.clock, head_t))
+
+
+def next_arrival(stream: Stream, routing: Routing):
+    """(time, client) of the earliest pending arrival, ties to the lower request index."""
+    n = stream.arrival_s.shape[0]
+    t = jnp.min(routing.client_time)
+    c = jnp.argmin(jnp.where(routing.client_time == t, routing.client_next, n + 1))
+    return t, c
+
+
+def active(lane: Lane, stream: Stream, st: LaneState):
+    busy = jnp.isfinite(jnp.min(ready(lane, stream, st)))
+    if not lane.contiguous:
+        busy = busy | jnp.isfinite(next_arrival(stream, st.routing)[0])
+    busy = busy & ~st.stuck & ~st.overflow
+    return busy & ~st.stop.stopped if lane.stopping else busy
+
+
+def route(lane: Lane, stream: Stream, st: LaneState, go) -> LaneState:
+    """Route the earliest pending arrival where ``go``; a no-op elsewhere."""
+    R, C = lane.replicas, lane.clients
+    arrival = stream.arrival_s
+    n = arrival.shape[0]
+    inf = jnp.asarray(jnp.inf, arrival.dtype)
+    q = st.routing
+    t, c = next_arrival(stream, q)
+    i = q.client_next[c]
+    if lane.router == "round_robin":
+        r = jnp.mod(i, R).astype(jnp.int32)
+    else:  # fewest admitted + waiting at t: the last step's completions count until its end
+        load = q.in_system + jnp.where(st.clock > t, q.last_done, 0)
+        r = jnp.argmin(load).astype(jnp.int32)
+    tail = q.tail[r]
+    at_r = go & (jnp.arange(R) == r)
+    at_i = jnp.where(go, i, n)
+    succ = i + C if lane.closed else i + 1
+    has = succ < n
+    later = inf if lane.closed else arrival[jnp.minimum(succ, n - 1)]
+    at_c = go & (jnp.arange(q.client_time.shape[0]) == c)
+    q = q._replace(
+        next_in_queue=q.next_in_queue.at[jnp.where(go & (tail >= 0), tail, n)].set(i, mode="drop"),
+        tail=jnp.where(at_r, i, q.tail),
+        arrival_s=q.arrival_s.at[at_i].set(t, mode="drop"),
+        replica=q.replica.at[at_i].set(r, mode="drop"),
+        queued=q.queued + at_r,
+        in_system=q.in_system + at_r,
+        client_next=jnp.where(at_c, jnp.where(has, succ, n), q.client_next),
+        client_time=jnp.where(at_c, jnp.where(has, later, inf), q.client_time),
+    )
+    return st._replace(head=jnp.where(at_r & (tail < 0), i, st.head), routing=q)
+
+
+def queue_of(lane: Lane, stream: Stream, st: LaneState) -> one.Queue:
+    arrival = stream.arrival_s
+    n = arrival.shape[0]
+    if lane.contiguous:
+        return one.Queue(
+            arrival_s=lambda h: arrival[h],
+            next=lambda h: h + 1,
+            waiting=lambda h, t: (h < n) & (arrival[jnp.minimum(h, n - 1)] <= t),
+        )
+    q = st.routing
+    return one.Queue(arrival_s=lambda h: q.arrival_s[h], next=lambda h: q.next_in_queue[h], waiting=lambda h, t: h >= 0)
+
+
+class Taken(NamedTuple):
+    """One replica's step as taken (before the lane's bookkeeping)."""
+
+    replica: Any  # r
+    go: Any  # the step is taken
+    start: Any  # t
+    end: Any
+    tau: Any  # the step's time (0 for a wait without a step)
+    idle: Any  # no work: a wait for the next KV release (holding lanes), else False
+    release: Any  # ... that release's time (+inf: none)
+    head: Any  # the replica's queue head after admission
+    free: Any  # its free KV after admission
+    admitted: Any  # requests held after admission
+    admitted_now: Any  # requests admitted at this step
+    before: Slots  # the slots after admission
+    plan: one.Plan
+    advanced: one.Advanced
+    keep: Any  # slots that stay after the step (not done, or done and holding KV for a transfer)
+    freed: Any  # KV given back at the step's end
+
+
+def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go):
+    """(taken, overflow) of the replica whose next step starts first: admit (after the KV of finished transfers
+    is back), schedule the token budget, time the step, advance its requests. ``overflow``: the slot width
+    stopped an admission, so the step is not taken (the state stays as before it, to go on wider)."""
+    dt = stream.arrival_s.dtype
+    n = stream.arrival_s.shape[0]
+    inf = jnp.asarray(jnp.inf, dt)
+    start = ready(lane, stream, st)
+    r = jnp.argmin(start)
+    t = start[r]
+    holding = stream.hold_s is not None
+    head, free, count, sl = st.head[r], st.free_bytes[r], st.admitted[r], one.take(st.slots, r)
+    if holding:
+        sl, free, count = one.release_transferred(sl, count, free, t)
+    count0 = count
+    head, free, count, sl, blocked = one.admit(params, stream, queue_of(lane, stream, st), sl, head, free, count, t, go)
+    overflow = go & blocked
+    go = go & ~blocked
+    plan = one.schedule(params, sl, count, holding)
+    tau = one.step_time(params, sl, plan)
+    idle, release = jnp.zeros((), bool), inf
+    if holding:  # nothing to run: wait, without a step, for the next release (the head may then fit)
+        idle = ~jnp.any(plan.decode | plan.prefill)
+        release = jnp.min(jnp.where(plan.occupied & ~plan.live, sl.release_s, inf))
+        tau = jnp.where(idle, 0.0, tau)
+        end = jnp.where(idle, jnp.maximum(t, release), t + tau)
+    else:
+        end = t + tau
+    adv = one.advance(sl, plan, end, go)
+    done = adv.done
+    keep = plan.occupied & ~done
+    gives_back = done
+    if holding:  # a completed prefill keeps its KV until its transfer ends
+        hold = stream.hold_s[jnp.clip(sl.request, 0, n - 1)]
+        stays = done & (hold > 0)
+        keep = keep | stays
+        gives_back = done & ~stays
+        adv = adv._replace(slots=adv.slots._replace(release_s=jnp.where(stays, end + hold, sl.release_s)))
+    freed = jnp.sum(jnp.where(gives_back, sl.footprint_bytes, jnp.zeros((), dt)))
+    admitted_now = (count - count0).astype(jnp.int32)
+    taken = Taken(r, go, t, end, tau, idle, release, head, free, count, admitted_now, sl, plan, adv, keep, freed)
+    return taken, overflow
+
+
+def complete(lane: Lane, stream: Stream, st: LaneState, k: Taken) -> LaneState:
+    """The step's completions written out (records, the step's inter-token gaps, a closed loop's next
+    arrivals) and the replica's slots compacted."""
+    n, dt = stream.arrival_s.shape[0], stream.arrival_s.dtype
+    done, req, go = k.advanced.done, k.before.request, k.go
+    st = st._replace(done=write_completions(st.done, k.advanced.slots, k.end, jnp.where(done, req, n)))
+    # every decoding request's last token came at this step's start (a replica holding requests steps back to
+    # back), so all d gaps of the step are τ
+    st = st._replace(
+        gaps=st.gaps.at[jnp.where(go, gap_bin(k.tau), GAP_BINS)].add(k.plan.decodes.astype(dt), mode="drop")
+    )
+    if lane.closed:
+        routing = st.routing
+        owner = jnp.where(done, jnp.mod(req, lane.clients), lane.clients)
+        freed_time = routing.client_time.at[owner].set(k.end, mode="drop")
+        inf = jnp.asarray(jnp.inf, dt)
+        st = st._replace(routing=routing._replace(client_time=jnp.where(routing.client_next < n, freed_time, inf)))
+    packed = one.compact(k.advanced.slots, k.keep)
+    r = k.replica
+    return st._replace(
+        slots=jax.tree_util.tree_map(lambda a, new: a.at[r].set(jnp.where(go, new, a[r])), st.slots, packed)
+    )
+
+
+def account(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: Taken) -> LaneState:
+    """The replica's queue, KV, clock and peaks after the step; the lane's step count and whether it stuck."""
+    go, r, head = k.go, k.replica, k.head
+    at_r = go & (jnp.arange(lane.replicas) == r)
+    n_done = jnp.sum(k.advanced.done).astype(jnp.int32)
+    arrived, routing = st.arrived, st.routing
+    if lane.contiguous:
+        got = pointer(st.arrived[0], stream.arrival_s, lambda a: a <= k.start)
+        arrived = jnp.where(go, got, st.arrived)
+        qlen = got - head
+    else:
+        routing = routing._replace(
+            tail=jnp.where(at_r & (head < 0), -1, routing.tail),
+            queued=routing.queued - jnp.where(at_r, k.admitted_now, 0),
+        )
+        qlen = routing.queued[r]
+        routing = routing._replace(
+            in_system=routing.in_system - jnp.where(at_r, n_done, 0),
+            last_done=jnp.where(at_r, n_done, routing.last_done),
+        )
+    if stream.hold_s is not None:
+        steps = st.steps + (go & ~k.idle)
+        stuck = st.stuck | (go & k.idle & ~jnp.isfinite(k.release))
+    else:
+        steps = st.steps + go
+        stuck = st.stuck | (go & (k.admitted == 0))
+    return st._replace(
+        head=jnp.where(at_r, head, st.head),
+        arrived=arrived,
+        routing=routing,
+        queue_peak=jnp.where(at_r, jnp.maximum(st.queue_peak, qlen), st.queue_peak),
+        kv_peak_bytes=jnp.where(at_r, jnp.maximum(st.kv_peak_bytes, params.pool_bytes - k.free), st.kv_peak_bytes),
+        held_peak=jnp.where(at_r, jnp.maximum(st.held_peak, k.admitted), st.held_peak),
+        free_bytes=jnp.where(at_r, k.free + k.freed, st.free_bytes),
+        admitted=jnp.where(at_r, jnp.sum(k.keep).astype(jnp.int32), st.admitted),
+        clock=jnp.where(at_r, k.end, st.clock),
+        busy_s=jnp.where(at_r, st.busy_s + k.tau, st.busy_s),
+        steps=steps,
+        stuck=stuck,
+    )
+
+
+def step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> LaneState:
+    """One engine step of the replica whose next step starts first, where ``go``; a no-op elsewhere."""
+    taken, overflow = take_step(lane, params, stream, st, go)
+    st = account(lane, params, stream, complete(lane, stream, st, taken), taken)
+    st = st._replace(overflow=st.overflow | overflow)
+    if lane.stopping:
+        st = st._replace(stop=count_late(params, stream, st.stop, taken))
+    return st
+
+
+def count_late(params: LaneParams, stream: Stream, c: StopCounts, k: Taken) -> StopCounts:
+    """The lane's requests certain to miss a TTFT SLO (first token late, or none yet with the SLO already past
+    at the step's end) and completed requests over a TPOT SLO, with a relative margin of :data:`STOP_MARGIN` so
+    that rounding cannot count one the host would not."""
+    margin = 1.0 + STOP_MARGIN
+    late_slo = params.stop.ttft_slo_s * margin
+    sl, adv, keep, head, end, go = k.before, k.advanced, k.keep, k.head, k.end, k.go
+    arr = sl.arrival_s
+    first, done = adv.first, adv.done
+    j_new, t_first, o_len = adv.slots.decoded, adv.slots.first_token_s, sl.output_len
+    late_first = jnp.sum(first & ((end - arr) > late_slo)).astype(jnp.int32)
+    # admitted with no first token yet: it comes at a later step's end, after this one's
+    waiting_late = jnp.sum(keep & ~first & (j_new == 0) & ((end - arr) > late_slo)).astype(jnp.int32)
+    late_ptr = pointer(c.late_ptr, stream.arrival_s, lambda a: (end - a) > late_slo)
+    queued_late = jnp.maximum(late_ptr - head, 0)  # not admitted, SLO past at this end
+    ttft_first = c.ttft_first + jnp.where(go, late_first, 0)
+    tpot = ((end - arr) - (t_first - arr)) / jnp.maximum(o_len - 1.0, 1.0)  # as request_times has it
+    slow = done & (o_len > 1.0) & (tpot > params.stop.itl_slo_s * margin)
+    return c._replace(
+        ttft_first=ttft_first,
+        late_ptr=jnp.where(go, late_ptr, c.late_ptr),
+        ttft_late=jnp.where(go, ttft_first + waiting_late + queued_late, c.ttft_late),
+        tpot_late=c.tpot_late + jnp.sum(slow).astype(jnp.int32),
+    )
+
+
+def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> LaneState:
+    """Up to :data:`COAST_STEPS` decode-only steps at once where ``go`` and nothing else can happen in them: every
+    held request decoding, none completing, no admission (the queue head not yet arrived at a step's start, or
+    held back by the batch limit or the pool, which decode steps do not change). Each step's τ from the same
+    terms as :func:`step`'s, its start the previous one's end (the same additions as one step at a time); the
+    step after them is an ordinary one, so queue peaks and late counts are taken there."""
+    arrival = stream.arrival_s
+    dt, n = arrival.dtype, arrival.shape[0]
+    inf = jnp.asarray(jnp.inf, dt)
+    sl, count, head, free = one.take(st.slots, 0), st.admitted[0], st.head[0], st.free_bytes[0]
+    occ = jnp.arange(lane.slots, dtype=jnp.int32) < count
+    j, o_len = sl.decoded, sl.output_len
+    dec = occ & (sl.prefilled >= sl.input_len)
+    d = jnp.sum(dec)
+    ahead = jnp.arange(COAST_STEPS, dtype=dt)
+    tau = one.coast_times(params, sl, dec, COAST_STEPS)
+    ends, t = [], st.clock[0]
+    for k in range(COAST_STEPS):  # sequential, as the steps add up one at a time
+        t = t + tau[k]
+        ends.append(t)
+    ends = jnp.stack(ends)
+    starts = jnp.concatenate([st.clock[:1], ends[:-1]])
+    fits = (head < n) & (count < params.batch) & (params.footprint_bytes[jnp.clip(head, 0, n - 1)] <= free)
+    head_t = jnp.where(fits, arrival[jnp.minimum(head, n - 1)], inf)
+    left = jnp.min(jnp.where(dec, o_len - j, inf))  # tokens to the first completion
+    ok = go & (count > 0) & (d == count) & (ahead < left - 1.0) & (starts < head_t)
+    take = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
+    k = jnp.sum(take).astype(jnp.int32)
+    zero = jnp.zeros((), dt)
+    slots = st.slots._replace(decoded=st.slots.decoded.at[0].set(jnp.where(dec, j + k.astype(dt), j)))
+    return st._replace(
+        slots=slots,
+        clock=jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], st.clock),
+        busy_s=st.busy_s.at[0].add(jnp.sum(jnp.where(take, tau, zero))),
+        gaps=st.gaps.at[jnp.where(take, gap_bin(tau), GAP_BINS)].add(d.astype(dt), mode="drop"),
+        steps=st.steps + k,
+    )
+
+
+def body(lane: Lane, params: LaneParams, stream: Stream, st: LaneState) -> LaneState:
+    live = active(lane, stream, st)
+    if lane.contiguous:
+        return step(lane, params, stream, coast(lane, params, stream, st, live), live)
+    soonest = jnp.min(ready(lane, stream, st))
+    t, _ = next_arrival(stream, st.routing)
+    arriving = live & jnp.isfinite(t) & (t <= soonest)
+    st = route(lane, stream, st, arriving)
+    return step(lane, params, stream, st, live & ~arriving)
+
+
+STATIC = ("replicas", "slots", "clients", "closed", "router", "shared_stream")
+
+
+def _lane(params, *, replicas, slots, clients, closed, router) -> Lane:
+    stopping = "job" in params
+    return Lane(replicas, slots, clients, closed, router, stopping)
+
+
+def _axes(shared_stream):
+    return (0, None if shared_stream else 0)
+
+
+def _init(params, stream, *, shared_stream, **static):
+    lane = _lane(params, **static)
+    return jax.vmap(functools.partial(init, lane), in_axes=_axes(shared_stream))(
+        LaneParams.of(params), Stream.of(stream)
+    )
+
+
+def _advance(params, stream, state, outside, min_live, *, shared_stream, **static):
+    """Steps every lane until at most ``min_live`` lanes are live; (state, live). A stopping run stops every lane
+    of a job once the late counts of its lanes here plus ``outside`` (its lanes elsewhere, as last known: a
+    lower bound, counts only grow) reach the job's allowance (the count past which its quantile misses)."""
+    lane = _lane(params, **static)
+    params, stream = LaneParams.of(params), Stream.of(stream)
+    axes = _axes(shared_stream)
+    live = jax.vmap(lambda s, st: active(lane, s, st), in_axes=(axes[1], 0))
+    advance = jax.vmap(functools.partial(body, lane), in_axes=(*axes, 0))
+
+    def stop(st):
+        if not lane.stopping:
+            return st
+        job = params.stop.job
+        lanes = job.shape[0]
+
+        def total(x):
+            return jax.ops.segment_sum(x, job, num_segments=lanes)[job]
+
+        c = st.stop
+        late = (total(c.ttft_late) + outside["ttft"] >= params.stop.ttft_allowed) | (
+            total(c.tpot_late) + outside["tpot"] >= params.stop.tpot_allowed
+        )
+        return st._replace(stop=c._replace(stopped=c.stopped | late))
+
+    state = jax.lax.while_loop(
+        lambda st: jnp.sum(live(stream, st)) > min_live, lambda st: stop(advance(params, stream, st)), stop(state)
+    )
+    return state, live(stream, state)
+
+
+init_lanes = jax.jit(_init, static_argnames=STATIC)
+advance_lanes = jax.jit(_advance, static_argnames=STATIC)
+
+
+@functools.partial(jax.jit, static_argnames=STATIC)
+def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, router="round_robin", shared_stream=True):
+    """§9 over lanes, to the end, at one slot width: every leaf of ``params`` has a leading lane axis;
+    ``stream``'s leaves are (N,) shared by every lane (``shared_stream``) or (lanes, N). Returns the records
+    (:data:`slimjax.engine.sim.outputs.RECORDS`) with a leading lane axis."""
+    static = dict(replicas=replicas, slots=slots, clients=clients, closed=closed, router=router)
+    state = _init(params, stream, shared_stream=shared_stream, **static)
+    lanes = params["batch"].shape[0]
+    outside = {"ttft": jnp.zeros(lanes, jnp.int32), "tpot": jnp.zeros(lanes, jnp.int32)}
+    state, _ = _advance(params, stream, state, outside, 0, shared_stream=shared_stream, **static)
+    arrival = jnp.broadcast_to(stream["arrival_s"], state.done.end_s.shape)
+    return records(arrival, state, replicas == 1 and not closed)
