@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -15,7 +16,7 @@ from .config import float64_scope
 from .engine import dataset, grid
 from .engine.groups import variable_names
 from .engine.schema import DIMS
-from .errors import SlimjaxError
+from .errors import SlimjaxError, option
 from .inputs import procurefile, sweepfile
 from .inputs.sweepfile import Sweep
 from .report.cards import (  # noqa: F401  (entry points: the text of results lives on the report floor)
@@ -90,7 +91,7 @@ def _check_room(sw: Sweep, target) -> None:
             raise SlimjaxError(
                 "sweep",
                 f"the result needs {_size(need)} of memory but {_size(have)} is available; "
-                "write it to a store (out=… / --out) or sample the axes",
+                f"write it to a store ({option('out')}) or sample the axes",
             )
         return
     if store.is_url(target):
@@ -175,9 +176,9 @@ def _evaluate(
     if scheduler not in ("local", "dask"):
         raise SlimjaxError("scheduler", f"must be 'local' or 'dask', got {scheduler!r}")
     if scheduler == "dask" and out is None:
-        raise SlimjaxError("scheduler", "a Dask sweep writes to a store: give out=… / --out")
+        raise SlimjaxError("scheduler", f"a Dask sweep writes to a store: give {option('out')}")
     if resume and out is None:
-        raise SlimjaxError("resume", "continues an interrupted store: give its out=… / --out")
+        raise SlimjaxError("resume", f"continues an interrupted store: give its {option('out')}")
     if dask_address is not None:
         if scheduler != "dask":
             raise SlimjaxError("--dask-address", "is for --scheduler dask")
@@ -500,3 +501,114 @@ def agent(
         "efficiency": efficiency,
         "assumptions": json.loads(ds["agent_local_s"].attrs.get("assumptions", "[]")),
     }
+
+
+class Calibrated(NamedTuple):
+    """What :func:`calibrate_files` did: the coefficients' Dataset (written to its store), a line per trace file
+    read, the fitted groups' table, and the transfer intervals' form errors (None unless asked for)."""
+
+    dataset: xr.Dataset
+    read: list[str]
+    groups: object  # pandas DataFrame: n_points, MAPE and convergence per fitted group
+    transfer: object | None
+
+
+def calibrate_files(
+    traces: Sequence[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    format: str | None = None,
+    overwrite: bool = False,
+    intervals: str = "fit",
+    **fit,
+) -> Calibrated:
+    """Fit SLIM's coefficients per group of the measured ``traces`` (files, merged) in one batched solve and
+    write them to the store ``out``; ``fit``: :func:`slimjax.fit.slim.calibrate`'s options (group_by, solver,
+    variant, loss, bootstrap). The target is checked before anything is read."""
+    from .fit.slim import calibrate
+    from .fit.transfer import form_error_table
+    from .inputs.traces import load_many
+
+    target = store.check_target(out, overwrite)
+    frame, read = load_many(traces, format)
+    ds = calibrate(frame, intervals=intervals, **fit)
+    store.write_dataset(ds, target)
+    groups = ds[["n_points", "mape_throughput", "mape_e2e", "converged"]].to_dataframe()
+    groups = groups[groups.n_points > 0]
+    return Calibrated(ds, read, groups, form_error_table(ds) if intervals == "transfer" else None)
+
+
+class Validation(NamedTuple):
+    """What :func:`validate` measured: a line per trace file read, the error table (a DataFrame) and it as
+    Markdown, every scored or held-out row (a DataFrame), and the rows left out with why."""
+
+    read: list[str]
+    table: object
+    markdown: str
+    rows: object
+    dropped: dict
+
+
+def validate(
+    traces: Sequence[str | os.PathLike] = (),
+    *,
+    format: str | None = None,
+    serving: bool = False,
+    methods: Sequence[str] | None = None,
+    scenarios: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+    requests_per_client: int = 4,
+) -> Validation:
+    """The SLIM paper's generalization study on measured ``traces`` (default: LLM-Inference-Bench and its TTFT
+    table under $SLIMJAX_DATA or ../shared/data): held-out MAPE of throughput / E2E per scenario and method.
+    ``serving``: the §9 simulation (a closed loop at each row's concurrency) scored against measured TTFT and
+    TPOT instead, with its MAPE and bias per GPU, TP, precision and concurrency band (default: the shared
+    serving runs)."""
+    from .fit import validate as study
+    from .inputs.traces import load_many
+
+    paths = list(traces) or (study.default_serving_paths() if serving else study.default_trace_paths())
+    for p in paths:
+        if not os.path.exists(p):
+            raise SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
+    frame, read = load_many(paths, format)
+    if serving:
+        from .studies.serving_check import error_markdown, error_table, simulate_rows
+
+        scored = simulate_rows(frame, requests_per_client=requests_per_client)
+        table = error_table(scored)
+        return Validation(read, table, error_markdown(table), scored, {})
+    options = {k: v for k, v in (("methods", methods), ("scenarios", scenarios)) if v is not None}
+    result = study.validate(frame, exclude=exclude, **options)
+    return Validation(read, result.table, study.markdown_table(result.table), result.predictions, result.dropped)
+
+
+def verify_store(path: str | os.PathLike) -> dict:
+    """A sweep store (or its .partial) checked against its block journal: blocks recorded and missing,
+    chunks whose CRC32 differs (:func:`slimjax.store.sink.verify`)."""
+    return store.verify(path)
+
+
+def check_output_file(path: str | os.PathLike, field: str = "out") -> None:
+    """That a file can be written at ``path`` (before any work), else a SlimjaxError naming ``field``."""
+    store.check_output_file(path, field)
+
+
+def check_output_dir(path: str | os.PathLike, field: str = "out") -> None:
+    """That a folder can be written at ``path`` (before any work), else a SlimjaxError naming ``field``."""
+    store.check_output_dir(path, field)
+
+
+def check_at(sw: Sweep, at: tuple[int, int] | None, field: str = "at") -> None:
+    """That the (input_len, output_len) pair ``at`` lies on the sweep's grid (before any work)."""
+    if at is not None:
+        from .inputs.axes import on_grid_lengths
+
+        on_grid_lengths(sw.input_len, sw.output_len, *at, field=field)
+
+
+def serving_keys() -> dict:
+    """The serving table (:data:`slimjax.inputs.serving.SERVING`): key -> row (flag, type, help, auto)."""
+    from .inputs.serving import SERVING
+
+    return SERVING

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import re
 import sys
 
@@ -146,16 +145,14 @@ def sweep(
     import time
 
     import slimjax
-    from slimjax.api import summary
-    from slimjax.inputs.axes import on_grid_lengths
+    from slimjax.api import check_at, check_output_dir, summary
 
     il, ol = at if at is not None else (None, None)
     start = time.perf_counter()
     if report_dir is not None:
-        _check_dir(report_dir, "--report")
+        check_output_dir(report_dir, "--report")
     sw = slimjax.parse(sweep_file)
-    if at is not None:  # before any work, not after the store is written
-        on_grid_lengths(sw.input_len, sw.output_len, il, ol, field="--at")
+    check_at(sw, at, "--at")  # before any work, not after the store is written
     ds = slimjax.sweep(
         sw,
         out,
@@ -203,7 +200,7 @@ def report(stores: tuple[str, ...], out: str, at: str | None) -> None:
 @_reports_errors()
 def verify(store_path: str) -> None:
     """Check a sweep store (or its .partial) against its block journal: missing blocks, changed data."""
-    from slimjax.store.sink import verify as verify_store
+    from slimjax.api import verify_store
 
     report = verify_store(store_path)
     click.echo(f"{store_path}: {report['recorded']} of {report['blocks']} blocks recorded")
@@ -267,7 +264,7 @@ def procure(
         click.echo("error: --report needs --out (the report is drawn from the store)", err=True)
         sys.exit(2)
     if report_dir is not None:
-        _check_dir(report_dir, "--report")
+        slimjax.api.check_output_dir(report_dir, "--report")
     ds = slimjax.procure(
         study_file,
         out,
@@ -306,10 +303,9 @@ def procure(
 def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
     """Evaluate the batch-capacity advisor on measured curves as the SLIM paper does (§VII-B)."""
     import slimjax
-    from slimjax.studies.advise import DENSE_POINTS, knee_summary
 
     if out is not None:
-        _check_file(out)
+        slimjax.api.check_output_file(out, "--out")
     result = slimjax.advise(data_dir, epsilon=epsilon)
     s = result.summary
     percent = (
@@ -327,8 +323,8 @@ def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
     )
     for subset, what in (
         ("all", "every curve"),
-        ("dense", f"curves with ≥ {DENSE_POINTS} batch points"),
-        ("sparse", f"curves with < {DENSE_POINTS} batch points (one step: a 2× change of B)"),
+        ("dense", f"curves with ≥ {result.dense_points} batch points"),
+        ("sparse", f"curves with < {result.dense_points} batch points (one step: a 2× change of B)"),
     ):
         part = table[table["curves_subset"] == subset]
         if part.empty:
@@ -340,9 +336,7 @@ def advise(data_dir: str | None, epsilon: float, out: str | None) -> None:
         )
         with_pd_options(lambda p=part: click.echo(p.drop(columns=["curves", "curves_subset"]).to_string(index=False)))
     click.echo("\nknee (T/(B·T(1)) = ε), predicted vs measured:")
-    with_pd_options(
-        lambda: click.echo(knee_summary(result.knees).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    )
+    with_pd_options(lambda: click.echo(result.knee_table.to_string(index=False, float_format=lambda v: f"{v:.3g}")))
     click.echo("\nassumptions:")
     for line in result.assumptions:
         click.echo(f"  {line}")
@@ -405,7 +399,7 @@ class _ServingCommand(click.Command):
     key added to the table is an option here with no edit)."""
 
     def get_params(self, ctx):
-        from slimjax.inputs.serving import SERVING
+        from slimjax.api import serving_keys
 
         extra = [
             click.Option(
@@ -414,7 +408,7 @@ class _ServingCommand(click.Command):
                 default=None,
                 help=row.help + (" (or auto)" if row.auto is not None else ""),
             )
-            for row in SERVING.values()
+            for row in serving_keys().values()
         ]
         return super().get_params(ctx)[:-1] + extra + super().get_params(ctx)[-1:]  # --help stays last
 
@@ -437,9 +431,8 @@ class _ServingCommand(click.Command):
 def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated, **options) -> None:
     """The capacity calculator's cards at one operating point (same functions as the sweep)."""
     import slimjax
-    from slimjax.inputs.serving import SERVING
 
-    serving = {k: options[k] for k in SERVING if options.get(k) is not None}
+    serving = {k: options[k] for k in slimjax.api.serving_keys() if options.get(k) is not None}
     if calibrated:
         serving["efficiency"] = "calibrated"
     measured = {k: options["measured_" + k] for k, _ in _MEASURED_OPTIONS if options["measured_" + k] is not None}
@@ -485,9 +478,8 @@ def agents(
 ) -> None:
     """One agent graph on a local replica vs a rate-limited API (MODEL.md §6), with where the winner flips."""
     import slimjax
-    from slimjax.inputs.serving import SERVING
 
-    serving = {k: options[k] for k in SERVING if options.get(k) is not None}
+    serving = {k: options[k] for k in slimjax.api.serving_keys() if options.get(k) is not None}
     if calibrated:
         serving["efficiency"] = "calibrated"
     api = {k: options[f"api_{k}"] for k in _API_FLAGS if options.get(f"api_{k}") is not None}
@@ -545,19 +537,13 @@ def agents(
 @_reports_errors()
 def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals, out, overwrite) -> None:
     """Fit SLIM's coefficients per group of the measured TRACES, all groups in one batched solve."""
-    import pandas as pd
-
     import slimjax
-    from slimjax.store import sink as store
 
-    target = store.check_target(out, overwrite)
-    frames = [slimjax.load_traces(t, format=fmt) for t in traces]
-    for t, f in zip(traces, frames, strict=True):
-        click.echo(_read_line(t, f))
-    combined = pd.concat(frames, ignore_index=True)
-    combined.attrs["dropped"] = _merged_dropped(frames)
-    ds = slimjax.calibrate(
-        combined,
+    fit = slimjax.api.calibrate_files(
+        traces,
+        out,
+        format=fmt,
+        overwrite=overwrite,
         group_by=[g.strip() for g in group_by.split(",")],
         solver=solver,
         variant=variant,
@@ -565,18 +551,15 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
         bootstrap=bootstrap,
         intervals=intervals,
     )
-    store.write_dataset(ds, target)
-    table = ds[["n_points", "mape_throughput", "mape_e2e", "converged"]].to_dataframe()
-    table = table[table.n_points > 0]
-    click.echo(f"wrote {out}: {len(table)} groups fitted")
-    with_pd_options(lambda: click.echo(table.round(2).to_string()))
-    if intervals == "transfer":
-        from slimjax.fit.transfer import form_error_table
-
+    for line in fit.read:
+        click.echo(line)
+    click.echo(f"wrote {out}: {len(fit.groups)} groups fitted")
+    with_pd_options(lambda: click.echo(fit.groups.round(2).to_string()))
+    if fit.transfer is not None:
         click.echo(
             "transfer intervals: 90 % form error per kind of extrapolation, from the held-out rows of these traces"
         )
-        with_pd_options(lambda: click.echo(form_error_table(ds).to_string(index=False)))
+        with_pd_options(lambda: click.echo(fit.transfer.to_string(index=False)))
 
 
 @main.command()
@@ -605,46 +588,38 @@ def validate(traces, fmt, methods, scenarios, exclude, out, serving, requests_pe
     its TTFT table under $SLIMJAX_DATA or ../shared/data): MAPE of throughput / E2E per scenario and method.
     With --serving: the serving simulation's TTFT and TPOT MAPE and bias per GPU, TP, precision and
     concurrency band."""
-    import pandas as pd
-
     import slimjax
-    from slimjax.fit.validate import default_serving_paths, default_trace_paths, markdown_table
-    from slimjax.fit.validate import validate as run
 
-    paths = list(traces) or (default_serving_paths() if serving else default_trace_paths())
     if out:
-        _check_file(out)
-    for p in paths:
-        if not os.path.exists(p):
-            raise slimjax.SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
-    frames = [slimjax.load_traces(p, format=fmt) for p in paths]
-    for p, f in zip(paths, frames, strict=True):
-        click.echo(_read_line(p, f))
-    frame = pd.concat(frames, ignore_index=True)
-    if serving:
-        from slimjax.studies.serving_check import error_markdown, error_table, simulate_rows
-
-        scored = simulate_rows(frame, requests_per_client=requests_per_client)
-        if out:
-            scored.to_csv(out, index=False)
-        click.echo("TTFT / TPOT error %, closed-loop §9 simulation vs measured (bias: mean signed error):\n")
-        click.echo(error_markdown(error_table(scored)))
-        if out:
-            click.echo(f"\nwrote {out}: {len(scored)} scored rows")
-        return
-    result = run(frame, methods=_list(methods), scenarios=_list(scenarios), exclude=exclude)
-    if out:
-        result.predictions.to_csv(out, index=False)
-    click.echo(
-        f"MAPE % of throughput / E2E on held-out rows ({', '.join(map(str, paths))}"
-        + (f"; excluding {' | '.join(exclude)}" if exclude else "")
-        + "):\n"
+        slimjax.api.check_output_file(out, "--out")
+    result = slimjax.api.validate(
+        traces,
+        format=fmt,
+        serving=serving,
+        methods=_list(methods),
+        scenarios=_list(scenarios),
+        exclude=exclude,
+        requests_per_client=requests_per_client,
     )
-    click.echo(markdown_table(result.table))
+    for line in result.read:
+        click.echo(line)
+    if out:
+        result.rows.to_csv(out, index=False)
+    if serving:
+        click.echo("TTFT / TPOT error %, closed-loop §9 simulation vs measured (bias: mean signed error):\n")
+    else:
+        paths = ", ".join(line.split(": ", 1)[0] for line in result.read)
+        click.echo(
+            f"MAPE % of throughput / E2E on held-out rows ({paths}"
+            + (f"; excluding {' | '.join(exclude)}" if exclude else "")
+            + "):\n"
+        )
+    click.echo(result.markdown)
     for cause, n in result.dropped.items():
         click.echo(f"left out: {n} rows: {cause}")
     if out:
-        click.echo(f"\nwrote {out}: {len(result.predictions)} held-out predictions")
+        what = "scored rows" if serving else "held-out predictions"
+        click.echo(f"\nwrote {out}: {len(result.rows)} {what}")
 
 
 _OPTION_FIELDS = {
@@ -661,36 +636,15 @@ _OPTION_FIELDS = {
 
 def _cli_words(error) -> str:
     """An error in the command line's words: the library's option names become the flags that set them."""
-    field = getattr(error, "field", None)
-    if field in _OPTION_FIELDS:
-        message = str(error).split(": ", 1)[1] if ": " in str(error) else str(error)
-        return (
-            f"{_OPTION_FIELDS[field]}: {message}".replace("resume=True / --resume", "--resume")
-            .replace("overwrite=True / --overwrite", "--overwrite")
-            .replace("out=… / --out", "--out")
-        )
-    return (
-        str(error).replace("resume=True / --resume", "--resume").replace("overwrite=True / --overwrite", "--overwrite")
-    )
-
-
-def _check_file(path: str) -> None:
-    from slimjax.store.sink import check_output_file
-
-    check_output_file(path, "--out")
-
-
-def _check_dir(path: str, flag: str) -> None:
-    from slimjax.store.sink import check_output_dir
-
-    check_output_dir(path, flag)
+    words = getattr(error, "cli_words", None)
+    return words(_OPTION_FIELDS) if words is not None else str(error)
 
 
 def _as_flags(error) -> str:
     """A capacity error in the command line's words: sweep-file fields become the flags that set them."""
-    from slimjax.inputs.serving import SERVING
+    from slimjax.api import serving_keys
 
-    field, message = error.field, str(error).split(": ", 1)[1] if ": " in str(error) else str(error)
+    field, message = error.field, _cli_words(error).split(": ", 1)[1]
     names = {
         "models[0]": "--model",
         "gpus[0]": "--gpu",
@@ -698,7 +652,7 @@ def _as_flags(error) -> str:
         "input_len": "--input-len",
         "output_len": "--output-len",
         "arrival_rate": "--arrival-rate",
-        **{f"serving.{k}": row.flag for k, row in SERVING.items()},
+        **{f"serving.{k}": row.flag for k, row in serving_keys().items()},
         **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in C.MEASURED_KEYS},
         # the agents command's graph "g" and its API block
         **{
@@ -717,24 +671,6 @@ def _as_flags(error) -> str:
             rest = field[len(prefix) :]
             return f"{names[prefix]}{'' if rest == '[0]' else rest}: {message}"  # one value per flag: no [0]
     return str(error)
-
-
-def _read_line(path, frame) -> str:
-    dropped = frame.attrs.get("dropped", {})
-    read = len(frame) + sum(dropped.values())
-    return (
-        f"{path}: {len(frame)} rows kept of {read} read"
-        + "".join(f"; dropped {n} ({why})" for why, n in dropped.items())
-        + "".join(f"; {n} rows {why}" for why, n in frame.attrs.get("assumed", {}).items())
-    )
-
-
-def _merged_dropped(frames) -> dict:
-    out: dict = {}
-    for f in frames:
-        for why, n in f.attrs.get("dropped", {}).items():
-            out[why] = out.get(why, 0) + n
-    return out
 
 
 def _list(text: str) -> list[str]:

@@ -5,13 +5,39 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+# options a message may tell the user to give: (how Python's API spells it, how the command line does)
+OPTIONS = {
+    "resume": ("resume=True", "--resume"),
+    "overwrite": ("overwrite=True", "--overwrite"),
+    "out": ("out=…", "--out"),
+}
+
+
+def option(name: str) -> str:
+    """An option named inside a message, written once where the error is raised and shown in the words of
+    whoever reads it: ``resume=True`` from Python, ``--resume`` on the command line (:data:`OPTIONS`)."""
+    if name not in OPTIONS:
+        raise KeyError(f"unknown option {name!r}: add it to slimjax.errors.OPTIONS")
+    return f"\x00{name}\x00"
+
+
+def _spelled(message: str, cli: bool) -> str:
+    parts = message.split("\x00")
+    return "".join(OPTIONS[p][cli] if k % 2 else p for k, p in enumerate(parts))
+
 
 class SlimjaxError(ValueError):
     """Bad input: the message names the offending field and value."""
 
     def __init__(self, field: str, message: str):
         self.field = field
-        super().__init__(f"{field}: {message}")
+        self.message = message
+        super().__init__(f"{field}: {_spelled(message, cli=False)}")
+
+    def cli_words(self, flags: dict[str, str]) -> str:
+        """The error as the command line shows it: the field as the flag that sets it (``flags``: field ->
+        flag, where one does) and the options the message names as flags."""
+        return f"{flags.get(self.field, self.field)}: {_spelled(self.message, cli=True)}"
 
 
 def suggest(name: str, choices: Iterable[str], n: int = 3) -> str:

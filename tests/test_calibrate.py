@@ -409,3 +409,28 @@ def test_roofline_calibration_from_p90_ttft_at_a_known_arrival_rate():
     # the waits carry the information: with the queue ignored (mean-TTFT screen) the same rows fit worse
     plain = calibrate_roofline(pts.assign(ttft_s=pts.ttft_p90_s, ttft_p90_s=np.nan), group_by=["model"])
     assert float(plain.mape_ttft.sel(model="Llama-3.1-8B")) > 10 * float(ds.mape_ttft_p90.sel(model="Llama-3.1-8B")) + 1
+
+
+def test_calibrate_files_reads_merges_fits_and_writes(clean, tmp_path):
+    """The library's calibrate-from-files (what `slimjax calibrate` runs): two files merged, the fit equal to
+    calibrating the merged frame, the store written, one read line per file; an existing store is refused
+    before anything is read."""
+    import xarray as xr
+
+    from slimjax.api import calibrate_files
+
+    paths = []
+    for k, part in enumerate((clean.iloc[: len(clean) // 2], clean.iloc[len(clean) // 2 :])):
+        paths.append(tmp_path / f"part{k}.csv")
+        part.to_csv(paths[-1], index=False)
+    out = tmp_path / "c.zarr"
+    got = calibrate_files(paths, out, format="canonical", group_by=["gpu"])
+    frame = pd.concat([load_traces(p, format="canonical") for p in paths], ignore_index=True)
+    want = calibrate(frame, group_by=["gpu"])
+    np.testing.assert_array_equal(got.dataset.coefficients.values, want.coefficients.values)
+    np.testing.assert_array_equal(xr.open_zarr(out).coefficients.values, want.coefficients.values)
+    assert [line.split(": ")[0] for line in got.read] == [str(p) for p in paths]
+    assert len(got.groups) == 2 and got.transfer is None
+    missing = tmp_path / "never-read.csv"
+    with pytest.raises(SlimjaxError, match="already exists"):
+        calibrate_files([missing], out, format="canonical", group_by=["gpu"])

@@ -70,6 +70,89 @@ def test_every_floor_imports_only_downward():
     assert not offences, "\n".join(offences)
 
 
+def _module_graph() -> dict[str, set[str]]:
+    """Every slimjax module -> the slimjax modules it imports (at the top or inside a function): a name
+    imported from a package is the submodule of that name where there is one, else the package."""
+    modules = {".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in PACKAGE.rglob("*.py")}
+    modules = {m.removesuffix(".__init__") if m != "__init__" else "" for m in modules}
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        edges = set()
+        for _, target in _imports(path):
+            dotted = ".".join(target)
+            while dotted and dotted not in modules:
+                dotted = dotted.rpartition(".")[0]
+            if dotted != name:
+                edges.add(dotted)
+        graph[name] = edges
+    return graph
+
+
+def test_no_import_circle():
+    """No two modules import each other, directly or through others (Tarjan's strongly connected components);
+    a package's front door (``__init__``) re-exporting its own modules is not a circle."""
+    graph = _module_graph()
+    index, low, stack, on, circles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w.startswith(v + ".") or v == "":  # a package importing its own modules
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.add(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, circles
+
+
+def test_no_private_name_is_imported_across_modules():
+    offences = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("slimjax")):
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        offences.append(f"{path.relative_to(PACKAGE)}:{node.lineno} imports {a.name}")
+    assert not offences, "\n".join(offences)
+
+
+def test_the_command_line_only_parses_calling_the_api():
+    """cli.py imports slimjax.api (or the package front door, whose names it uses resolve to api or to
+    configure) and the base modules; no floor below."""
+    cli = PACKAGE / "cli.py"
+    allowed = {("api",), (), ("constants",), ("errors",)}
+    offences = [f"cli.py:{line} imports {'.'.join(t)}" for line, t in _imports(cli) if tuple(t[:1]) not in allowed]
+    assert not offences, "\n".join(offences)
+    used = set()
+    for node in ast.walk(ast.parse(cli.read_text())):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "slimjax":
+            used.add(node.attr)
+    wrong = {
+        n: slimjax._EXPORTS.get(n) for n in used if n != "api" and slimjax._EXPORTS.get(n) not in ("api", "config")
+    }
+    assert not wrong, f"cli.py uses slimjax names that are not api entry points: {wrong}"
+
+
 def test_model_floor_has_no_jit_xarray_or_io():
     for path in (PACKAGE / "model").glob("*.py"):
         text = path.read_text()

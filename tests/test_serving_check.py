@@ -3,6 +3,7 @@ per-row figures equal a direct simulation of that row, and the error table is nu
 
 import numpy as np
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 import slimjax
@@ -63,3 +64,23 @@ def test_cli_scores_a_serving_file(shared_data, tmp_path):
     assert result.exit_code == 0, result.output
     assert "TTFT MAPE %" in result.output and "| all |" in result.output
     assert len(pd.read_csv(out)) == 1 and len(rows) >= 1
+
+
+def test_api_validate_serving_is_the_serving_check(shared_data, tmp_path):
+    """What `validate --serving` runs lives in the library: api.validate(serving=True) scores the file's rows
+    through serving_check.simulate_rows and tabulates them with error_table, and says what it read."""
+    from slimjax.api import validate
+    from slimjax.inputs.traces import load_traces
+
+    raw = pd.read_csv(shared_data / "measured" / "serving_h100_trtllm_llama31_8b.csv")
+    keep = raw[(raw.isl == 1024) & (raw.osl == 128) & raw.batch_size.isin([8]) & (raw.tp_size == 1)].head(1)
+    path = tmp_path / "serving.csv"
+    keep.to_csv(path, index=False)
+    got = validate([path], serving=True)
+    want = serving_check.simulate_rows(load_traces(path))
+    pd.testing.assert_frame_equal(got.rows, want)
+    pd.testing.assert_frame_equal(got.table, serving_check.error_table(want))
+    assert got.markdown == serving_check.error_markdown(got.table)
+    assert got.read[0].startswith(f"{path}: 1 rows kept of 1 read")
+    with pytest.raises(slimjax.SlimjaxError, match="traces: .*nope.csv not found"):
+        validate([tmp_path / "nope.csv"], serving=True)

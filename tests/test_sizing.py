@@ -9,7 +9,7 @@ import serving_reference as sref
 import slimjax
 from slimjax.errors import SlimjaxError
 from slimjax.inputs import catalog, procurefile
-from slimjax.studies import sizing
+from slimjax.studies import candidates, sizing
 
 SLO = {"ttft_s": 1.0, "itl_s": 0.05, "quantile": 0.9}
 
@@ -40,7 +40,7 @@ def sized(azure_slice):
 def _reference_meets(study, m, g, n, b, replicas, stream=None):
     """The reference event loop's verdict on (model m, GPU g, TP index n, batch index b) at ``replicas``."""
     if stream is None:
-        stream = sizing._stream(study.workloads[0], float(study.total_rate[0, 0]), study.sizing)
+        stream = candidates.workload_stream(study.workloads[0], float(study.total_rate[0, 0]), study.sizing)
     sv = {k: float(np.asarray(v)[m, g, n]) for k, v in study.serving.fields().items()}
     terms = sref.replica_terms(catalog.resolve_model(study.models[m])[1], catalog.resolve_gpu(study.gpus[g])[1], sv)
     out = sref.simulate(
@@ -160,7 +160,7 @@ def test_a_fixed_length_workload_is_sized_on_a_seeded_poisson_stream():
         sizing={"requests": 150, "seed": 3},
     )
     study = procurefile.parse(spec)
-    stream = sizing._stream(study.workloads[0], 6.0, study.sizing)
+    stream = candidates.workload_stream(study.workloads[0], 6.0, study.sizing)
     assert len(stream["arrival_s"]) == 150 and np.all(np.diff(stream["arrival_s"]) >= 0)
     assert 4.0 < 149 / stream["arrival_s"][-1] < 9.0  # about the study's rate
     ds = slimjax.procure(study).squeeze()

@@ -174,28 +174,6 @@ def _static(study) -> tuple:
     return (("bisection_steps", proc.BISECTION_STEPS), ("batch_buckets", batch_buckets(study.batch)))
 
 
-def _choose(cost, gpus, feasible, tp, batch):
-    """Index into the flattened (G, N, B) candidates of the §8 choice (least cost, then fewer GPUs, smaller TP,
-    smaller batch, earlier GPU), and whether any is feasible. ``cost`` etc. end in (G, N, B)."""
-    lead, (G, N, B) = cost.shape[:-3], cost.shape[-3:]
-
-    def flat(x):
-        return jnp.broadcast_to(x, (*lead, G, N, B)).reshape(*lead, -1)
-
-    tp_key = flat(jnp.broadcast_to(tp[:, None], (N, B)))
-    b_key = flat(jnp.broadcast_to(batch[None, :], (N, B)))
-    c = flat(jnp.where(feasible, cost, jnp.inf))
-    g = flat(jnp.where(feasible, gpus, jnp.inf))
-    order = jnp.lexsort((b_key, tp_key, g, c), axis=-1)
-    return order[..., 0], jnp.any(flat(feasible), axis=-1)
-
-
-def _pick(x, index, shape):
-    """x (…, G, N, B) broadcast to ``shape`` + (G, N, B), at the flat candidate ``index`` (…)."""
-    full = jnp.broadcast_to(x, (*shape, *x.shape[-3:]))
-    return jnp.take_along_axis(full.reshape(*shape, -1), index[..., None], axis=-1)[..., 0]
-
-
 def _batch(x: dict, cells: dict, out: dict) -> dict:
     """Every §8 variable on one block, each shaped to the 7-d grid (size 1 along the dims it drops)."""
     steps, buckets = x["static"]["bisection_steps"], x["static"]["batch_buckets"]
@@ -275,7 +253,7 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
     cost_per_mtok = proc.cost_per_mtok(cost, rate, tokens)
 
     # ---- the choice per (W, R, M), and the mix: class k alone (mix row 1 + k) at w_k·Λ
-    best, any_feasible = _choose(cost, gpus_total, feasible, tp, batch)
+    best, any_feasible = proc.cheapest_candidate(cost, gpus_total, feasible, tp, batch)
     lam_k = jnp.moveaxis(lam[:, 1:], 1, 2)[:, None]  # (W, 1, M, K, G, N, B)
     rate_k = (
         x["total_rate"][..., 0, 0, 0, 0, 0][:, :, None, None, None, None, None]
@@ -285,17 +263,17 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
     replicas_k = jnp.where(feasible_k, proc.replicas_needed(rate_k, lam_k), jnp.nan)
     n_k, price_k = n_gpu[:, :, :, None], price[:, :, :, None]
     cost_k = proc.cost_per_hour(replicas_k, n_k, price_k)
-    best_k, any_k = _choose(cost_k, replicas_k * n_k, feasible_k, tp, batch)  # (W, R, M, K)
+    best_k, any_k = proc.cheapest_candidate(cost_k, replicas_k * n_k, feasible_k, tp, batch)  # (W, R, M, K)
     present = weight[:, None, None, :] > 0
     mix_ok = any_k & present
-    cost_k_best = jnp.where(mix_ok, _pick(cost_k, best_k, best_k.shape), jnp.nan)
+    cost_k_best = jnp.where(mix_ok, proc.at_candidate(cost_k, best_k, best_k.shape), jnp.nan)
     mix_cost = jnp.where(
         jnp.all(any_k | ~present, axis=-1), jnp.nansum(jnp.where(present, cost_k_best, 0.0), axis=-1), jnp.nan
     )
-    best_replicas = jnp.where(any_feasible, _pick(replicas, best, best.shape), jnp.nan)
-    best_cost = jnp.where(any_feasible, _pick(cost, best, best.shape), jnp.nan)
+    best_replicas = jnp.where(any_feasible, proc.at_candidate(replicas, best, best.shape), jnp.nan)
+    best_cost = jnp.where(any_feasible, proc.at_candidate(cost, best, best.shape), jnp.nan)
     best_tp = jnp.where(any_feasible, tp[(best // n_batch) % N], 0.0)
-    best_pp = jnp.where(any_feasible, _pick(jnp.broadcast_to(stages, cost.shape), best, best.shape), 0.0)
+    best_pp = jnp.where(any_feasible, proc.at_candidate(jnp.broadcast_to(stages, cost.shape), best, best.shape), 0.0)
     furthest = jnp.max(reason[:, 0], axis=(2, 3, 4))[:, None, :]  # (W, 1, M): the deepest check any candidate reached
     no_rate = jnp.isnan(x["total_rate"][..., 0, 0, 0, 0, 0])[:, :, None]  # (W, R, 1)
 
@@ -342,14 +320,14 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
         best_pp=choice(best_pp),
         best_gpus=choice(best_replicas * best_tp * best_pp),
         best_cost_per_hour=choice(best_cost),
-        best_cost_per_mtok=choice(jnp.where(any_feasible, _pick(cost_per_mtok, best, best.shape), jnp.nan)),
+        best_cost_per_mtok=choice(jnp.where(any_feasible, proc.at_candidate(cost_per_mtok, best, best.shape), jnp.nan)),
         binding_reason=choice(jnp.where(any_feasible, 0, jnp.where(no_rate, 0, furthest))),
         mix_cost_per_hour=choice(mix_cost),
         mix_saving_per_hour=choice(best_cost - mix_cost),
         mix_gpu=mix(jnp.where(mix_ok, gpu_of(best_k), -1)),
         mix_tp=mix(jnp.where(mix_ok, tp[(best_k // n_batch) % N], 0.0)),
         mix_batch=mix(jnp.where(mix_ok, batch[best_k % n_batch], 0.0)),
-        mix_replicas=mix(jnp.where(mix_ok, _pick(replicas_k, best_k, best_k.shape), jnp.nan)),
+        mix_replicas=mix(jnp.where(mix_ok, proc.at_candidate(replicas_k, best_k, best_k.shape), jnp.nan)),
         mix_class_cost_per_hour=mix(cost_k_best),
     )
 

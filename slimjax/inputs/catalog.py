@@ -62,17 +62,17 @@ def configs_dir() -> Path:
 
 
 @functools.cache
-def _load_yaml(name: str) -> dict:
+def config_yaml(name: str) -> dict:
     with open(configs_dir() / name) as f:
         return yaml.safe_load(f)
 
 
 def model_catalog() -> dict[str, dict]:
-    return _load_yaml("models.yaml")["models"]
+    return config_yaml("models.yaml")["models"]
 
 
 def gpu_catalog() -> dict[str, dict]:
-    return _load_yaml("gpus.yaml")["gpus"]
+    return config_yaml("gpus.yaml")["gpus"]
 
 
 _VENDOR_WORDS = ("nvidia", "amd", "intel", "gpu", "gpus", "tesla", "instinct", "accelerator")
@@ -452,7 +452,8 @@ def _read_json(path: Path, field: str) -> dict:
 def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None) -> tuple[str, dict]:
     """(label, ModelSpec fields) for a catalog name, a config.json path, or an inline mapping.
 
-    Inline: ``{name: LABEL, <HF keys>...}``; or ``{name: LABEL, config: PATH, <overrides>}``.
+    Inline: ``{name: LABEL, <HF keys>...}``; or ``{name: LABEL, config: PATH, <overrides>}``. (A study file's
+    entries go through :func:`slimjax.inputs.serving.resolve_study_model`, which names serving keys given here.)
     """
     if isinstance(entry, str):
         path = Path(entry) if base_dir is None or Path(entry).is_absolute() else base_dir / entry
@@ -466,17 +467,7 @@ def resolve_model(entry: Any, field: str = "model", base_dir: Path | None = None
     if isinstance(entry, Mapping):
         if not entry.get("name"):
             raise SlimjaxError(f"{field}.name", "an inline model needs a name")
-        from .serving import SERVING  # (serving imports this module)
-
         body = {k: v for k, v in entry.items() if k != "name"}
-        serving_keys = [k for k in body if k in SERVING or k == "efficiency"]
-        if serving_keys:
-            k = serving_keys[0]
-            raise SlimjaxError(
-                f"{field}.{k}",
-                f"{k!r} is a serving key, not a model field: give it under "
-                f"serving.{entry['name']}.{k} (or serving.{k} for every pair)",
-            )
         if "config" in body:
             overrides = [k for k in body if k not in READ_KEYS]
             if overrides:  # beside a config file, every key is an override of a field the reader uses

@@ -24,7 +24,7 @@ from .axes import parse_axis
 from .checks import checked_number, positive_number
 from .measured import MEASURED_KEYS, measured_block
 from .requests import TRACE_FORMATS, LengthClasses, RequestTrace, class_groups, length_classes, load_requests
-from .serving import check_group_shape, constants_source, serving_block, with_calibrated_links
+from .serving import check_group_shape, constants_source, resolve_study_model, serving_block, with_calibrated_links
 from .sweepfile import load_spec
 
 KEYS = (
@@ -341,7 +341,7 @@ def read_file(spec, keys: tuple, required: tuple, needs: str, lists: tuple = ())
 
 def models_and_gpus(data: Mapping, base_dir: Path | None) -> tuple[list, list]:
     """The file's models and GPUs resolved through the catalogs as (label, row) pairs; a label twice is an error."""
-    models = [catalog.resolve_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
+    models = [resolve_study_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
     gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
     for field, items in (("models", models), ("gpus", gpus)):
         labels = [label for label, _ in items]

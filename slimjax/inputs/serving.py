@@ -27,7 +27,7 @@ from ..model.calculator import (
 )
 from ..model.pipeline import PP_DEGREES
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
-from .catalog import dtype_bytes, require_network
+from .catalog import config_yaml, dtype_bytes, gpu_catalog, require_network, resolve_model
 from .checks import checked_number, is_integer, split_keyed_block
 
 
@@ -250,9 +250,7 @@ LINK_KEYS = {"link_efficiency": "link_efficiency", "allreduce_latency_s": "allre
 
 
 def _roofline_fit() -> dict:
-    from .catalog import _load_yaml  # read once, as the catalogs are
-
-    return _load_yaml("roofline/default.yaml")
+    return config_yaml("roofline/default.yaml")  # read once, as the catalogs are
 
 
 def constants_source(gpu: str, preset: str = "calibrated", tp: float | None = None) -> tuple[str, str]:
@@ -260,8 +258,6 @@ def constants_source(gpu: str, preset: str = "calibrated", tp: float | None = No
     rows`` where configs/roofline/default.yaml fitted it (``measured, other TP`` at a TP degree ``tp`` its rows do
     not have), ``pooled`` where it fitted other GPUs of the same vendor (GPU catalog ``vendor``), ``other vendor``
     otherwise (an inline GPU without a vendor included)."""
-    from .catalog import gpu_catalog
-
     if preset == "plain":
         return "plain", CONSTANTS_SOURCES["plain"]
     fitted = _roofline_fit().get("gpus") or {}
@@ -497,3 +493,18 @@ def serving_block(
             }
     spec = stack(ServingSpec, rows)
     return ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in spec.fields().items()}), table
+
+
+def resolve_study_model(entry, field: str, base_dir=None) -> tuple[str, dict]:
+    """:func:`slimjax.inputs.catalog.resolve_model` for a study file's ``models`` entry: a serving key given
+    inside an inline model is named, with where it goes."""
+    if isinstance(entry, Mapping) and entry.get("name"):
+        keys = [k for k in entry if k != "name" and (k in SERVING or k == "efficiency")]
+        if keys:
+            k = keys[0]
+            raise SlimjaxError(
+                f"{field}.{k}",
+                f"{k!r} is a serving key, not a model field: give it under "
+                f"serving.{entry['name']}.{k} (or serving.{k} for every pair)",
+            )
+    return resolve_model(entry, field, base_dir)

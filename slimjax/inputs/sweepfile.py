@@ -22,7 +22,7 @@ from .agents import Agents, agents_block
 from .axes import parse_axis
 from .coefficients import StoreReader, SweepCoefficients, coefficients_block
 from .measured import measured_block
-from .serving import serving_block, with_calibrated_links
+from .serving import resolve_study_model, serving_block, with_calibrated_links
 
 REQUIRED_KEYS = ("models", "gpus", "batch", "input_len", "output_len")
 OPTIONAL_KEYS = ("slim", "slim_variant", "advisor", "precision", "serving", "arrival_rate", "measured", "agents")
@@ -194,7 +194,7 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
     for key in ("models", "gpus"):
         if not isinstance(data[key], list) or not data[key]:
             raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
-    models = [catalog.resolve_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
+    models = [resolve_study_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
     gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
     _labels(models, "models")
     _labels(gpus, "gpus")

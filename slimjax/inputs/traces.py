@@ -699,3 +699,27 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
     df.attrs["format"] = fmt
     df.attrs["source"] = str(path)
     return df
+
+
+def read_line(path, frame: pd.DataFrame) -> str:
+    """What reading ``path`` gave, in one line: rows kept of rows read, what was dropped and assumed, and why."""
+    dropped = frame.attrs.get("dropped", {})
+    read = len(frame) + sum(dropped.values())
+    return (
+        f"{path}: {len(frame)} rows kept of {read} read"
+        + "".join(f"; dropped {n} ({why})" for why, n in dropped.items())
+        + "".join(f"; {n} rows {why}" for why, n in frame.attrs.get("assumed", {}).items())
+    )
+
+
+def load_many(paths, format: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """The traces of several files as one frame (its ``attrs['dropped']`` summed over the files), and each
+    file's :func:`read_line`."""
+    frames = [load_traces(p, format=format) for p in paths]
+    combined = pd.concat(frames, ignore_index=True)
+    dropped: dict = {}
+    for f in frames:
+        for why, n in f.attrs.get("dropped", {}).items():
+            dropped[why] = dropped.get(why, 0) + n
+    combined.attrs["dropped"] = dropped
+    return combined, [read_line(p, f) for p, f in zip(paths, frames, strict=True)]

@@ -110,3 +110,25 @@ def cost_per_mtok(cost_per_hour_usd, total_rate, mean_tokens_per_request):
 def memory_headroom(slots, mean_footprint_bytes, pool_bytes):
     """1 − m·F̄/pool: the KV pool left unused at m slots."""
     return 1.0 - slots * mean_footprint_bytes / pool_bytes
+
+
+def cheapest_candidate(cost, gpus, feasible, tp, batch):
+    """Index into the flattened (G, N, B) candidates of the §8 choice (least cost, then fewer GPUs, smaller
+    TP, smaller batch, earlier GPU), and whether any is feasible. ``cost`` etc. end in (G, N, B)."""
+    lead, (G, N, B) = cost.shape[:-3], cost.shape[-3:]
+
+    def flat(x):
+        return jnp.broadcast_to(x, (*lead, G, N, B)).reshape(*lead, -1)
+
+    tp_key = flat(jnp.broadcast_to(tp[:, None], (N, B)))
+    b_key = flat(jnp.broadcast_to(batch[None, :], (N, B)))
+    c = flat(jnp.where(feasible, cost, jnp.inf))
+    g = flat(jnp.where(feasible, gpus, jnp.inf))
+    order = jnp.lexsort((b_key, tp_key, g, c), axis=-1)
+    return order[..., 0], jnp.any(flat(feasible), axis=-1)
+
+
+def at_candidate(x, index, shape):
+    """x (…, G, N, B) broadcast to ``shape`` + (G, N, B), at the flat candidate ``index`` (…)."""
+    full = jnp.broadcast_to(x, (*shape, *x.shape[-3:]))
+    return jnp.take_along_axis(full.reshape(*shape, -1), index[..., None], axis=-1)[..., 0]

@@ -16,7 +16,7 @@ from ..engine.grid import evaluate_blocks
 from ..engine.plan import BlockPlan
 from ..errors import SlimjaxError
 from ..inputs.sweepfile import Sweep
-from .sink import ZarrSink, _crc, open_group
+from .sink import ZarrSink, open_group, values_crc
 
 
 def run_blocks(sweep: Sweep, block_plan: BlockPlan, indices: list[int], path: str) -> dict[int, dict[str, int]]:
@@ -32,7 +32,7 @@ def run_blocks(sweep: Sweep, block_plan: BlockPlan, indices: list[int], path: st
             crcs = {}
             for name, (region, values) in variables.items():
                 group[name][region] = values
-                crcs[name] = _crc(values)
+                crcs[name] = values_crc(values)
             out[k] = crcs
     return out
 

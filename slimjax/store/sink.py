@@ -30,7 +30,7 @@ import xarray as xr
 import zarr
 from zarr.codecs import ZstdCodec
 
-from ..errors import SlimjaxError
+from ..errors import SlimjaxError, option
 
 
 def _alive(pid: int) -> bool:
@@ -105,13 +105,13 @@ def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) 
         if partial and not resume and not overwrite:
             raise SlimjaxError(
                 "out",
-                f"an interrupted sweep's partial store {out!r} exists: pass resume=True / --resume to "
-                "continue it, or overwrite=True / --overwrite to discard it",
+                f"an interrupted sweep's partial store {out!r} exists: pass {option('resume')} to "
+                f"continue it, or {option('overwrite')} to discard it",
             )
         if complete and resume:
             raise SlimjaxError("resume", f"{out!r} is complete; there is nothing to resume")
         if complete and not overwrite:
-            raise SlimjaxError("out", f"{out!r} already exists (pass overwrite=True / --overwrite to replace it)")
+            raise SlimjaxError("out", f"{out!r} already exists (pass {option('overwrite')} to replace it)")
         return out
     path = Path(out)
     for line in clean_stale_siblings(path):
@@ -120,13 +120,13 @@ def check_target(out: str | os.PathLike, overwrite: bool, resume: bool = False) 
     if partial.exists() and not resume and not overwrite:
         raise SlimjaxError(
             "out",
-            f"an interrupted sweep's partial store {str(partial)!r} exists: pass resume=True / --resume "
-            "to continue it, or overwrite=True / --overwrite to discard it",
+            f"an interrupted sweep's partial store {str(partial)!r} exists: pass {option('resume')} "
+            f"to continue it, or {option('overwrite')} to discard it",
         )
     if resume and not partial.exists() and path.exists():
         raise SlimjaxError("resume", f"{str(path)!r} is complete; there is nothing to resume")
     if path.exists() and not overwrite and not resume:
-        raise SlimjaxError("out", f"{str(path)!r} already exists (pass overwrite=True / --overwrite to replace it)")
+        raise SlimjaxError("out", f"{str(path)!r} already exists (pass {option('overwrite')} to replace it)")
     if path.exists() and not (path / "zarr.json").exists() and not (path / ".zgroup").exists():
         raise SlimjaxError("out", f"{str(path)!r} exists and is not a zarr store; refusing to replace it")
     _writable_folder(path.parent, "out", "a store")
@@ -258,7 +258,7 @@ def _write_json_atomically(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-def _crc(values: np.ndarray) -> int:
+def values_crc(values: np.ndarray) -> int:
     values = np.asarray(values)
     if values.dtype.kind in "UOT":  # labels: their text, however numpy or zarr holds the strings
         return zlib.crc32("\0".join(str(v) for v in values.ravel().tolist()).encode())
@@ -348,7 +348,7 @@ class ZarrSink:
 
         def job():
             array[region] = values
-            return _crc(values)
+            return values_crc(values)
 
         self.pending.append((name, self.pool.submit(job)))
 
@@ -444,7 +444,7 @@ def verify(path: str | os.PathLike) -> dict:
             array = group[name]
             dims = array.metadata.dimension_names
             values = array[tuple(slices.get(d, slice(None)) for d in dims)]
-            if _crc(np.asarray(values)) != crc:
+            if values_crc(np.asarray(values)) != crc:
                 corrupt.append((k, name))
     n = math.prod(len(r) for r in starts)
     return {

@@ -136,6 +136,12 @@ class AdviseResult:
     summary: pd.DataFrame  # one row per (SLO, method, curves subset)
     knees: pd.DataFrame  # one row per (curve, method): measured and predicted knee
     assumptions: tuple[str, ...] = ()  # what moves the answer, as the output ends with it
+    dense_points: int = 0  # DENSE_POINTS: a curve with at least as many batch points is summarised as dense
+
+    @property
+    def knee_table(self) -> pd.DataFrame:
+        """Where each method's knee lands against the measured one (:func:`knee_summary`)."""
+        return knee_summary(self.knees)
 
 
 DENSE_POINTS = 5  # a curve with fewer batch points is flagged: "within one step" says little on it
@@ -236,6 +242,7 @@ def evaluate_curves(df: pd.DataFrame, epsilon: float = DEFAULT_EPSILON) -> Advis
         per_curve.drop(columns="curve"),
         _summarise(per_curve),
         pd.DataFrame(knees),
+        dense_points=DENSE_POINTS,
         assumptions=(
             f"SLO: factor × each curve's own measured E2E at B = {REFERENCE_BATCH} (the paper's E2E(2, 128, 32) "
             "has no measured run); tight 2×, loose 4×",

@@ -24,7 +24,7 @@ from ..inputs.disaggregated import Deployment, Pool
 from ..model import batching as steps
 from ..model.memory import model_kv_bytes_per_layer_token
 from ..model.specs import GPUSpec, ModelSpec, stack
-from .sizing import _CODE, SIM_REASONS, _stream  # one table of why a fleet has no size, and what binds it
+from .candidates import REASON_CODE, SIM_REASONS, workload_stream  # one table of why a fleet has no size
 
 PREFILL_BATCH = 1e9  # the prefill pool admits by KV alone (§10): no batch limit
 
@@ -252,7 +252,7 @@ def size_deployment(name: str, model: ModelSpec, deployment: Deployment, stream:
     inputs = pool_inputs([name], model, deployment, stream)
     out = dict(prefill_replicas=np.nan, decode_replicas=np.nan, ttft=np.nan, tpot=np.nan, e2e=np.nan, binding=0)
     if not inputs["fits"][0]:
-        return dict(out, reason=_CODE["does_not_fit"])
+        return dict(out, reason=REASON_CODE["does_not_fit"])
 
     def prefill_meets(r):
         pre = prefill_phase(inputs, stream, np.array([r]))
@@ -261,7 +261,7 @@ def size_deployment(name: str, model: ModelSpec, deployment: Deployment, stream:
 
     r_p, first, _ = smallest_meeting(prefill_meets, max_replicas)
     if r_p is None:
-        return dict(out, reason=_CODE["ttft"])
+        return dict(out, reason=REASON_CODE["ttft"])
 
     def decode_meets(r):
         dec = decode_phase(inputs, stream, first, deployment.decode.batch, np.array([r]))
@@ -274,8 +274,8 @@ def size_deployment(name: str, model: ModelSpec, deployment: Deployment, stream:
 
     r_d, info, below = smallest_meeting(decode_meets, max_replicas)
     if r_d is None:
-        return dict(out, prefill_replicas=r_p, reason=_CODE[below["fails"]])
-    binding = _CODE[below["fails"]] if below is not None else 0
+        return dict(out, prefill_replicas=r_p, reason=REASON_CODE[below["fails"]])
+    binding = REASON_CODE[below["fails"]] if below is not None else 0
     return dict(
         prefill_replicas=r_p,
         decode_replicas=r_d,
@@ -301,14 +301,14 @@ def size_study(study, ds):
     grid = (W, Rr, M, D)
     fields = ("prefill_replicas", "decode_replicas", "ttft", "tpot", "e2e", "binding", "reason")
     got = {k: np.full(grid, np.nan) for k in fields}
-    got["reason"][:] = _CODE["does_not_fit"]
+    got["reason"][:] = REASON_CODE["does_not_fit"]
     got["binding"][:] = 0
     for w, wl in enumerate(study.workloads):
         for r in range(Rr):
             rate = float(study.total_rate[w, r])
             if not np.isfinite(rate):
                 continue
-            stream = _stream(wl, rate, study.sizing)
+            stream = workload_stream(wl, rate, study.sizing)
             for m in range(M):
                 one = jax.tree_util.tree_map(lambda x, m=m: np.asarray(x)[m : m + 1], study.model)
                 for d, dep in enumerate(deps):

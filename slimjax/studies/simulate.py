@@ -7,21 +7,16 @@ request: TTFT, E2E, TPOT (dim ``request``, stream order); per candidate the §9 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..config import float64_scope
 from ..engine import sim as engine
-from ..errors import SlimjaxError
-from ..inputs.simulatefile import Simulation, Stream
-from ..model import batching as floor
-from ..model.specs import GPUSpec, ModelSpec, ServingSpec
+from ..inputs.simulatefile import Simulation
+from .candidates import candidate_inputs, check_requests_fit, flat_candidates
 
 # name -> (units, long name): the one table of simulation outputs
 PER_REQUEST = {
@@ -58,60 +53,10 @@ COUNTS = {
 }
 
 
-def flat_candidates(model: ModelSpec, gpu: GPUSpec, serving: ServingSpec, batch, shape):
-    """Model (M,), GPU (G,) and serving (M, G, N[, P]) specs and batch limits (B,) broadcast to ``shape``
-    ((M, G, N[, P], B)), then flattened to K candidates: (model, gpu, serving, batch) with leaves (K,)."""
-    lead = len(shape) - 3  # the group axes after model and GPU
-
-    def flat(x, index):
-        return np.broadcast_to(np.asarray(x, float)[index], shape).reshape(-1)
-
-    at_model = (slice(None), *(None,) * (len(shape) - 1))
-    at_gpu = (None, slice(None), *(None,) * (len(shape) - 2))
-    at_group, at_batch = (..., None), (*(None,) * (2 + lead), slice(None))
-    model = ModelSpec(**{f.name: flat(getattr(model, f.name), at_model) for f in dataclasses.fields(ModelSpec)})
-    gpu = GPUSpec(**{k: flat(v, at_gpu) for k, v in gpu.fields().items()})
-    serving = ServingSpec(**{k: flat(v, at_group) for k, v in serving.fields().items()})
-    return model, gpu, serving, flat(batch, at_batch)
-
-
 def _broadcast(sim: Simulation):
     """The simulation's candidates flattened (:func:`flat_candidates`), and their (M, G, N, P, B) shape."""
     shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.pp), len(sim.batch))
     return (*flat_candidates(sim.model, sim.gpu, sim.serving, sim.batch, shape), shape)
-
-
-def candidate_inputs(model, gpu, serving, stream: Stream, dtype):
-    """(terms, footprint (K, N), fits (K,)) for flattened candidate specs, in ``dtype``."""
-    with float64_scope():
-        terms = floor.replica_terms(model, gpu, serving)
-        tokens = jnp.asarray(stream.input_len + stream.output_len, jnp.float64)
-        footprint = np.asarray(
-            floor.request_footprint_bytes(
-                jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], model),
-                jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], serving),
-                tokens[None, :],
-            )
-        )
-        terms = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), terms)
-    pool = terms["pool"]
-    stages = np.asarray(serving.pipeline_stages)
-    fits = (pool > 0) & (np.mod(np.asarray(model.n_heads), np.asarray(serving.n_gpu)) == 0)
-    fits = fits & (stages <= np.asarray(model.n_layers))
-    terms = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(dtype), terms)
-    return terms, footprint.astype(dtype), fits
-
-
-def _check_requests_fit(footprint, pool, fits, labels, stream: Stream) -> None:
-    over = fits[:, None] & (footprint > pool[:, None])
-    if over.any():
-        k, i = np.argwhere(over)[0]
-        raise SlimjaxError(
-            f"stream request {i}",
-            f"its footprint for I + O = {stream.input_len[i] + stream.output_len[i]:g} tokens "
-            f"({footprint[k, i] / 2**30:.3g} GiB) exceeds the whole KV pool ({pool[k] / 2**30:.3g} GiB) of "
-            f"{labels(k)}: no replica can ever admit it (shorten it, or give more GPUs/memory)",
-        )
 
 
 def run(sim: Simulation) -> xr.Dataset:
@@ -128,7 +73,7 @@ def run(sim: Simulation) -> xr.Dataset:
     # a virtual engine admits ⌊B/n_pp⌋ requests (§10): a batch limit below the stages runs nothing
     fits = fits & (batch >= np.asarray(serving.pipeline_stages))
 
-    _check_requests_fit(footprint.astype(np.float64), terms["pool"].astype(np.float64), fits, labels, stream)
+    check_requests_fit(footprint.astype(np.float64), terms["pool"].astype(np.float64), fits, labels, stream)
     K, n_req = footprint.shape
     closed = stream.kind == "closed_loop"
     client_axis = list(stream.clients) if closed else [None]

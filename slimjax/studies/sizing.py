@@ -21,14 +21,10 @@ import xarray as xr
 
 from ..engine import sim as engine
 from ..engine.grid import labelled
-from ..engine.procurement import _choose, _pick
 from ..model import procurement as proc
 from ..model.specs import ServingSpec
-from .simulate import candidate_inputs, flat_candidates
+from .candidates import REASON_CODE, SIM_REASONS, candidate_inputs, flat_candidates, workload_stream
 
-# why a candidate's simulated fleet is not feasible (checked in this order at max_replicas)
-SIM_REASONS = ("feasible", "does_not_fit", "request_too_large", "ttft", "itl", "e2e")
-_CODE = {name: i for i, name in enumerate(SIM_REASONS)}
 SIZED = ("workload", "rate", "model", "gpu", "tp", "batch")
 CHOICE = ("workload", "rate", "model")
 
@@ -48,31 +44,6 @@ SIZING = {
 }
 _FLAGGED = ("sim_reason", "binding_slo")
 JOBS_PER_CALL = 256  # candidates simulated together on one stream (their (K, N) per-request records)
-
-
-def _stream(workload, total_rate: float, sizing: dict, members=None) -> dict:
-    """The request stream a workload sends at total rate Λ (seconds from 0, sorted): a trace's own timestamps
-    time-compressed by Λ_tr/Λ; without timestamps a seeded Poisson stream at Λ over its lengths (a fixed-length
-    workload: ``requests`` of them). ``members``: only those trace requests (a class alone), at the same
-    compression (so at ≈ w_k·Λ)."""
-    trace = workload.trace
-    rng = np.random.default_rng(sizing["seed"])
-    if trace is None:
-        n = sizing["requests"]
-        i_len = np.full(n, float(workload.classes.input_len[0]))
-        o_len = np.full(n, float(workload.classes.output_len[0]))
-        arrival = None
-    else:
-        keep = np.arange(trace.n_requests) if members is None else np.asarray(members)
-        i_len, o_len = trace.input_len[keep].astype(float), trace.output_len[keep].astype(float)
-        arrival = None if trace.arrival_s is None else trace.arrival_s[keep] * (workload.trace_rate / total_rate)
-        if members is not None and arrival is None:
-            total_rate = total_rate * len(keep) / trace.n_requests
-    if arrival is None:
-        gaps = rng.exponential(1.0 / total_rate, len(i_len))
-        arrival = np.concatenate([[0.0], np.cumsum(gaps[1:])])
-    arrival = arrival - arrival[0]
-    return {"arrival_s": arrival, "input_len": i_len, "output_len": o_len}
 
 
 def _metrics(records, output_len, quantile: float) -> dict:
@@ -96,7 +67,7 @@ def _reason(m: dict, slo: dict) -> np.ndarray:
     fail_tpot = np.where(np.isnan(m["tpot"]), False, m["tpot"] > slo["itl_s"])
     return np.select(
         [~m["done"] | (m["ttft"] > slo["ttft_s"]), fail_tpot, m["e2e"] > slo["e2e_s"]],
-        [_CODE["ttft"], _CODE["itl"], _CODE["e2e"]],
+        [REASON_CODE["ttft"], REASON_CODE["itl"], REASON_CODE["e2e"]],
         0,
     )
 
@@ -245,7 +216,7 @@ def size(study, ds: xr.Dataset, progress=None) -> xr.Dataset:
     busy = rho * slots.reshape(W, 1, C) * 1.25 + 4
     terms = None
     streams, footprints, jobs = [], [], []  # jobs: (stream, candidate, start, where the answer goes)
-    reason = np.full((W, Rr, C), _CODE["does_not_fit"], np.int64)
+    reason = np.full((W, Rr, C), REASON_CODE["does_not_fit"], np.int64)
     for w, wl in enumerate(study.workloads):
         runs = slots[w].reshape(-1) >= 1
         for r in range(Rr):
@@ -254,11 +225,13 @@ def size(study, ds: xr.Dataset, progress=None) -> xr.Dataset:
                 continue
             classes = [k for k in range(K) if weight[w, k] > 0] if wl.trace is not None else []
             for k in [None, *classes]:
-                stream = _stream(wl, rate, study.sizing, None if k is None else np.flatnonzero(wl.class_of == k))
+                stream = workload_stream(
+                    wl, rate, study.sizing, None if k is None else np.flatnonzero(wl.class_of == k)
+                )
                 terms, footprint, _ = candidate_inputs(model, gpu, serving, _Lengths(stream), np.float64)
                 fits = runs & np.all(footprint <= terms["pool"][:, None], axis=-1)
                 if k is None:
-                    reason[w, r, runs & ~fits] = _CODE["request_too_large"]
+                    reason[w, r, runs & ~fits] = REASON_CODE["request_too_large"]
                 start = screen[w, r]
                 if k is not None:  # the screen's mixture R scaled by the class's share: only a starting point
                     start = np.ceil(np.nan_to_num(start, nan=1.0) * weight[w, k])
@@ -317,11 +290,11 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     feasible = np.isfinite(replicas)
     cost = np.where(feasible, proc.cost_per_hour(replicas, n_gpu, price), np.nan)
     gpus_total = replicas * n_gpu
-    best, any_ok = (np.asarray(v) for v in _choose(cost, gpus_total, feasible, tp, batch))
+    best, any_ok = (np.asarray(v) for v in proc.cheapest_candidate(cost, gpus_total, feasible, tp, batch))
     choice_shape = best.shape
 
     def pick(x):
-        return np.where(any_ok, np.asarray(_pick(x, best, choice_shape)), np.nan)
+        return np.where(any_ok, np.asarray(proc.at_candidate(x, best, choice_shape)), np.nan)
 
     n_b = len(batch)
     out = ds.copy()
@@ -341,7 +314,8 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     best_tp = np.where(any_ok, tp[(best // n_b) % N], 0.0)
     out["best_gpu"] = choice(labelled(study, "best_gpu", np.where(any_ok, best // (N * n_b), -1)))
     out["best_tp"] = choice(best_tp)
-    best_pp = np.where(any_ok, np.asarray(_pick(np.broadcast_to(stages, cost.shape), best, choice_shape)), 0.0)
+    best_stages = proc.at_candidate(np.broadcast_to(stages, cost.shape), best, choice_shape)
+    best_pp = np.where(any_ok, np.asarray(best_stages), 0.0)
     out["best_pp"] = choice(best_pp)
     out["best_batch"] = choice(np.where(any_ok, batch[best % n_b], 0.0))
     out["best_replicas"] = choice(pick(replicas))
@@ -352,18 +326,18 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     out["best_cost_per_mtok"] = choice(pick(out["cost_per_mtok"].values))
     out["best_sim_ttft_p_s"] = choice(pick(out["sim_ttft_p_s"].values))
     out["best_sim_tpot_p_s"] = choice(pick(out["sim_tpot_p_s"].values))
-    fails = np.stack([np.sum(code == _CODE[n], axis=(3, 4, 5)) for n in ("ttft", "itl", "e2e")], -1)
+    fails = np.stack([np.sum(code == REASON_CODE[n], axis=(3, 4, 5)) for n in ("ttft", "itl", "e2e")], -1)
     no_rate = ~np.isfinite(np.asarray(study.total_rate, float))[:, :, None]
-    binding = np.where(any_ok | no_rate, 0, np.where(fails.sum(-1) > 0, _CODE["ttft"] + np.argmax(fails, -1), 1))
+    binding = np.where(any_ok | no_rate, 0, np.where(fails.sum(-1) > 0, REASON_CODE["ttft"] + np.argmax(fails, -1), 1))
     out["binding_slo"] = choice(binding.astype(np.int8))
     # the mix: class k alone at w_k·Λ on its own cheapest candidate
     rk = np.moveaxis(r_class.reshape(W, Rr, K, M, G, N, B), 2, 3)  # (W, Rr, M, K, G, N, B)
     ok_k = np.isfinite(rk)
     cost_k = np.where(ok_k, proc.cost_per_hour(rk, n_gpu[:, :, :, None], price[:, :, :, None]), np.nan)
-    best_k, any_k = (np.asarray(v) for v in _choose(cost_k, rk * n_gpu[:, :, :, None], ok_k, tp, batch))
+    best_k, any_k = (np.asarray(v) for v in proc.cheapest_candidate(cost_k, rk * n_gpu[:, :, :, None], ok_k, tp, batch))
     present = (weight > 0)[:, None, None, :]
     mix_ok = any_k & present
-    cost_k_best = np.where(mix_ok, np.asarray(_pick(cost_k, best_k, best_k.shape)), np.nan)
+    cost_k_best = np.where(mix_ok, np.asarray(proc.at_candidate(cost_k, best_k, best_k.shape)), np.nan)
     mix_cost = np.where(np.all(any_k | ~present, -1), np.nansum(np.where(present, cost_k_best, 0.0), -1), np.nan)
     if "mix_cost_per_hour" in ds:
         mix = lambda v: xr.Variable((*CHOICE, "class"), v)  # noqa: E731
@@ -372,7 +346,7 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
         out["mix_gpu"] = mix(labelled(study, "mix_gpu", np.where(mix_ok, best_k // (N * n_b), -1)))
         out["mix_tp"] = mix(np.where(mix_ok, tp[(best_k // n_b) % N], 0.0))
         out["mix_batch"] = mix(np.where(mix_ok, batch[best_k % n_b], 0.0))
-        out["mix_replicas"] = mix(np.where(mix_ok, np.asarray(_pick(rk, best_k, best_k.shape)), np.nan))
+        out["mix_replicas"] = mix(np.where(mix_ok, np.asarray(proc.at_candidate(rk, best_k, best_k.shape)), np.nan))
         out["mix_class_cost_per_hour"] = mix(cost_k_best)
     for name, (_, units, long) in SIZING.items():
         attrs = {"units": units, "long_name": long}

@@ -1,0 +1,96 @@
+"""What the simulation studies share: candidates flattened to lanes and their engine inputs, the request stream a
+procurement workload sends at a rate, and the one table of why a simulated fleet has no size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import float64_scope
+from ..errors import SlimjaxError
+from ..inputs.simulatefile import Stream
+from ..model import batching as floor
+from ..model.specs import GPUSpec, ModelSpec, ServingSpec
+
+# why a candidate's simulated fleet is not feasible (checked in this order at max_replicas)
+SIM_REASONS = ("feasible", "does_not_fit", "request_too_large", "ttft", "itl", "e2e")
+REASON_CODE = {name: i for i, name in enumerate(SIM_REASONS)}
+
+
+def flat_candidates(model: ModelSpec, gpu: GPUSpec, serving: ServingSpec, batch, shape):
+    """Model (M,), GPU (G,) and serving (M, G, N[, P]) specs and batch limits (B,) broadcast to ``shape``
+    ((M, G, N[, P], B)), then flattened to K candidates: (model, gpu, serving, batch) with leaves (K,)."""
+    lead = len(shape) - 3  # the group axes after model and GPU
+
+    def flat(x, index):
+        return np.broadcast_to(np.asarray(x, float)[index], shape).reshape(-1)
+
+    at_model = (slice(None), *(None,) * (len(shape) - 1))
+    at_gpu = (None, slice(None), *(None,) * (len(shape) - 2))
+    at_group, at_batch = (..., None), (*(None,) * (2 + lead), slice(None))
+    model = ModelSpec(**{f.name: flat(getattr(model, f.name), at_model) for f in dataclasses.fields(ModelSpec)})
+    gpu = GPUSpec(**{k: flat(v, at_gpu) for k, v in gpu.fields().items()})
+    serving = ServingSpec(**{k: flat(v, at_group) for k, v in serving.fields().items()})
+    return model, gpu, serving, flat(batch, at_batch)
+
+
+def candidate_inputs(model, gpu, serving, stream: Stream, dtype):
+    """(terms, footprint (K, N), fits (K,)) for flattened candidate specs, in ``dtype``."""
+    with float64_scope():
+        terms = floor.replica_terms(model, gpu, serving)
+        tokens = jnp.asarray(stream.input_len + stream.output_len, jnp.float64)
+        footprint = np.asarray(
+            floor.request_footprint_bytes(
+                jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], model),
+                jax.tree_util.tree_map(lambda x: jnp.asarray(x)[:, None], serving),
+                tokens[None, :],
+            )
+        )
+        terms = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), terms)
+    pool = terms["pool"]
+    stages = np.asarray(serving.pipeline_stages)
+    fits = (pool > 0) & (np.mod(np.asarray(model.n_heads), np.asarray(serving.n_gpu)) == 0)
+    fits = fits & (stages <= np.asarray(model.n_layers))
+    terms = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(dtype), terms)
+    return terms, footprint.astype(dtype), fits
+
+
+def check_requests_fit(footprint, pool, fits, labels, stream: Stream) -> None:
+    over = fits[:, None] & (footprint > pool[:, None])
+    if over.any():
+        k, i = np.argwhere(over)[0]
+        raise SlimjaxError(
+            f"stream request {i}",
+            f"its footprint for I + O = {stream.input_len[i] + stream.output_len[i]:g} tokens "
+            f"({footprint[k, i] / 2**30:.3g} GiB) exceeds the whole KV pool ({pool[k] / 2**30:.3g} GiB) of "
+            f"{labels(k)}: no replica can ever admit it (shorten it, or give more GPUs/memory)",
+        )
+
+
+def workload_stream(workload, total_rate: float, sizing: dict, members=None) -> dict:
+    """The request stream a workload sends at total rate Λ (seconds from 0, sorted): a trace's own timestamps
+    time-compressed by Λ_tr/Λ; without timestamps a seeded Poisson stream at Λ over its lengths (a fixed-length
+    workload: ``requests`` of them). ``members``: only those trace requests (a class alone), at the same
+    compression (so at ≈ w_k·Λ)."""
+    trace = workload.trace
+    rng = np.random.default_rng(sizing["seed"])
+    if trace is None:
+        n = sizing["requests"]
+        i_len = np.full(n, float(workload.classes.input_len[0]))
+        o_len = np.full(n, float(workload.classes.output_len[0]))
+        arrival = None
+    else:
+        keep = np.arange(trace.n_requests) if members is None else np.asarray(members)
+        i_len, o_len = trace.input_len[keep].astype(float), trace.output_len[keep].astype(float)
+        arrival = None if trace.arrival_s is None else trace.arrival_s[keep] * (workload.trace_rate / total_rate)
+        if members is not None and arrival is None:
+            total_rate = total_rate * len(keep) / trace.n_requests
+    if arrival is None:
+        gaps = rng.exponential(1.0 / total_rate, len(i_len))
+        arrival = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    arrival = arrival - arrival[0]
+    return {"arrival_s": arrival, "input_len": i_len, "output_len": o_len}
