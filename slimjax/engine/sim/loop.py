@@ -239,7 +239,12 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
     r = jnp.argmin(start)
     t = start[r]
     holding = stream.hold_s is not None
-    head, free, count, sl = st.head[r], st.free_bytes[r], st.admitted[r], one.take(st.slots, r)
+    head, free, count, sl = (
+        st.head[r],
+        st.free_bytes[r],
+        st.admitted[r],
+        one.take(st.slots, 0 if lane.replicas == 1 else r),
+    )
     if holding:
         sl, free, count = one.release_transferred(sl, count, free, t)
     count0 = count
@@ -291,9 +296,11 @@ def complete(lane: Lane, stream: Stream, st: LaneState, k: Taken) -> LaneState:
         st = st._replace(routing=routing._replace(client_time=jnp.where(routing.client_next < n, freed_time, inf)))
     packed = one.compact(k.advanced.slots, k.keep)
     r = k.replica
-    return st._replace(
-        slots=jax.tree_util.tree_map(lambda a, new: a.at[r].set(jnp.where(go, new, a[r])), st.slots, packed)
-    )
+    if lane.replicas == 1:
+        slots = jax.tree_util.tree_map(lambda a, new: jnp.where(go, new, a[0])[None], st.slots, packed)
+    else:
+        slots = jax.tree_util.tree_map(lambda a, new: a.at[r].set(jnp.where(go, new, a[r])), st.slots, packed)
+    return st._replace(slots=slots)
 
 
 def account(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: Taken) -> LaneState:

@@ -43,12 +43,14 @@ def take(slots: Slots, r) -> Slots:
 
 
 def compact(slots: Slots, keep) -> Slots:
-    """The kept slots moved to the front in their order, the rest emptied."""
+    """The kept slots moved to the front in their order, the rest emptied: one scatter of where each position's
+    slot comes from, then a gather per field (gathers fuse; a scatter per field would not)."""
     S = keep.shape[0]
     dest = jnp.where(keep, jnp.cumsum(keep) - 1, S)
+    source = jnp.full(S, S, jnp.int32).at[dest].set(jnp.arange(S, dtype=jnp.int32), mode="drop")
     return Slots(
         *(
-            jnp.full_like(a, SLOT_EMPTY.get(f, 0)).at[dest].set(a, mode="drop")
+            a.at[source].get(mode="fill", fill_value=SLOT_EMPTY.get(f, 0))
             for f, a in zip(Slots._fields, slots, strict=True)
         )
     )
@@ -91,7 +93,8 @@ def admit(params: LaneParams, stream: Stream, queue: Queue, sl: Slots, head, fre
             arrival_s=queue.arrival_s(head),
             release_s=jnp.inf,
         )
-        sl = Slots(*(a.at[count].set(jnp.asarray(v).astype(a.dtype)) for a, v in zip(sl, row, strict=True)))
+        at = jnp.arange(S) == count  # (a select per field fuses; an update per field would not)
+        sl = Slots(*(jnp.where(at, jnp.asarray(v).astype(a.dtype), a) for a, v in zip(sl, row, strict=True)))
         return queue.next(head), free - footprint[head], count + 1, sl
 
     head, free, count, sl = jax.lax.while_loop(can_admit, one, (head, free, count, sl))
