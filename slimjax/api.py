@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -105,19 +106,44 @@ def _check_room(sw: Sweep, target) -> None:
         )
 
 
-def sweep(
-    spec: str | os.PathLike | Mapping | Sweep,
-    out: str | os.PathLike | None = None,
-    *,
-    overwrite: bool = False,
-    memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET,
-    quiet: bool | None = None,
-    resume: bool = False,
-    compression: str = "none",
-    scheduler: str = "local",
-    workers: int | None = None,
-    dask_address: str | None = None,
-) -> xr.Dataset:
+@dataclasses.dataclass(frozen=True)
+class EngineOptions:
+    """How an evaluation runs through the engine (:func:`sweep`, :func:`procure`): the store (``overwrite``,
+    ``resume``, ``compression``), working memory per block, progress (``quiet``: None shows it on a terminal),
+    and the scheduler (``local``, or ``dask`` on ``workers`` local processes or the cluster at
+    ``dask_address``)."""
+
+    overwrite: bool = False
+    memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET
+    quiet: bool | None = None
+    resume: bool = False
+    compression: str = "none"
+    scheduler: str = "local"
+    workers: int | None = None
+    dask_address: str | None = None
+
+    @classmethod
+    def of(cls, given: dict, **defaults) -> EngineOptions:
+        """From an entry point's keyword arguments (``defaults`` its own defaults); an unknown one is named."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        for k in given:
+            if k not in names:
+                raise SlimjaxError(k, f"not an engine option (one of {', '.join(sorted(names))})")
+        return cls(**{**defaults, **given})
+
+    def check(self, out) -> None:
+        """The options that contradict each other or the target, named before any work."""
+        if self.scheduler not in ("local", "dask"):
+            raise SlimjaxError("scheduler", f"must be 'local' or 'dask', got {self.scheduler!r}")
+        if self.scheduler == "dask" and out is None:
+            raise SlimjaxError("scheduler", f"a Dask sweep writes to a store: give {option('out')}")
+        if self.resume and out is None:
+            raise SlimjaxError("resume", f"continues an interrupted store: give its {option('out')}")
+        if self.dask_address is not None and self.scheduler != "dask":
+            raise SlimjaxError("--dask-address", "is for --scheduler dask")
+
+
+def sweep(spec: str | os.PathLike | Mapping | Sweep, out: str | os.PathLike | None = None, **engine) -> xr.Dataset:
     """Evaluate a sweep (file path, mapping or parsed :class:`Sweep`) over its dense grid.
 
     With ``out``, the Dataset is written to a zarr store and returned opened lazily from it; without, it
@@ -134,58 +160,24 @@ def sweep(
     ``scheduler="dask"`` runs the blocks on a ``dask.distributed`` cluster — a LocalCluster of ``workers``
     processes, or the scheduler at ``dask_address`` — whose workers write their regions straight into the
     store (a path every worker can open); same store, same journal, same resume, identical values.
+    ``engine``: the :class:`EngineOptions` fields.
     """
     given = spec if isinstance(spec, Sweep) else None
-    return _evaluate(given, lambda: parse(spec), out, **_engine_options(locals()))
+    return _evaluate(given, lambda: parse(spec), out, EngineOptions.of(engine))
 
 
-_ENGINE_OPTIONS = (
-    "overwrite",
-    "memory_budget_bytes",
-    "quiet",
-    "resume",
-    "compression",
-    "scheduler",
-    "workers",
-    "dask_address",
-)
-
-
-def _engine_options(arguments: dict) -> dict:
-    """An entry point's engine options (its keyword arguments of those names), for :func:`_evaluate`."""
-    return {k: arguments[k] for k in _ENGINE_OPTIONS}
-
-
-def _evaluate(
-    given,
-    parse_it,
-    out,
-    *,
-    overwrite: bool,
-    memory_budget_bytes: float,
-    quiet: bool | None,
-    resume: bool,
-    compression: str,
-    scheduler: str,
-    workers: int | None,
-    dask_address: str | None,
-) -> xr.Dataset:
+def _evaluate(given, parse_it, out, options: EngineOptions) -> xr.Dataset:
     """Any kind of evaluation (a Sweep, a procurement Study) through the engine: the block plan under the
     memory budget, in memory or to a journaled store (resume, verify), locally or on Dask; one Dataset
     builder and one attrs path. ``given`` is the parsed input, or None to ``parse_it()`` (inside float64)."""
-    if scheduler not in ("local", "dask"):
-        raise SlimjaxError("scheduler", f"must be 'local' or 'dask', got {scheduler!r}")
-    if scheduler == "dask" and out is None:
-        raise SlimjaxError("scheduler", f"a Dask sweep writes to a store: give {option('out')}")
-    if resume and out is None:
-        raise SlimjaxError("resume", f"continues an interrupted store: give its {option('out')}")
-    if dask_address is not None:
-        if scheduler != "dask":
-            raise SlimjaxError("--dask-address", "is for --scheduler dask")
+    options.check(out)
+    if options.dask_address is not None:
         from .store.distributed import check_address
 
-        check_address(dask_address)  # before any store is made: a failed connect leaves nothing behind
-    target = store.check_target(out, overwrite, resume) if out is not None else None
+        check_address(options.dask_address)  # before any store is made: a failed connect leaves nothing behind
+    memory_budget_bytes, quiet, resume = options.memory_budget_bytes, options.quiet, options.resume
+    compression, scheduler, workers = options.compression, options.scheduler, options.workers
+    target = store.check_target(out, options.overwrite, resume) if out is not None else None
     with float64_scope():
         sw = given if given is not None else parse_it()
         _check_room(sw, target)
@@ -230,7 +222,9 @@ def _evaluate(
                     if scheduler == "dask":
                         from .store.distributed import evaluate_on_dask
 
-                        evaluate_on_dask(sw, block_plan, sink, workers=workers, address=dask_address, progress=progress)
+                        evaluate_on_dask(
+                            sw, block_plan, sink, workers=workers, address=options.dask_address, progress=progress
+                        )
                     else:
                         grid.evaluate(sw, block_plan, sink, progress=progress, skip=frozenset(sink.done))
                     sink.commit(count_nonzero=COUNTED)
@@ -252,17 +246,7 @@ def _evaluate(
 
 
 def procure(
-    spec: str | os.PathLike | Mapping | procurefile.Study,
-    out: str | os.PathLike | None = None,
-    *,
-    overwrite: bool = False,
-    memory_budget_bytes: float = DEFAULT_MEMORY_BUDGET,
-    quiet: bool | None = True,
-    resume: bool = False,
-    compression: str = "none",
-    scheduler: str = "local",
-    workers: int | None = None,
-    dask_address: str | None = None,
+    spec: str | os.PathLike | Mapping | procurefile.Study, out: str | os.PathLike | None = None, **engine
 ) -> xr.Dataset:
     """A procurement study (MODEL.md §8) from a procurement file (path), mapping or parsed
     :class:`~slimjax.inputs.procurefile.Study`: every (GPU, TP, batch limit) candidate per workload,
@@ -274,24 +258,25 @@ def procure(
     The fleet is sized by simulation (MODEL.md §8 "Sizing by simulation", the study's ``sizing``): the screen
     runs in memory, then every candidate's R_sim is searched on the workload's own stream and the Dataset (cost,
     choice, mix on R_sim; the screen's R as ``replicas_screen``) is written to ``out`` at the end, atomically.
-    ``resume`` and Dask apply to ``sizing: screen``, the closed form alone."""
-    options = _engine_options(locals())
+    ``resume`` and Dask apply to ``sizing: screen``, the closed form alone. ``engine``: the
+    :class:`EngineOptions` fields (``quiet`` defaults to True here)."""
+    options = EngineOptions.of(engine, quiet=True)
     if out is not None:  # before any work, the study's own checks included
-        store.check_target(out, overwrite, resume)
+        store.check_target(out, options.overwrite, options.resume)
     with float64_scope():
         study = spec if isinstance(spec, procurefile.Study) else procurefile.parse(spec)
     if study.sizing["method"] == "screen":
-        return _evaluate(study, None, out, **options)
-    for flag, given in (("resume", resume), ("scheduler", scheduler == "dask")):
+        return _evaluate(study, None, out, options)
+    for flag, given in (("resume", options.resume), ("scheduler", options.scheduler == "dask")):
         if given:
             raise SlimjaxError(
                 flag, "applies to the screen alone: give sizing: screen, or run sized by simulation without it"
             )
     from .studies import sizing
 
-    target = store.check_target(out, overwrite) if out is not None else None
-    screen = _evaluate(study, None, None, **options)
-    progress = _progress(quiet)
+    target = store.check_target(out, options.overwrite) if out is not None else None
+    screen = _evaluate(study, None, None, options)
+    progress = _progress(options.quiet)
     if progress is not None:
         progress.set_description("slimjax sizing")
         progress.unit = "simulation"
@@ -520,17 +505,19 @@ def calibrate_files(
     format: str | None = None,
     overwrite: bool = False,
     intervals: str = "fit",
+    said=None,
     **fit,
 ) -> Calibrated:
     """Fit SLIM's coefficients per group of the measured ``traces`` (files, merged) in one batched solve and
     write them to the store ``out``; ``fit``: :func:`slimjax.fit.slim.calibrate`'s options (group_by, solver,
-    variant, loss, bootstrap). The target is checked before anything is read."""
+    variant, loss, bootstrap). The target is checked before anything is read; ``said`` is given each file's read
+    line as it is read."""
     from .fit.slim import calibrate
     from .fit.transfer import form_error_table
     from .inputs.traces import load_many
 
     target = store.check_target(out, overwrite)
-    frame, read = load_many(traces, format)
+    frame, read = load_many(traces, format, said)
     ds = calibrate(frame, intervals=intervals, **fit)
     store.write_dataset(ds, target)
     groups = ds[["n_points", "mape_throughput", "mape_e2e", "converged"]].to_dataframe()
@@ -558,12 +545,13 @@ def validate(
     scenarios: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
     requests_per_client: int = 4,
+    said=None,
 ) -> Validation:
     """The SLIM paper's generalization study on measured ``traces`` (default: LLM-Inference-Bench and its TTFT
     table under $SLIMJAX_DATA or ../shared/data): held-out MAPE of throughput / E2E per scenario and method.
     ``serving``: the §9 simulation (a closed loop at each row's concurrency) scored against measured TTFT and
     TPOT instead, with its MAPE and bias per GPU, TP, precision and concurrency band (default: the shared
-    serving runs)."""
+    serving runs). ``said`` is given each file's read line as it is read."""
     from .fit import validate as study
     from .inputs.traces import load_many
 
@@ -571,7 +559,7 @@ def validate(
     for p in paths:
         if not os.path.exists(p):
             raise SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
-    frame, read = load_many(paths, format)
+    frame, read = load_many(paths, format, said)
     if serving:
         from .studies.serving_check import error_markdown, error_table, simulate_rows
 

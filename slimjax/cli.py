@@ -550,9 +550,8 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
         loss=loss,
         bootstrap=bootstrap,
         intervals=intervals,
+        said=click.echo,
     )
-    for line in fit.read:
-        click.echo(line)
     click.echo(f"wrote {out}: {len(fit.groups)} groups fitted")
     with_pd_options(lambda: click.echo(fit.groups.round(2).to_string()))
     if fit.transfer is not None:
@@ -600,9 +599,8 @@ def validate(traces, fmt, methods, scenarios, exclude, out, serving, requests_pe
         scenarios=_list(scenarios),
         exclude=exclude,
         requests_per_client=requests_per_client,
+        said=click.echo,
     )
-    for line in result.read:
-        click.echo(line)
     if out:
         result.rows.to_csv(out, index=False)
     if serving:
@@ -699,7 +697,7 @@ def _print_tables(tables, i: int, o: int) -> None:
     if "agents" in tables:
         click.echo(
             f"\nAgent graphs at input_len={i}, output_len={o} per call (local: the batch limit with the shortest time; "
-            "prices illustrative, dated 2026-10-27):"
+            f"prices illustrative, dated {C.PRICE_DATE}):"
         )
         click.echo(tables["agents"].to_string(index=False))
         click.echo("assumptions:")

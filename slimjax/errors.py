@@ -5,17 +5,18 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-# options a message may tell the user to give: (how Python's API spells it, how the command line does)
+# options a message may tell the user to give: (as Python's API reads it — the keyword, and the flag for whoever
+# runs the command line — and as the command line shows it)
 OPTIONS = {
-    "resume": ("resume=True", "--resume"),
-    "overwrite": ("overwrite=True", "--overwrite"),
-    "out": ("out=…", "--out"),
+    "resume": ("resume=True / --resume", "--resume"),
+    "overwrite": ("overwrite=True / --overwrite", "--overwrite"),
+    "out": ("out=… / --out", "--out"),
 }
 
 
 def option(name: str) -> str:
     """An option named inside a message, written once where the error is raised and shown in the words of
-    whoever reads it: ``resume=True`` from Python, ``--resume`` on the command line (:data:`OPTIONS`)."""
+    whoever reads it: ``resume=True / --resume`` from Python, ``--resume`` on the command line (:data:`OPTIONS`)."""
     if name not in OPTIONS:
         raise KeyError(f"unknown option {name!r}: add it to slimjax.errors.OPTIONS")
     return f"\x00{name}\x00"

@@ -194,11 +194,11 @@ def test_study_sizing_equals_the_brute_force(studies):
     """R_p the smallest meeting TTFT, then R_d the smallest meeting ITL and E2E at it: equal to trying every
     R_p, R_d ≤ 16."""
     from slimjax.studies import disaggregated as dis
-    from slimjax.studies.sizing import _stream
+    from slimjax.studies.candidates import workload_stream
 
     _, ds = studies
     study = simulatefile_free_study()
-    stream = _stream(study.workloads[0], float(study.total_rate[0, 0]), study.sizing)
+    stream = workload_stream(study.workloads[0], float(study.total_rate[0, 0]), study.sizing)
     q, slo = study.slo["quantile"], study.slo
     grew = False
     for d, dep in enumerate(study.deployments):

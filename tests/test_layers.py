@@ -421,3 +421,12 @@ def test_a_trace_format_added_in_one_place_is_read_detected_and_taken_by_the_cli
     assert "6 rows kept of 6 read" in r.output
     unknown = CliRunner().invoke(main, ["calibrate", str(path), "--format", "nope", "--out", str(tmp_path / "d.zarr")])
     assert unknown.exit_code == 2 and "test_lab_csv" in unknown.output  # the error lists the registered formats
+
+
+def test_architecture_page_shows_the_simulation_records_table():
+    """docs/architecture.md's records table is the one RECORDS makes (so it cannot go stale)."""
+    from slimjax.engine.sim.outputs import records_markdown
+
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    shown = page.split("<!-- records:begin", 1)[1].split("\n", 1)[1].split("<!-- records:end -->", 1)[0]
+    assert shown.strip() == records_markdown().strip()

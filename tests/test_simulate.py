@@ -291,3 +291,26 @@ def simulate_example():
     from pathlib import Path
 
     return Path(__file__).resolve().parent.parent / "sweeps" / "simulate_azure.yaml"
+
+
+def test_every_record_row_is_returned_by_every_entry_point():
+    """RECORDS is the one table of outputs: a lane run (run_lanes), the pool of lanes (least_loaded) and the
+    round-robin jobs return exactly its rows (the stop flag where lanes can stop), beside arrival and replica."""
+    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 4, replicas=2))
+    model, gpu, serving, batch, _ = simulate._broadcast(sim)
+    terms, fp, _ = simulate.candidate_inputs(model, gpu, serving, sim.stream, np.float64)
+    stream = {k: getattr(sim.stream, k) for k in ("arrival_s", "input_len", "output_len")}
+    names = {r.name for r in engine.RECORDS}
+    with slimjax.config.float64_scope():
+        lane = engine.run_lanes(dict(terms, batch=batch, footprint=fp), stream, replicas=2, slots=4)
+        pooled = engine.simulate_candidates(terms, batch, fp, stream, replicas=2, router="least_loaded")
+        jobs = engine.simulate_candidates(terms, batch, fp, stream, replicas=2)
+    assert set(lane) == names - {"stopped"} | {"arrival_s", "replica"}
+    assert set(pooled) == names - {"stopped"} | {"arrival_s", "replica", "replicas"}
+    assert set(jobs) == names | {"arrival_s", "replica", "replicas"}
+    for r in engine.RECORDS:
+        if r.per == "replica":
+            assert jobs[r.name].shape == (1, 2) and pooled[r.name].shape == (1, 2)
+        if r.dtype != "float":
+            assert jobs[r.name].dtype == np.dtype(r.dtype)
+    assert np.isfinite(jobs["end_s"]).all() and np.isfinite(pooled["end_s"]).all()

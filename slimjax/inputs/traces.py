@@ -712,10 +712,15 @@ def read_line(path, frame: pd.DataFrame) -> str:
     )
 
 
-def load_many(paths, format: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+def load_many(paths, format: str | None = None, said=None) -> tuple[pd.DataFrame, list[str]]:
     """The traces of several files as one frame (its ``attrs['dropped']`` summed over the files), and each
-    file's :func:`read_line`."""
-    frames = [load_traces(p, format=format) for p in paths]
+    file's :func:`read_line` (also given to ``said`` as each file is read, so that it is shown whatever
+    comes next)."""
+    frames = []
+    for p in paths:
+        frames.append(load_traces(p, format=format))
+        if said is not None:
+            said(read_line(p, frames[-1]))
     combined = pd.concat(frames, ignore_index=True)
     dropped: dict = {}
     for f in frames:

@@ -54,7 +54,13 @@ Completed.__doc__ = "Per-request records (N,) each, NaN until the request comple
 
 
 def no_completions(n: int, dtype) -> Completed:
-    return Completed(*(jnp.full(n, jnp.nan, dtype) for _ in PER_REQUEST))
+    """Per-request records before any completion: NaN (a float record, in the stream's ``dtype``), else 0."""
+    return Completed(*(jnp.full(n, *_unset(r, dtype)) for r in RECORDS if r.per == "request"))
+
+
+def _unset(record: Record, dtype):
+    """(fill, dtype) of a record not yet written: NaN in the stream's float dtype, else 0 in its own."""
+    return (jnp.nan, dtype) if record.dtype == "float" else (0, np.dtype(record.dtype))
 
 
 def write_completions(done: Completed, slots, end, at) -> Completed:
@@ -178,3 +184,17 @@ def summaries(records, output_len, clients: int | None = None) -> dict:
     out["queue_peak"] = np.max(records["queue_peak"], axis=-1).astype(float)
     out["kv_peak_bytes"] = np.max(records["kv_peak_bytes"], axis=-1)
     return out
+
+
+def records_markdown() -> str:
+    """:data:`RECORDS` as the Markdown table docs/architecture.md shows (checked by the tests, so it cannot go
+    stale)."""
+    lines = ["| record | per | from the lane state | dtype | sub-lanes merge by | what |", "|---|---|---|---|---|---|"]
+    for r in RECORDS:
+        if r.per == "request":
+            source = f"`Slots.{r.source}`" if r.source else "the completing step's end"
+        else:
+            source = f"`LaneState.{r.source}`"
+        per = f"{r.per} ({r.bins} bins)" if r.bins else r.per
+        lines.append(f"| `{r.name}` | {per} | {source} | {r.dtype} | {r.merge} | {r.doc} |")
+    return "\n".join(lines)

@@ -246,7 +246,8 @@ def _job_records(jobs: int, n: int, r_max: int, dt) -> dict:
     for r in RECORDS:
         dtype = dt if r.dtype == "float" else np.dtype(r.dtype)
         shape = {"request": (jobs, n), "replica": (jobs, r_max), "lane": (jobs, r.bins) if r.bins else (jobs,)}
-        out[r.name] = np.full(shape[r.per], np.nan if r.per == "request" else 0, dtype)
+        unset = np.nan if r.per == "request" and r.dtype == "float" else 0  # as the lane's own records start
+        out[r.name] = np.full(shape[r.per], unset, dtype)
     return out
 
 
