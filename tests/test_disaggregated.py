@@ -253,3 +253,16 @@ def test_reports_show_both_fleets_and_both_distributions(studies, tmp_path):
     (fig,) = figures.simulation_figures(sim)
     labels = [line.get_label() for line in fig.figure.axes[0].get_lines()]
     assert any(label.startswith("prefill 1×H100-SXM") for label in labels)
+
+
+def test_several_models_each_equal_the_model_alone():
+    """A simulation file with two models and a deployment: each model's per-request times equal its own run
+    (each model's prefill and decode jobs read that model's footprints; main indexed past a one-row array)."""
+    dep = [{"prefill": {"gpu": "H100-SXM", "tp": 2}, "decode": {"gpu": "H100-SXM", "tp": 2, "batch": 8}}]
+    both = dict(_spec("Llama-3.1-8B", dep), models=["Llama-3.1-8B", "Qwen3-32B"])
+    together = slimjax.simulate(both)
+    for model in both["models"]:
+        alone = slimjax.simulate(_spec(model, dep))
+        for name in ("disagg_ttft_s", "disagg_e2e_s", "disagg_transfer_s"):
+            np.testing.assert_array_equal(together[name].sel(model=model).values, alone[name].sel(model=model).values)
+    assert np.isfinite(together.disagg_e2e_s.values).all()

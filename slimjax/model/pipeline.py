@@ -50,6 +50,14 @@ def network_time(message_bytes, network_bytes_per_s, network_latency_s):
     return network_latency_s + message_bytes / network_bytes_per_s
 
 
+def kv_transfer_time(kv_bytes, lanes, bandwidth_bytes_per_s, latency_s):
+    """t_xfer = τ + (KV / lanes) / BW, seconds (§10 disaggregated serving): a prompt's KV moved from its prefill
+    replica to its decode replica over ``lanes`` = min(n_p, n_d) GPU pairs at once, each at ``bandwidth_bytes_per_s``
+    (the slower NIC of the two, or η_link·BW_link over NVLink) after the larger latency. Plain arithmetic:
+    numpy in, numpy out."""
+    return network_time(kv_bytes / lanes, bandwidth_bytes_per_s, latency_s)
+
+
 def p2p_terms(hidden, pipeline_stages, network_bytes_per_s, network_latency_s):
     """(fixed, per_token) seconds with (n_pp − 1)·t_net(n_tok·D·b_a) = fixed + per_token·n_tok: the hops of one
     pass between consecutive stages (0 when n_pp = 1)."""

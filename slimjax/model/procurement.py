@@ -102,6 +102,14 @@ def cost_per_hour(replicas, n_gpu, price_per_gpu_hour):
     return replicas * n_gpu * price_per_gpu_hour
 
 
+def two_pool_cost_per_hour(prefill_replicas, prefill_gpus, prefill_price, decode_replicas, decode_gpus, decode_price):
+    """R_p·n_p·price_p + R_d·n_d·price_d, $/hour (§10: a disaggregated deployment's two pools, each priced as
+    :func:`cost_per_hour`)."""
+    return cost_per_hour(prefill_replicas, prefill_gpus, prefill_price) + cost_per_hour(
+        decode_replicas, decode_gpus, decode_price
+    )
+
+
 def cost_per_mtok(cost_per_hour_usd, total_rate, mean_tokens_per_request):
     """$/hour ÷ (3600·Λ·Σ w_k(I_k + O_k) / 1e6): dollars per million (prompt + output) tokens."""
     return cost_per_hour_usd / (3600.0 * total_rate * mean_tokens_per_request / 1e6)

@@ -22,7 +22,10 @@ from ..engine import sim as engine
 from ..errors import SlimjaxError
 from ..inputs.disaggregated import Deployment, Pool
 from ..model import batching as steps
+from ..model import procurement as proc
 from ..model.memory import model_kv_bytes_per_layer_token
+from ..model.parallel import link_bandwidth
+from ..model.pipeline import kv_transfer_time
 from ..model.specs import GPUSpec, ModelSpec, stack
 from .candidates import REASON_CODE, SIM_REASONS, workload_stream  # one table of why a fleet has no size
 
@@ -35,14 +38,19 @@ def _specs(model: ModelSpec, pool: Pool):
 
 
 def transfer_seconds(kv_bytes, deployment: Deployment):
-    """t_xfer of ``kv_bytes`` of a prompt's KV (§10), seconds; broadcasts."""
+    """t_xfer of ``kv_bytes`` of a prompt's KV (§10, :func:`slimjax.model.pipeline.kv_transfer_time`), seconds;
+    broadcasts. Over NVLink (both pools in one node) a GPU pair's achieved link, η_link·BW_link
+    (:func:`slimjax.model.parallel.link_bandwidth` of two GPUs) after τ; over the network the slower NIC after the
+    larger latency."""
     p, d = deployment.prefill, deployment.decode
-    x = kv_bytes / min(p.gpus, d.gpus)
+    lanes = min(p.gpus, d.gpus)
     if deployment.transfer == "nvlink":
-        link = p.gpu_row["link_efficiency"] * p.gpu_row["link_bytes_per_s"]
-        return p.gpu_row["allreduce_latency_s"] + x / link
+        row = p.gpu_row
+        with float64_scope():
+            link = float(link_bandwidth(2.0, row["link_bytes_per_s"], row["link_mesh"], row["link_efficiency"]))
+        return kv_transfer_time(kv_bytes, lanes, link, row["allreduce_latency_s"])
     bw = min(p.gpu_row["network_bytes_per_s"], d.gpu_row["network_bytes_per_s"])
-    return max(p.gpu_row["network_latency_s"], d.gpu_row["network_latency_s"]) + x / bw
+    return kv_transfer_time(kv_bytes, lanes, bw, max(p.gpu_row["network_latency_s"], d.gpu_row["network_latency_s"]))
 
 
 def _pool_inputs(model, pool: Pool, tokens):
@@ -103,7 +111,7 @@ def prefill_phase(inputs: dict, stream: dict, replicas, dtype=np.float64) -> dic
         rec = engine.round_robin_jobs(
             _cast(inputs["terms_p"], dtype),
             np.full(M, PREFILL_BATCH, dtype),
-            [inputs["fp_p"][m : m + 1].astype(dtype) for m in range(M)],
+            [inputs["fp_p"].astype(dtype)] * M,  # stream m's job is candidate m: row m of every model's
             streams,
             jobs,
             jobs,
@@ -136,7 +144,7 @@ def decode_phase(inputs: dict, stream: dict, first, batch: float, replicas, dtyp
                 "prefilled": np.ones(len(order), dtype),
             }
         )
-        footprints.append(inputs["fp_d"][m : m + 1, order].astype(dtype))
+        footprints.append(inputs["fp_d"][:, order].astype(dtype))  # stream m's job is candidate m: its row m
     jobs = np.arange(M)
     end = np.array(first, dtype=np.float64)
     if len(go) == 0:
@@ -203,7 +211,9 @@ def summaries(got: dict, deployment: Deployment, arrival) -> dict:
     out["prefill_utilization"] = got["prefill_busy_s"] / (p.replicas * p.pp * span)
     out["decode_utilization"] = got["decode_busy_s"] / (d.replicas * d.pp * span)
     gpus = p.replicas * p.gpus + d.replicas * d.gpus
-    cost = p.replicas * p.gpus * p.gpu_row["price_per_hour"] + d.replicas * d.gpus * d.gpu_row["price_per_hour"]
+    cost = proc.two_pool_cost_per_hour(
+        p.replicas, p.gpus, p.gpu_row["price_per_hour"], d.replicas, d.gpus, d.gpu_row["price_per_hour"]
+    )
     fits = got["fits"]
     out["gpus"] = np.where(fits, float(gpus), np.nan)
     out["cost_per_hour"] = np.where(fits, cost, np.nan)
@@ -294,8 +304,6 @@ def size_study(study, ds):
     (aggregated − disaggregated: positive where disaggregating pays)."""
     import xarray as xr
 
-    from ..model import procurement as proc
-
     deps = study.deployments
     W, Rr, M, D = len(study.workloads), len(study.rate_labels), len(study.models), len(deps)
     grid = (W, Rr, M, D)
@@ -324,7 +332,7 @@ def size_study(study, ds):
     r_p, r_d = got["prefill_replicas"], got["decode_replicas"]
     feasible = np.isfinite(r_d)
     gpus = np.where(feasible, r_p * n_p + r_d * n_d, np.nan)
-    cost = np.where(feasible, r_p * n_p * price_p + r_d * n_d * price_d, np.nan)
+    cost = np.where(feasible, proc.two_pool_cost_per_hour(r_p, n_p, price_p, r_d, n_d, price_d), np.nan)
     weight = ds["class_weight"].transpose("workload", "class").values
     lengths = ds["class_input_len"].transpose("workload", "class").values
     lengths = lengths + ds["class_output_len"].transpose("workload", "class").values

@@ -32,7 +32,19 @@ import jax.numpy as jnp
 from ...constants import ROUTERS
 from . import step as one
 from .outputs import gap_bin, no_completions, records, write_completions
-from .state import GAP_BINS, LaneParams, LaneState, Routing, Slots, StopCounts, Stream, empty_slots
+from .state import (
+    GAP_BINS,
+    SLOT_COLUMN,
+    LaneParams,
+    LaneState,
+    Routing,
+    Slots,
+    StopCounts,
+    Stream,
+    empty_rows,
+    pack,
+    unpack,
+)
 
 COAST_STEPS = 32  # decode-only steps one iteration may take at once (contiguous lanes)
 STOP_MARGIN = 1e-5  # relative: a count the host's own arithmetic (another rounding) could not contradict
@@ -112,7 +124,7 @@ def init(lane: Lane, params: LaneParams, stream: Stream) -> LaneState:
         busy_s=jnp.zeros(R, dt),
         free_bytes=jnp.full(R, params.pool_bytes, dt),
         admitted=jnp.zeros(R, jnp.int32),
-        slots=empty_slots((R, S), dt),
+        slots=empty_rows((R, S), dt),
         queue_peak=jnp.zeros(R, jnp.int32),
         held_peak=jnp.zeros(R, jnp.int32),
         kv_peak_bytes=jnp.zeros(R, dt),
@@ -138,7 +150,7 @@ def ready(lane: Lane, stream: Stream, st: LaneState):
         head_t = jnp.where(st.head >= 0, st.routing.arrival_s[jnp.maximum(st.head, 0)], inf)
     held = st.admitted > 0
     if stream.hold_s is not None:  # rows whose KV waits for its transfer hold no work
-        sl = st.slots
+        sl = unpack(st.slots)
         occ = jnp.arange(sl.request.shape[1])[None, :] < st.admitted[:, None]
         held = jnp.any(occ & (sl.decoded < sl.output_len), axis=-1)
     return jnp.where(held, st.clock, jnp.maximum(st.clock, head_t))
@@ -239,16 +251,14 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
     r = jnp.argmin(start)
     t = start[r]
     holding = stream.hold_s is not None
-    head, free, count, sl = (
-        st.head[r],
-        st.free_bytes[r],
-        st.admitted[r],
-        one.take(st.slots, 0 if lane.replicas == 1 else r),
-    )
+    head, free, count = st.head[r], st.free_bytes[r], st.admitted[r]
+    rows = st.slots[0 if lane.replicas == 1 else r]
     if holding:
-        sl, free, count = one.release_transferred(sl, count, free, t)
+        rows, free, count = one.release_transferred(rows, count, free, t)
     count0 = count
-    head, free, count, sl, blocked = one.admit(params, stream, queue_of(lane, stream, st), sl, head, free, count, t, go)
+    queue = queue_of(lane, stream, st)
+    head, free, count, rows, blocked = one.admit(params, stream, queue, rows, head, free, count, t, go)
+    sl = unpack(rows)
     overflow = go & blocked
     go = go & ~blocked
     plan = one.schedule(params, sl, count, holding)
@@ -294,13 +304,9 @@ def complete(lane: Lane, stream: Stream, st: LaneState, k: Taken) -> LaneState:
         freed_time = routing.client_time.at[owner].set(k.end, mode="drop")
         inf = jnp.asarray(jnp.inf, dt)
         st = st._replace(routing=routing._replace(client_time=jnp.where(routing.client_next < n, freed_time, inf)))
-    packed = one.compact(k.advanced.slots, k.keep)
+    packed = one.compact(pack(k.advanced.slots, dt), k.keep)
     r = k.replica
-    if lane.replicas == 1:
-        slots = jax.tree_util.tree_map(lambda a, new: jnp.where(go, new, a[0])[None], st.slots, packed)
-    else:
-        slots = jax.tree_util.tree_map(lambda a, new: a.at[r].set(jnp.where(go, new, a[r])), st.slots, packed)
-    return st._replace(slots=slots)
+    return st._replace(slots=st.slots.at[r].set(jnp.where(go, packed, st.slots[r])))
 
 
 def account(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: Taken) -> LaneState:
@@ -390,7 +396,7 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
     arrival = stream.arrival_s
     dt, n = arrival.dtype, arrival.shape[0]
     inf = jnp.asarray(jnp.inf, dt)
-    sl, count, head, free = one.take(st.slots, 0), st.admitted[0], st.head[0], st.free_bytes[0]
+    sl, count, head, free = unpack(st.slots[0]), st.admitted[0], st.head[0], st.free_bytes[0]
     occ = jnp.arange(lane.slots, dtype=jnp.int32) < count
     j, o_len = sl.decoded, sl.output_len
     dec = occ & (sl.prefilled >= sl.input_len)
@@ -410,7 +416,7 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
     take = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
     k = jnp.sum(take).astype(jnp.int32)
     zero = jnp.zeros((), dt)
-    slots = st.slots._replace(decoded=st.slots.decoded.at[0].set(jnp.where(dec, j + k.astype(dt), j)))
+    slots = st.slots.at[0, :, SLOT_COLUMN["decoded"]].set(jnp.where(dec, j + k.astype(dt), j))
     return st._replace(
         slots=slots,
         clock=jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], st.clock),

@@ -18,7 +18,7 @@ from ...model.pipeline import engine_batch_limit
 from ..dispatch import compute_devices
 from .loop import advance_lanes, init_lanes
 from .outputs import PER_REPLICA, RECORDS, records
-from .state import StopParams, widen_slots
+from .state import StopParams, widen_rows
 
 # compiled loop shapes kept between pool runs: each holds ~250 of the process's memory maps (65,530 by default),
 # so a long study's shapes are dropped, and compiled again if met again, rather than run the kernel out of maps
@@ -80,7 +80,7 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     state = jax.device_get(init_lanes(_marked(per_lane, job), stream, slots=1, shared_stream=shared_stream, **static))
     state = jax.tree_util.tree_map(np.array, state)
     # each lane's slots at its own width; the rest of the state lane by lane
-    rows = [widen_slots(_take(state.slots, k), int(width[k])) for k in range(lanes)]
+    rows = [widen_rows(state.slots[k], int(width[k])) for k in range(lanes)]
     state = state._replace(slots=None)
     pending = {}
     for k in range(lanes):
@@ -110,7 +110,7 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
         pad = np.arange(size) >= len(got)
         sub_state = _take(state, idx)
         sub_state = sub_state._replace(
-            slots=jax.tree_util.tree_map(lambda *a: np.stack(a), *[rows[i] for i in idx]),
+            slots=np.stack([rows[i] for i in idx]),
             stuck=sub_state.stuck | pad,  # padding lanes never step
         )
         outside = {"ttft": np.zeros(size, np.int32), "tpot": np.zeros(size, np.int32)}
@@ -145,12 +145,12 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
             jax.tree_util.tree_map(put_back, state, out._replace(slots=None))
             stopped = out.stop.stopped if out.stop is not None else np.zeros(size, bool)
             for i, lane in enumerate(got):
-                rows[lane] = _take(out.slots, i)
+                rows[lane] = out.slots[i]
                 if live[i]:
                     pending.setdefault(w, deque()).append(lane)
                 elif out.overflow[i] and not out.stuck[i] and not stopped[i]:
                     state.overflow[lane] = False  # the step it stopped at is taken again, wider
-                    rows[lane] = widen_slots(rows[lane], 2 * w)
+                    rows[lane] = widen_rows(rows[lane], 2 * w)
                     pending.setdefault(2 * w, deque()).append(lane)
             busy[0] -= 1
             lock.notify_all()

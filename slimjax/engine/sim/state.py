@@ -1,7 +1,7 @@
 """What a lane of the §9/§10 simulation carries from one engine step to the next, as registered pytrees
-(NamedTuples of arrays): the lane's parameters, its replicas' slots (a struct of arrays, one entry per admitted
-request), the per-request records written at completion, and the routing and early-stop bookkeeping that only
-some lanes have (``None`` where a lane has none: an empty subtree).
+(NamedTuples of arrays): the lane's parameters, its replicas' slots (viewed as a struct of arrays, one entry per
+admitted request; kept packed as rows), the per-request records written at completion, and the routing and
+early-stop bookkeeping that only some lanes have (``None`` where a lane has none: an empty subtree).
 
 Adding a per-request quantity is one :class:`Slots` field (its empty value in :data:`SLOT_EMPTY` when not 0);
 writing it out at completion is one row of :data:`slimjax.engine.sim.outputs.RECORDS`.
@@ -95,19 +95,35 @@ class Slots(NamedTuple):
 
 
 SLOT_EMPTY = {"request": -1}  # an empty slot's value per field; 0 for fields not named
-SLOT_DTYPES = {"request": np.int32}  # fields not named are the stream's float dtype
+SLOT_DTYPES = {"request": np.int32}  # a field's dtype in the Slots view; the stream's float dtype if not named
+SLOT_COLUMN = {f: i for i, f in enumerate(Slots._fields)}  # each field's column in the packed slot rows
 
 
-def empty_slots(shape, dtype, xp=jnp) -> Slots:
-    """Empty slots of ``shape`` (…, S)."""
-    return Slots(**{f: xp.full(shape, SLOT_EMPTY.get(f, 0), SLOT_DTYPES.get(f, dtype)) for f in Slots._fields})
+# The lane state keeps its slots packed, one float row per slot and one column per Slots field (SLOT_COLUMN names
+# them): admitting writes one row and compacting is one scatter of rows, where a struct of arrays would take one
+# update per field (measured 15–25 % slower). Every step reads and writes them through the Slots view.
 
 
-def widen_slots(slots: Slots, width: int) -> Slots:
-    """Host-side slots (…, s) with empty ones appended up to ``width``."""
-    s = slots.request.shape[-1]
-    extra = empty_slots((*slots.request.shape[:-1], width - s), slots.prefilled.dtype, xp=np)
-    return Slots(*(np.concatenate([a, e], axis=-1) for a, e in zip(slots, extra, strict=True)))
+def pack(slots: Slots, dtype):
+    """Slot rows (…, S, F) of the Slots view, in the stream's float ``dtype``."""
+    return jnp.stack([jnp.asarray(a).astype(dtype) for a in slots], axis=-1)
+
+
+def unpack(rows) -> Slots:
+    """The Slots view (…, S) of slot rows (…, S, F)."""
+    return Slots(*(rows[..., i].astype(SLOT_DTYPES.get(f, rows.dtype)) for f, i in SLOT_COLUMN.items()))
+
+
+def empty_rows(shape, dtype, xp=jnp):
+    """Empty slot rows of ``shape`` (…, S) + (F,)."""
+    fill = xp.asarray([SLOT_EMPTY.get(f, 0) for f in Slots._fields], dtype)
+    return xp.broadcast_to(fill, (*shape, len(Slots._fields)))
+
+
+def widen_rows(rows, width: int):
+    """Host-side slot rows (…, s, F) with empty ones appended up to ``width``."""
+    extra = empty_rows((*rows.shape[:-2], width - rows.shape[-2]), rows.dtype, xp=np)
+    return np.concatenate([rows, extra], axis=-2)
 
 
 class Routing(NamedTuple):
@@ -144,7 +160,7 @@ class LaneState(NamedTuple):
     busy_s: Any  # (R,) time spent in steps
     free_bytes: Any  # (R,) KV pool not reserved
     admitted: Any  # (R,) int32 requests each replica holds
-    slots: Slots  # (R, S)
+    slots: Any  # (R, S, F) slot rows (pack/unpack: the Slots view)
     queue_peak: Any  # (R,) int32 most requests left waiting after a step's admission
     held_peak: Any  # (R,) int32 most requests held at once
     kv_peak_bytes: Any  # (R,) most KV reserved at once

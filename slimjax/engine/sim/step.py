@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ...model import batching
-from .state import SLOT_EMPTY, LaneParams, Slots, Stream
+from .state import LaneParams, Slots, Stream, empty_rows, pack, unpack
 
 
 class Queue(NamedTuple):
@@ -37,41 +37,30 @@ class Plan(NamedTuple):
     decodes: Any  # d: decode tokens of the step
 
 
-def take(slots: Slots, r) -> Slots:
-    """Replica r's slots (S,) out of (R, S)."""
-    return jax.tree_util.tree_map(lambda a: a[r], slots)
-
-
-def compact(slots: Slots, keep) -> Slots:
-    """The kept slots moved to the front in their order, the rest emptied: one scatter of where each position's
-    slot comes from, then a gather per field (gathers fuse; a scatter per field would not)."""
+def compact(rows, keep):
+    """Slot rows (S, F) with the kept ones moved to the front in their order and the rest emptied."""
     S = keep.shape[0]
     dest = jnp.where(keep, jnp.cumsum(keep) - 1, S)
-    source = jnp.full(S, S, jnp.int32).at[dest].set(jnp.arange(S, dtype=jnp.int32), mode="drop")
-    return Slots(
-        *(
-            a.at[source].get(mode="fill", fill_value=SLOT_EMPTY.get(f, 0))
-            for f, a in zip(Slots._fields, slots, strict=True)
-        )
-    )
+    return empty_rows((S,), rows.dtype).at[dest].set(rows, mode="drop")
 
 
-def release_transferred(sl: Slots, count, free, t):
-    """(slots, free, count): completed prefills whose KV transfer ended by t give their KV back (§10)."""
+def release_transferred(rows, count, free, t):
+    """(rows, free, count): completed prefills whose KV transfer ended by t give their KV back (§10)."""
+    sl = unpack(rows)
     S = sl.request.shape[0]
     occ = jnp.arange(S, dtype=jnp.int32) < count
     gone = occ & (sl.decoded >= sl.output_len) & (sl.release_s <= t)
     free = free + jnp.sum(jnp.where(gone, sl.footprint_bytes, 0.0))
     stay = occ & ~gone
-    return compact(sl, stay), free, jnp.sum(stay).astype(count.dtype)
+    return compact(rows, stay), free, jnp.sum(stay).astype(count.dtype)
 
 
-def admit(params: LaneParams, stream: Stream, queue: Queue, sl: Slots, head, free, count, t, go):
+def admit(params: LaneParams, stream: Stream, queue: Queue, rows, head, free, count, t, go):
     """Admit from the queue head while the batch limit, the slots and the pool allow (§9 step 1): (head, free,
-    count, slots, blocked); ``blocked``: the slot width, not the batch limit, stopped an admission."""
+    count, rows, blocked); ``blocked``: the slot width, not the batch limit, stopped an admission."""
     in_len, out_len = stream.input_len, stream.output_len
     footprint = params.footprint_bytes
-    n, S, batch = stream.arrival_s.shape[0], sl.request.shape[0], params.batch
+    n, S, batch = stream.arrival_s.shape[0], rows.shape[0], params.batch
 
     def can_admit(carry):
         head, free, count, _ = carry
@@ -79,7 +68,7 @@ def admit(params: LaneParams, stream: Stream, queue: Queue, sl: Slots, head, fre
         return go & (count < batch) & (count < S) & queue.waiting(head, t) & (fp <= free)
 
     def one(carry):
-        head, free, count, sl = carry
+        head, free, count, rows = carry
         ready_made = stream.prefilled[head] if stream.prefilled is not None else 0.0  # prefilled elsewhere
         row = Slots(
             request=head,
@@ -93,14 +82,12 @@ def admit(params: LaneParams, stream: Stream, queue: Queue, sl: Slots, head, fre
             arrival_s=queue.arrival_s(head),
             release_s=jnp.inf,
         )
-        at = jnp.arange(S) == count  # (a select per field fuses; an update per field would not)
-        sl = Slots(*(jnp.where(at, jnp.asarray(v).astype(a.dtype), a) for a, v in zip(sl, row, strict=True)))
-        return queue.next(head), free - footprint[head], count + 1, sl
+        return queue.next(head), free - footprint[head], count + 1, rows.at[count].set(pack(row, rows.dtype))
 
-    head, free, count, sl = jax.lax.while_loop(can_admit, one, (head, free, count, sl))
+    head, free, count, rows = jax.lax.while_loop(can_admit, one, (head, free, count, rows))
     fp = footprint[jnp.clip(head, 0, n - 1)]
     blocked = (count == S) & (count < batch) & queue.waiting(head, t) & (fp <= free)
-    return head, free, count, sl, blocked
+    return head, free, count, rows, blocked
 
 
 def schedule(params: LaneParams, sl: Slots, count, holding: bool) -> Plan:
