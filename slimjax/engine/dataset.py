@@ -16,18 +16,14 @@ from ..inputs.sweepfile import Sweep
 from .grid import schema, variable_dtype
 from .groups import GROUPS
 from .plan import BlockPlan
-from .schema import DIMS, KIND_ATTRS, SCHEMAS
+from .schema import DIMS, KIND_ATTRS, SCHEMAS, Variable, base_attrs
 
 
 def variable_attrs(sweep, name: str) -> dict:
     """A variable's attrs: units and long name, the price date of what prices make, a coded variable's
     flags, and whatever its group adds."""
     var = schema(sweep)[name]
-    attrs = {"units": var.units, "long_name": var.long_name}
-    if var.priced:
-        attrs["price_date"] = PRICE_DATE
-    if var.flags:
-        attrs.update(flag_values=list(range(len(var.flags))), flag_meanings=" ".join(var.flags))
+    attrs = base_attrs(var)
     group = GROUPS[var.group]
     if group.attrs is not None:
         attrs.update(group.attrs(sweep, name))
@@ -197,3 +193,11 @@ def canonical(ds: xr.Dataset) -> xr.Dataset:
     table = SCHEMAS.get(ds.attrs.get("kind", "sweep"), {})
     names = [n for n in table if n in ds.data_vars] + [n for n in ds.data_vars if n not in table]
     return out.assign({n: ds[n] for n in names})
+
+
+def declared(var: Variable, values, without: tuple[str, ...] = (), attrs: dict | None = None) -> xr.Variable:
+    """``values`` as the variable its row declares (:class:`~.schema.Variable`): its dims (less ``without``,
+    dims a run does not have) and attrs (:func:`~.schema.base_attrs`, updated by ``attrs``) — the one way every
+    kind's Dataset variables are made."""
+    dims = tuple(d for d in var.dims if d not in without)
+    return xr.Variable(dims, values, {**base_attrs(var), **(attrs or {})})

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..constants import PRICE_DATE
+
 
 @dataclasses.dataclass(frozen=True)
 class Dim:
@@ -38,6 +40,12 @@ DIMS: dict[str, Dim] = {
         Dim("agent", {"long_name": "agent graph (MODEL.md §6)"}, True),
         Dim("arrival_rate", {"units": "requests/s", "long_name": "Poisson arrival rate λ"}, False),
         Dim("class", {"long_name": "length class k of the workload (MODEL.md §8)"}, False),
+        # the simulation's (MODEL.md §9, §10): not blocked, a simulation is not a grid
+        Dim("pp", {"units": "stages", "long_name": "pipeline stages n_pp of the replica group"}, False),
+        Dim("replicas", {"units": "replica groups", "long_name": "replicas R of the fleet"}, False),
+        Dim("clients", {"long_name": "clients C of a closed loop"}, False),
+        Dim("deployment", {"long_name": "a disaggregated deployment (prefill and decode pools, MODEL.md §10)"}, False),
+        Dim("request", {"long_name": "a request of the stream, in stream order"}, False),
     )
 }
 
@@ -46,7 +54,7 @@ DIMS: dict[str, Dim] = {
 class Variable:
     name: str
     dims: tuple[str, ...]
-    units: str
+    units: str | None  # None: a count or index without units (no units attr)
     long_name: str
     group: str
     dtype: str = "float"
@@ -355,6 +363,27 @@ def register_kind(kind: str, variables: dict[str, Variable], attrs) -> None:
         raise ValueError(f"kind {kind!r}: unknown dim {unknown[0]!r} (register it in DIMS)")
     SCHEMAS[kind] = variables
     KIND_ATTRS[kind] = attrs
+
+
+def base_attrs(var: Variable) -> dict:
+    """A variable's attrs from its row: units (where it has them) and long name, the price date of what prices
+    make, a coded variable's flags."""
+    attrs = {} if var.units is None else {"units": var.units}
+    attrs["long_name"] = var.long_name
+    if var.priced:
+        attrs["price_date"] = PRICE_DATE
+    if var.flags:
+        attrs.update(flag_values=list(range(len(var.flags))), flag_meanings=" ".join(var.flags))
+    return attrs
+
+
+def table(*rows: Variable) -> dict[str, Variable]:
+    """A kind's variable table from its rows, each dim checked against :data:`DIMS`."""
+    for v in rows:
+        unknown = [d for d in v.dims if d not in DIMS]
+        if unknown:
+            raise ValueError(f"variable {v.name!r}: unknown dim {unknown[0]!r} (register it in DIMS)")
+    return {v.name: v for v in rows}
 
 
 ROOFLINE_ONLY = ("prefill_s", "chunk_max_s", "itl_chunk_s")

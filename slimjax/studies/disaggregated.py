@@ -19,6 +19,8 @@ import numpy as np
 
 from ..config import float64_scope
 from ..engine import sim as engine
+from ..engine.dataset import declared
+from ..engine.schema import Variable, table
 from ..errors import SlimjaxError
 from ..inputs.disaggregated import Deployment, Pool
 from ..model import batching as steps
@@ -28,6 +30,59 @@ from ..model.parallel import link_bandwidth
 from ..model.pipeline import kv_transfer_time
 from ..model.specs import GPUSpec, ModelSpec, stack
 from .candidates import REASON_CODE, SIM_REASONS, workload_stream  # one table of why a fleet has no size
+
+DEPLOYED = ("workload", "rate", "model", "deployment")
+CHOICE = ("workload", "rate", "model")
+_D = "disaggregated"
+# what a procurement study's disaggregated section adds to its Dataset (MODEL.md §10)
+DISAGGREGATED_SIZING = table(
+    Variable(
+        "disagg_prefill_replicas", DEPLOYED, "replica groups", "R_p: fewest prefill replicas meeting the TTFT SLO", _D
+    ),
+    Variable(
+        "disagg_decode_replicas",
+        DEPLOYED,
+        "replica groups",
+        "R_d: fewest decode replicas meeting ITL and E2E at R_p",
+        _D,
+    ),
+    Variable("disagg_gpus", DEPLOYED, "GPUs", "R_p·n_p + R_d·n_d", _D),
+    Variable("disagg_cost_per_hour", DEPLOYED, "USD/hour", "R_p·n_p·price_p + R_d·n_d·price_d (illustrative)", _D),
+    Variable("disagg_cost_per_mtok", DEPLOYED, "USD/Mtok", "cost per million tokens served", _D),
+    Variable("disagg_sim_ttft_p_s", DEPLOYED, "s", "simulated p-quantile TTFT at (R_p, R_d)", _D),
+    Variable(
+        "disagg_sim_tpot_p_s", DEPLOYED, "s", "simulated p-quantile TPOT (transfer and decode queue included)", _D
+    ),
+    Variable("disagg_sim_e2e_mean_s", DEPLOYED, "s", "simulated mean E2E", _D),
+    Variable(
+        "disagg_reason",
+        DEPLOYED,
+        None,
+        "0: sized; else why no (R_p, R_d) up to max_replicas",
+        _D,
+        "int8",
+        flags=SIM_REASONS,
+    ),
+    Variable(
+        "disagg_decode_binding",
+        DEPLOYED,
+        None,
+        "the SLO the decode pool missed one replica fewer",
+        _D,
+        "int8",
+        flags=SIM_REASONS,
+    ),
+    Variable("best_disagg", CHOICE, None, "index of the cheapest deployment (-1: none)", _D, "int32"),
+    Variable("best_disagg_cost_per_hour", CHOICE, "USD/hour", "cost of the cheapest deployment (illustrative)", _D),
+    Variable("best_disagg_cost_per_mtok", CHOICE, "USD/Mtok", "cost per million tokens of the cheapest deployment", _D),
+    Variable(
+        "disagg_saving_per_hour",
+        CHOICE,
+        "USD/hour",
+        "best aggregated − best disaggregated (positive: disaggregating pays)",
+        _D,
+    ),
+)
 
 PREFILL_BATCH = 1e9  # the prefill pool admits by KV alone (§10): no batch limit
 
@@ -302,7 +357,6 @@ def size_study(study, ds):
     the workload's own stream, priced, and the cheapest beside the best aggregated fleet of ``ds`` (sized by
     simulation): ``disagg_*`` variables (dim ``deployment``), ``best_disagg_*`` and ``disagg_saving_per_hour``
     (aggregated − disaggregated: positive where disaggregating pays)."""
-    import xarray as xr
 
     deps = study.deployments
     W, Rr, M, D = len(study.workloads), len(study.rate_labels), len(study.models), len(deps)
@@ -349,40 +403,24 @@ def size_study(study, ds):
         return np.where(any_ok, np.take_along_axis(np.broadcast_to(x, grid), best[..., None], -1)[..., 0], np.nan)
 
     out = ds.copy()
-    at = ("workload", "rate", "model", "deployment")
-    choice = ("workload", "rate", "model")
-    table = {
-        "disagg_prefill_replicas": (r_p, "replica groups", "R_p: fewest prefill replicas meeting the TTFT SLO"),
-        "disagg_decode_replicas": (r_d, "replica groups", "R_d: fewest decode replicas meeting ITL and E2E at R_p"),
-        "disagg_gpus": (gpus, "GPUs", "R_p·n_p + R_d·n_d"),
-        "disagg_cost_per_hour": (cost, "USD/hour", "R_p·n_p·price_p + R_d·n_d·price_d (illustrative)"),
-        "disagg_cost_per_mtok": (per_mtok, "USD/Mtok", "cost per million tokens served"),
-        "disagg_sim_ttft_p_s": (got["ttft"], "s", "simulated p-quantile TTFT at (R_p, R_d)"),
-        "disagg_sim_tpot_p_s": (got["tpot"], "s", "simulated p-quantile TPOT (transfer and decode queue included)"),
-        "disagg_sim_e2e_mean_s": (got["e2e"], "s", "simulated mean E2E"),
+    values = {
+        "disagg_prefill_replicas": r_p,
+        "disagg_decode_replicas": r_d,
+        "disagg_gpus": gpus,
+        "disagg_cost_per_hour": cost,
+        "disagg_cost_per_mtok": per_mtok,
+        "disagg_sim_ttft_p_s": got["ttft"],
+        "disagg_sim_tpot_p_s": got["tpot"],
+        "disagg_sim_e2e_mean_s": got["e2e"],
+        "disagg_reason": got["reason"].astype(np.int8),
+        "disagg_decode_binding": got["binding"].astype(np.int8),
+        "best_disagg": np.where(any_ok, best, -1).astype(np.int32),
+        "best_disagg_cost_per_hour": pick(cost),
+        "best_disagg_cost_per_mtok": pick(per_mtok),
+        "disagg_saving_per_hour": out["best_cost_per_hour"].transpose(*CHOICE).values - pick(cost),
     }
-    for name, (x, units, long) in table.items():
-        out[name] = xr.Variable(at, x, {"units": units, "long_name": long})
-    flags = {"flag_values": list(range(len(SIM_REASONS))), "flag_meanings": " ".join(SIM_REASONS)}
-    out["disagg_reason"] = xr.Variable(
-        at, got["reason"].astype(np.int8), {"long_name": "0: sized; else why no (R_p, R_d) up to max_replicas", **flags}
-    )
-    out["disagg_decode_binding"] = xr.Variable(
-        at, got["binding"].astype(np.int8), {"long_name": "the SLO the decode pool missed one replica fewer", **flags}
-    )
-    out["best_disagg"] = xr.Variable(
-        choice,
-        np.where(any_ok, best, -1).astype(np.int32),
-        {"long_name": "index of the cheapest deployment (-1: none)"},
-    )
-    out["best_disagg_cost_per_hour"] = xr.Variable(choice, pick(cost), {"units": "USD/hour"})
-    out["best_disagg_cost_per_mtok"] = xr.Variable(choice, pick(per_mtok), {"units": "USD/Mtok"})
-    saving = out["best_cost_per_hour"].transpose(*choice).values - pick(cost)
-    out["disagg_saving_per_hour"] = xr.Variable(
-        choice,
-        saving,
-        {"units": "USD/hour", "long_name": "best aggregated − best disaggregated (positive: disaggregating pays)"},
-    )
+    for name, var in DISAGGREGATED_SIZING.items():
+        out[name] = declared(var, values[name])
     out = out.assign_coords(deployment=np.asarray([dep.label(sized=True) for dep in deps], dtype=str))
     out.attrs["disaggregated"] = (
         "MODEL.md §10: R_p the smallest meeting TTFT, then R_d the smallest meeting ITL and E2E at that R_p (larger "

@@ -15,42 +15,89 @@ import xarray as xr
 
 from .._version import __version__
 from ..engine import sim as engine
+from ..engine.dataset import declared
+from ..engine.schema import Variable, table
 from ..inputs.simulatefile import Simulation
 from .candidates import candidate_inputs, check_requests_fit, flat_candidates
 
-# name -> (units, long name): the one table of simulation outputs
-PER_REQUEST = {
-    "arrival_s": ("s", "arrival time of each request (a closed loop's: its client's previous completion)"),
-    "wait_s": ("s", "time each request waited in its replica's queue (arrival to admission)"),
-    "ttft_s": (
-        "s",
-        "time to first token of each request (arrival to the end of the step holding its last prompt token)",
-    ),
-    "e2e_s": ("s", "end-to-end latency of each request (arrival to its last token)"),
-    "tpot_s": ("s", "time per output token of each request, (E2E − TTFT)/(O − 1) (NaN where O = 1)"),
-}
-SUMMARIES = {
-    **{
-        engine.summary_name(time, stat): (
-            "s",
-            f"{'mean' if stat == 'mean' else f'p{round(stat * 100)}'} {time.upper()}",
-        )
-        for time in engine.SUMMARY_TIMES
-        for stat in ("mean", *engine.SUMMARY_QUANTILES)
-    },
-    "e2e_mean_s": ("s", "mean end-to-end latency"),
-    "token_gap_p90_s": ("s", "p90 of every inter-token gap (histogram of 1.1 % log bins)"),
-    "utilization": ("1", "busy time / (replicas × span of the run)"),
-    "queue_peak": ("requests", "most requests left waiting after a step's admission, worst replica"),
-    "kv_peak_bytes": ("bytes", "most KV reserved at once, worst replica"),
-}
-COUNTS = {
-    "fits": (
+CANDIDATE = ("model", "gpu", "tp", "pp", "batch")
+RUN = (*CANDIDATE, "replicas", "clients")  # an open stream's runs have no clients dim
+DEPLOYMENT = ("model", "deployment")
+_SIM = "simulation"
+
+
+def _per_request(name, long):
+    return Variable(name, (*RUN, "request"), "s", long, _SIM)
+
+
+def _summaries(dims, prefix=""):
+    return (
+        *(
+            Variable(
+                prefix + engine.summary_name(time, stat),
+                dims,
+                "s",
+                f"{'mean' if stat == 'mean' else f'p{round(stat * 100)}'} {time.upper()}",
+                _SIM,
+            )
+            for time in engine.SUMMARY_TIMES
+            for stat in ("mean", *engine.SUMMARY_QUANTILES)
+        ),
+        Variable(prefix + "e2e_mean_s", dims, "s", "mean end-to-end latency", _SIM),
+    )
+
+
+_TTFT = "time to first token of each request (arrival to the end of the step holding its last prompt token)"
+_E2E = "end-to-end latency of each request (arrival to its last token)"
+_TPOT = "time per output token of each request, (E2E − TTFT)/(O − 1) (NaN where O = 1)"
+
+# the one table of what a simulation writes (MODEL.md §9, §10), in Dataset order
+SIMULATION = table(
+    _per_request("arrival_s", "arrival time of each request (a closed loop's: its client's previous completion)"),
+    _per_request("wait_s", "time each request waited in its replica's queue (arrival to admission)"),
+    _per_request("ttft_s", _TTFT),
+    _per_request("e2e_s", _E2E),
+    _per_request("tpot_s", _TPOT),
+    *_summaries(RUN),
+    Variable("token_gap_p90_s", RUN, "s", "p90 of every inter-token gap (histogram of 1.1 % log bins)", _SIM),
+    Variable("utilization", RUN, "1", "busy time / (replicas × span of the run)", _SIM),
+    Variable("queue_peak", RUN, "requests", "most requests left waiting after a step's admission, worst replica", _SIM),
+    Variable("kv_peak_bytes", RUN, "bytes", "most KV reserved at once, worst replica", _SIM),
+    Variable(
+        "fits",
+        CANDIDATE,
         "1",
         "the configuration runs: weights and runtime leave a KV pool on each stage, TP divides H_q, and each of the "
         "pp virtual engines admits at least one request (B ≥ pp)",
-    )
-}
+        _SIM,
+        "bool",
+    ),
+    # disaggregated deployments (§10), beside the aggregated candidates
+    Variable("disagg_ttft_s", (*DEPLOYMENT, "request"), "s", _TTFT, _SIM),
+    Variable("disagg_e2e_s", (*DEPLOYMENT, "request"), "s", _E2E, _SIM),
+    Variable("disagg_tpot_s", (*DEPLOYMENT, "request"), "s", _TPOT, _SIM),
+    Variable(
+        "disagg_transfer_s",
+        (*DEPLOYMENT, "request"),
+        "s",
+        "KV transfer of each request from its prefill to its decode replica (§10)",
+        _SIM,
+    ),
+    *_summaries(DEPLOYMENT, "disagg_"),
+    Variable("disagg_prefill_utilization", DEPLOYMENT, "1", "prefill pool busy time / (engines × span)", _SIM),
+    Variable("disagg_decode_utilization", DEPLOYMENT, "1", "decode pool busy time / (engines × span)", _SIM),
+    Variable("disagg_gpus", DEPLOYMENT, "GPUs", "GPUs of the deployment, R_p·n_p + R_d·n_d", _SIM),
+    Variable(
+        "disagg_cost_per_hour",
+        DEPLOYMENT,
+        "USD/h",
+        "R_p·n_p·price_p + R_d·n_d·price_d (illustrative prices)",
+        _SIM,
+    ),
+    Variable("disagg_fits", DEPLOYMENT, None, "the deployment runs", _SIM, "bool"),
+)
+PER_REQUEST = tuple(v.name for v in SIMULATION.values() if v.dims == (*RUN, "request"))
+SUMMARIES = tuple(v.name for v in SIMULATION.values() if v.dims == RUN)
 
 
 def _broadcast(sim: Simulation):
@@ -113,7 +160,6 @@ def run(sim: Simulation) -> xr.Dataset:
                     per_request[name][:, r_i, c_i, :n] = x
                 for name, x in engine.summaries(records, stream.output_len[:n], clients).items():
                     summary[name][:, r_i, c_i] = x
-    dims = ["model", "gpu", "tp", "pp", "batch", "replicas"] + (["clients"] if closed else [])
     full = (*shape, len(sim.replicas), len(client_axis))
 
     def shaped(x, tail=()):
@@ -121,18 +167,10 @@ def run(sim: Simulation) -> xr.Dataset:
         x = np.where(fits.reshape(*shape, *(1,) * (x.ndim - len(shape))), x, np.nan)
         return x if closed else x[:, :, :, :, :, :, 0]
 
-    data = {}
-    for name, (units, long) in PER_REQUEST.items():
-        data[name] = xr.Variable(
-            (*dims, "request"), shaped(per_request[name], (n_req,)), {"units": units, "long_name": long}
-        )
-    for name, (units, long) in SUMMARIES.items():
-        data[name] = xr.Variable(dims, shaped(summary[name]), {"units": units, "long_name": long})
-    data["fits"] = xr.Variable(
-        ("model", "gpu", "tp", "pp", "batch"),
-        fits.reshape(shape),
-        {"units": COUNTS["fits"][0], "long_name": COUNTS["fits"][1]},
-    )
+    without = () if closed else ("clients",)
+    data = {name: declared(SIMULATION[name], shaped(per_request[name], (n_req,)), without) for name in PER_REQUEST}
+    data.update({name: declared(SIMULATION[name], shaped(summary[name]), without) for name in SUMMARIES})
+    data["fits"] = declared(SIMULATION["fits"], fits.reshape(shape))
     coords = {
         "model": np.asarray(sim.models, dtype=str),
         "gpu": np.asarray(sim.gpus, dtype=str),
@@ -170,14 +208,6 @@ def run(sim: Simulation) -> xr.Dataset:
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-DISAGGREGATED = {  # name -> (units, long name): per deployment, beside the aggregated candidates
-    "prefill_utilization": ("1", "prefill pool busy time / (engines × span)"),
-    "decode_utilization": ("1", "decode pool busy time / (engines × span)"),
-    "gpus": ("GPUs", "GPUs of the deployment, R_p·n_p + R_d·n_d"),
-    "cost_per_hour": ("USD/h", "R_p·n_p·price_p + R_d·n_d·price_d (illustrative prices)"),
-}
-
-
 def _disaggregated(sim: Simulation, data: dict, coords: dict) -> int:
     """The deployments' per-request times and summaries as ``disagg_*`` variables (dims model, deployment)."""
     from . import disaggregated
@@ -190,19 +220,13 @@ def _disaggregated(sim: Simulation, data: dict, coords: dict) -> int:
     }
     runs = [disaggregated.run_deployment(sim.models, sim.model, d, stream, sim.dtype) for d in sim.deployments]
     summ = [disaggregated.summaries(g, d, st.arrival_s) for g, d in zip(runs, sim.deployments, strict=True)]
-    table = {**{k: v for k, v in PER_REQUEST.items() if k in ("ttft_s", "e2e_s", "tpot_s")}}
-    table["transfer_s"] = ("s", "KV transfer of each request from its prefill to its decode replica (§10)")
-    for name, (units, long) in table.items():
-        x = np.stack([g[name] for g in runs], axis=1)  # (M, D, N)
-        data[f"disagg_{name}"] = xr.Variable(("model", "deployment", "request"), x, {"units": units, "long_name": long})
-    for name, (units, long) in {**SUMMARIES, **DISAGGREGATED}.items():
-        if name not in summ[0]:
-            continue
-        x = np.stack([s[name] for s in summ], axis=1)
-        data[f"disagg_{name}"] = xr.Variable(("model", "deployment"), x, {"units": units, "long_name": long})
-    data["disagg_fits"] = xr.Variable(
-        ("model", "deployment"), np.stack([g["fits"] for g in runs], axis=1), {"long_name": "the deployment runs"}
-    )
+    for name in ("ttft_s", "e2e_s", "tpot_s", "transfer_s"):
+        data[f"disagg_{name}"] = declared(SIMULATION[f"disagg_{name}"], np.stack([g[name] for g in runs], axis=1))
+    for var in SIMULATION.values():
+        name = var.name.removeprefix("disagg_")
+        if var.dims == DEPLOYMENT and name in summ[0]:
+            data[var.name] = declared(var, np.stack([s[name] for s in summ], axis=1))
+    data["disagg_fits"] = declared(SIMULATION["disagg_fits"], np.stack([g["fits"] for g in runs], axis=1))
     coords["deployment"] = np.asarray([d.label() for d in sim.deployments], dtype=str)
     return sum(g["steps"] for g in runs)
 

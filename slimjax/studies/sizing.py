@@ -21,6 +21,7 @@ import xarray as xr
 
 from ..engine import sim as engine
 from ..engine.grid import labelled
+from ..engine.schema import Variable, base_attrs, table
 from ..model import procurement as proc
 from ..model.specs import ServingSpec
 from .candidates import REASON_CODE, SIM_REASONS, candidate_inputs, flat_candidates, workload_stream
@@ -28,21 +29,30 @@ from .candidates import REASON_CODE, SIM_REASONS, candidate_inputs, flat_candida
 SIZED = ("workload", "rate", "model", "gpu", "tp", "batch")
 CHOICE = ("workload", "rate", "model")
 
-# name -> (dims, units, long name): what sizing adds to (or replaces in) a procurement Dataset
-SIZING = {
-    "replicas_screen": (SIZED, "replica groups", "the screen's R = ⌈Λ/λ*⌉ (MODEL.md §8)"),
-    "replicas": (SIZED, "replica groups", "R_sim: the fewest replicas whose §9 simulation meets every SLO"),
-    "sim_ttft_p_s": (SIZED, "s", "simulated p-quantile TTFT at R_sim"),
-    "sim_tpot_p_s": (SIZED, "s", "simulated p-quantile TPOT at R_sim (the ITL SLO's figure)"),
-    "sim_e2e_mean_s": (SIZED, "s", "simulated mean E2E at R_sim"),
-    "sim_utilization": (SIZED, "1", "simulated busy time / (R_sim × span of the run)"),
-    "sim_reason": (SIZED, "1", "why no R ≤ max_replicas serves the stream (0: feasible)"),
-    "best_replicas_screen": (CHOICE, "replica groups", "the screen's R of the chosen candidate"),
-    "best_sim_ttft_p_s": (CHOICE, "s", "simulated p-quantile TTFT of the choice"),
-    "best_sim_tpot_p_s": (CHOICE, "s", "simulated p-quantile TPOT of the choice"),
-    "binding_slo": (CHOICE, "1", "0 when a candidate is feasible, else the SLO most candidates fail at max_replicas"),
-}
-_FLAGGED = ("sim_reason", "binding_slo")
+_S = "sizing"
+# what sizing adds to (or replaces in) a procurement Dataset
+SIZING = table(
+    Variable("replicas_screen", SIZED, "replica groups", "the screen's R = ⌈Λ/λ*⌉ (MODEL.md §8)", _S),
+    Variable("replicas", SIZED, "replica groups", "R_sim: the fewest replicas whose §9 simulation meets every SLO", _S),
+    Variable("sim_ttft_p_s", SIZED, "s", "simulated p-quantile TTFT at R_sim", _S),
+    Variable("sim_tpot_p_s", SIZED, "s", "simulated p-quantile TPOT at R_sim (the ITL SLO's figure)", _S),
+    Variable("sim_e2e_mean_s", SIZED, "s", "simulated mean E2E at R_sim", _S),
+    Variable("sim_utilization", SIZED, "1", "simulated busy time / (R_sim × span of the run)", _S),
+    Variable(
+        "sim_reason", SIZED, "1", "why no R ≤ max_replicas serves the stream (0: feasible)", _S, flags=SIM_REASONS
+    ),
+    Variable("best_replicas_screen", CHOICE, "replica groups", "the screen's R of the chosen candidate", _S),
+    Variable("best_sim_ttft_p_s", CHOICE, "s", "simulated p-quantile TTFT of the choice", _S),
+    Variable("best_sim_tpot_p_s", CHOICE, "s", "simulated p-quantile TPOT of the choice", _S),
+    Variable(
+        "binding_slo",
+        CHOICE,
+        "1",
+        "0 when a candidate is feasible, else the SLO most candidates fail at max_replicas",
+        _S,
+        flags=SIM_REASONS,
+    ),
+)
 JOBS_PER_CALL = 256  # candidates simulated together on one stream (their (K, N) per-request records)
 
 
@@ -348,11 +358,8 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
         out["mix_batch"] = mix(np.where(mix_ok, batch[best_k % n_b], 0.0))
         out["mix_replicas"] = mix(np.where(mix_ok, np.asarray(proc.at_candidate(rk, best_k, best_k.shape)), np.nan))
         out["mix_class_cost_per_hour"] = mix(cost_k_best)
-    for name, (_, units, long) in SIZING.items():
-        attrs = {"units": units, "long_name": long}
-        if name in _FLAGGED:
-            attrs.update(flag_values=list(range(len(SIM_REASONS))), flag_meanings=" ".join(SIM_REASONS))
-        out[name].attrs = attrs
+    for name, var in SIZING.items():
+        out[name].attrs = base_attrs(var)
     replaced = [n for n in out.data_vars if n in ds and n not in SIZING and not out[n].attrs]  # same meaning, on R_sim
     for name in replaced:
         out[name].attrs = ds[name].attrs
