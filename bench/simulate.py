@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import serving_reference as sref  # noqa: E402
 
 import slimjax  # noqa: E402
-from slimjax.inputs import catalog, simulatefile  # noqa: E402
+from slimjax.inputs import catalog  # noqa: E402
 from slimjax.studies import simulate  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
@@ -67,8 +67,8 @@ def main() -> None:
         while len(batches) < k:  # repeat limits: still k candidates, each its own lane
             batches = batches + batches
         batches = sorted(batches[:k])
-        sim = simulatefile.parse(_spec([int(b) for b in range(1, k + 1)], stream))
-        sim = simulatefile.Simulation(**{**sim.__dict__, "batch": np.asarray(batches, float)})
+        sim = simulate.parse(_spec([int(b) for b in range(1, k + 1)], stream))
+        sim = simulate.Simulation(**{**sim.__dict__, "batch": np.asarray(batches, float)})
         simulate.run(sim)  # compile
         t = time.perf_counter()
         ds = simulate.run(sim)
@@ -86,7 +86,7 @@ def main() -> None:
             [16, 32, 64, 128],
             dict(trace=str(trace), format="azure", rate_scale=1, duration_s=args.trace_seconds),
         )
-        sim = simulatefile.parse({**spec, "precision": "float32"})
+        sim = simulate.parse({**spec, "precision": "float32"})
         simulate.run(sim)
         ds, wall = _timed(sim)
         print(
@@ -98,8 +98,8 @@ def main() -> None:
         k = args.hour
         batches = np.round(np.geomspace(8, 256, k)).astype(float)
         spec = _spec([8], dict(trace=str(trace), format="azure", rate_scale=1))
-        sim = simulatefile.parse({**spec, "precision": "float32"})
-        sim = simulatefile.Simulation(**{**sim.__dict__, "batch": batches})
+        sim = simulate.parse({**spec, "precision": "float32"})
+        sim = simulate.Simulation(**{**sim.__dict__, "batch": batches})
         ds, wall = _timed(sim)
         print(
             f"Azure conversation, whole hour ({sim.stream.n_requests} requests) x {k} candidates (B 8 … 256), "
@@ -118,7 +118,7 @@ def _pipelines_and_pools(stream, k: int) -> None:
     )
     batches = [int(b) for b in np.round(np.geomspace(8, 256, k))]
     spec = dict(models=["Llama-3.1-70B"], gpus=["H100-SXM"], tp=[2], pp=[2], batch=batches, stream=stream)
-    sim = simulatefile.parse({**spec, "precision": "float64"})
+    sim = simulate.parse({**spec, "precision": "float64"})
     for _ in range(2):  # compiles: the second run meets slot widths the first one's guesses skipped
         simulate.run(sim)
     t = time.perf_counter()
@@ -135,7 +135,7 @@ def _pipelines_and_pools(stream, k: int) -> None:
     print(f"{k:>5} pipelined (TP 2 × PP 2) candidates: ratio {ref / jitted:6.1f}x ({jitted * 1e3:.1f} ms/candidate)")
 
     deps = [dict(prefill={"gpu": "H100-SXM", "tp": 2}, decode={"gpu": "H200", "tp": 2, "batch": b}) for b in batches]
-    sim = simulatefile.parse({**spec, "pp": [1], "batch": [8], "disaggregated": deps, "precision": "float64"})
+    sim = simulate.parse({**spec, "pp": [1], "batch": [8], "disaggregated": deps, "precision": "float64"})
     for _ in range(2):
         simulate.run(sim)
     t = time.perf_counter()

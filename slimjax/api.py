@@ -297,14 +297,13 @@ def procure(
 
 def simulate(spec, out: str | os.PathLike | None = None, *, overwrite: bool = False) -> xr.Dataset:
     """Trace-driven continuous batching (MODEL.md §9) from a simulation file (path) or mapping (keys in
-    :mod:`slimjax.inputs.simulatefile`): every (model, GPU, TP, batch limit) candidate × replicas (× clients of a
+    :mod:`slimjax.studies.simulate.spec`): every (model, GPU, TP, batch limit) candidate × replicas (× clients of a
     closed loop) serves the stream; per-request TTFT, E2E, TPOT and the §9 summaries. ``out``: a zarr store,
     written atomically (an existing one is kept unless ``overwrite``)."""
-    from .inputs import simulatefile
     from .studies import simulate as simulation
 
     target = store.check_target(out, overwrite) if out is not None else None
-    sim = spec if isinstance(spec, simulatefile.Simulation) else simulatefile.parse(spec)
+    sim = spec if isinstance(spec, simulation.Simulation) else simulation.parse(spec)
     ds = simulation.run(sim)
     if target is not None:
         store.write_dataset(ds, target)
@@ -312,10 +311,19 @@ def simulate(spec, out: str | os.PathLike | None = None, *, overwrite: bool = Fa
 
 
 def simulation_table(ds: xr.Dataset) -> str:
-    """One line per simulated candidate: p50/p90 TTFT, p90 TPOT, mean E2E, utilisation, peak queue."""
-    from .report.tables import simulation_table as table
+    """One line per simulated candidate: p50/p90 TTFT, p90 TPOT, mean E2E, utilisation, peak queue (the
+    ``simulation`` study's text, :mod:`slimjax.studies.simulate.present`)."""
+    return study_text(ds)
 
-    return table(ds)
+
+def study_text(ds: xr.Dataset) -> str:
+    """The text the command line prints for a study's Dataset, looked up by its ``kind`` attr."""
+    from .report.page import study_kind
+
+    kind = study_kind(ds.attrs.get("kind"))
+    if kind is None or kind.text is None:
+        raise SlimjaxError("kind", f"no study prints a Dataset of kind {ds.attrs.get('kind')!r}")
+    return kind.text(ds)
 
 
 def procure_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:

@@ -10,7 +10,7 @@ import serving_reference as sref
 
 import slimjax
 from slimjax.errors import SlimjaxError
-from slimjax.inputs import catalog, simulatefile
+from slimjax.inputs import catalog
 from slimjax.model import calculator
 from slimjax.model.specs import GPUSpec, ModelSpec, stack
 from slimjax.studies import simulate
@@ -88,7 +88,7 @@ DEPLOYMENTS = {
 @pytest.mark.parametrize("case", list(DEPLOYMENTS))
 def test_disaggregated_equals_the_event_loop(case):
     model, dep, serving = DEPLOYMENTS[case]
-    sim = simulatefile.parse(_spec(model, [dep], **serving))
+    sim = simulate.parse(_spec(model, [dep], **serving))
     ds = simulate.run(sim)
     d = sim.deployments[0]
     arch = catalog.resolve_model(model)[1]
@@ -132,7 +132,7 @@ def test_lone_request_with_free_transfer_is_the_closed_forms():
     stream = {"requests": {"arrival_s": [0.5], "input_len": [1800], "output_len": [50]}}
     dep = dict(prefill={"gpu": free, "tp": 2}, decode={"gpu": slow, "tp": 1, "batch": 4})
     spec = _spec("Llama-3.1-8B", [dep], stream=stream, chunk_size=700)
-    sim = simulatefile.parse(spec)
+    sim = simulate.parse(spec)
     got = simulate.run(sim).isel(model=0, deployment=0)
     arch = stack(ModelSpec, [catalog.resolve_model("Llama-3.1-8B")[1]])
     I, O = jnp.asarray(1800.0), jnp.asarray(50.0)
@@ -149,7 +149,7 @@ def test_lone_request_with_free_transfer_is_the_closed_forms():
 def test_single_token_requests_are_done_at_the_prefill_pool():
     stream = {"requests": {"arrival_s": [0.0, 0.0, 0.1], "input_len": [500, 900, 40], "output_len": [1, 8, 1]}}
     dep = dict(prefill={"gpu": "H100-SXM"}, decode={"gpu": "H100-SXM", "batch": 2})
-    got = simulate.run(simulatefile.parse(_spec("Llama-3.1-8B", [dep], stream=stream))).isel(model=0, deployment=0)
+    got = simulate.run(simulate.parse(_spec("Llama-3.1-8B", [dep], stream=stream))).isel(model=0, deployment=0)
     e2e, ttft = got.disagg_e2e_s.values, got.disagg_ttft_s.values
     assert e2e[0] == ttft[0] and e2e[2] == ttft[2] and e2e[1] > ttft[1]
     assert math.isnan(float(got.disagg_tpot_s[0])) and float(got.disagg_transfer_s[0]) == 0
@@ -158,15 +158,15 @@ def test_single_token_requests_are_done_at_the_prefill_pool():
 def test_disaggregated_errors_name_the_field():
     base = dict(prefill={"gpu": "H100-SXM"}, decode={"gpu": "H100-SXM", "batch": 8})
     with pytest.raises(SlimjaxError, match=r"disaggregated\[0\].decode.batch"):
-        simulatefile.parse(_spec("Llama-3.1-8B", [dict(base, decode={"gpu": "H100-SXM"})]))
+        simulate.parse(_spec("Llama-3.1-8B", [dict(base, decode={"gpu": "H100-SXM"})]))
     with pytest.raises(SlimjaxError, match=r"disaggregated\[0\].transfer"):
-        simulatefile.parse(_spec("Llama-3.1-8B", [dict(base, transfer="carrier pigeon")]))
+        simulate.parse(_spec("Llama-3.1-8B", [dict(base, transfer="carrier pigeon")]))
     cross = dict(prefill={"gpu": "H100-SXM", "tp": 4}, decode={"gpu": "H200", "batch": 8}, transfer="nvlink")
     with pytest.raises(SlimjaxError, match="nvlink needs both pools in one node"):
-        simulatefile.parse(_spec("Llama-3.1-8B", [cross]))
+        simulate.parse(_spec("Llama-3.1-8B", [cross]))
     lab = {"name": "LabGPU", "tflops": 300, "bandwidth_tbs": 2, "memory_gib": 80}
     with pytest.raises(SlimjaxError, match="LabGPU has no network_gbs.*configs/gpus.yaml"):
-        simulatefile.parse(_spec("Llama-3.1-8B", [dict(base, decode={"gpu": lab, "batch": 8})]))
+        simulate.parse(_spec("Llama-3.1-8B", [dict(base, decode={"gpu": lab, "batch": 8})]))
 
 
 STUDY = dict(
@@ -249,8 +249,8 @@ def test_reports_show_both_fleets_and_both_distributions(studies, tmp_path):
     table = figures.disaggregated_table(both)
     assert len(table) == 1 and table["pools"][0] in both.deployment.values
     dep = dict(prefill={"gpu": "H100-SXM"}, decode={"gpu": "H200", "batch": 8})
-    sim = simulate.run(simulatefile.parse(_spec("Llama-3.1-8B", [dep])))
-    (fig,) = figures.simulation_figures(sim)
+    sim = simulate.run(simulate.parse(_spec("Llama-3.1-8B", [dep])))
+    (fig,) = simulate.present.simulation_figures(sim)
     labels = [line.get_label() for line in fig.figure.axes[0].get_lines()]
     assert any(label.startswith("prefill 1×H100-SXM") for label in labels)
 

@@ -430,3 +430,34 @@ def test_architecture_page_shows_the_simulation_records_table():
     page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
     shown = page.split("<!-- records:begin", 1)[1].split("\n", 1)[1].split("<!-- records:end -->", 1)[0]
     assert shown.strip() == records_markdown().strip()
+
+
+def test_a_study_kind_registered_once_is_found_by_the_report_and_the_api(tmp_path):
+    """A study package registers its kind once (slimjax.studies.present.register_study); the report page draws
+    its figures and tables and api.study_text prints its text, with no branch on the kind anywhere."""
+    import xarray as xr
+
+    from slimjax.api import study_text
+    from slimjax.report.page import figures_for, study_kind
+    from slimjax.studies.present import STUDIES, Figure, StudyKind, grid, register_study, study_kinds
+
+    assert "simulation" in study_kinds()  # found by walking the studies packages, not by a list
+    ds = xr.Dataset({"x": ("i", np.arange(3.0))}, attrs={"kind": "toy"})
+
+    def draw(d, at=None):
+        fig, (ax,) = grid(1)
+        ax.plot(d.x.values)
+        return [Figure("toy", "a toy study", fig)]
+
+    register_study(StudyKind("toy", draw, lambda d: [("values", d.to_dataframe())], lambda d: f"toy: {len(d.x)}"))
+    try:
+        assert study_kind("toy") is STUDIES["toy"]
+        figs, tables = figures_for("toy", ds)
+        assert [f.key for f in figs] == ["toy"] and tables[0][1].x.tolist() == [0.0, 1.0, 2.0]
+        assert study_text(ds) == "toy: 3"
+        with pytest.raises(ValueError, match="already registered"):
+            register_study(StudyKind("toy", draw, draw))
+    finally:
+        STUDIES.pop("toy")
+    with pytest.raises(SlimjaxError, match="no study prints a Dataset of kind 'toy'"):
+        study_text(ds)

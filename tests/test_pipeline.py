@@ -11,7 +11,7 @@ import serving_reference as sref
 
 import slimjax
 from slimjax.errors import SlimjaxError
-from slimjax.inputs import catalog, simulatefile
+from slimjax.inputs import catalog
 from slimjax.inputs.serving import default_serving
 from slimjax.model import calculator, pipeline
 from slimjax.model.specs import GPUSpec, ModelSpec, stack
@@ -63,7 +63,7 @@ PIPELINES = {
 @pytest.mark.parametrize("case", list(PIPELINES))
 def test_pipeline_simulation_equals_the_event_loop(case):
     kw = dict(PIPELINES[case])
-    sim = simulatefile.parse(_spec(kw.pop("model"), kw.pop("gpu"), kw.pop("batch"), **kw))
+    sim = simulate.parse(_spec(kw.pop("model"), kw.pop("gpu"), kw.pop("batch"), **kw))
     ds = simulate.run(sim)
     pp, batch, replicas = int(sim.pp[0]), int(sim.batch[0]), int(sim.replicas[0])
     t, _ = _terms(sim, pp)
@@ -81,8 +81,8 @@ def test_pipeline_simulation_equals_the_event_loop(case):
 
 def test_one_stage_is_section_9_exactly():
     """n_pp = 1: the same records, bit for bit, as candidates whose terms predate §10."""
-    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 8, launch_overhead_s=1e-4, step_overhead_s=0.002))
-    model, gpu, serving, batch, _ = simulate._broadcast(sim)
+    sim = simulate.parse(_spec("Llama-3.1-8B", "H100-SXM", 8, launch_overhead_s=1e-4, step_overhead_s=0.002))
+    model, gpu, serving, batch, _ = simulate.broadcast_candidates(sim)
     terms, footprint, _ = simulate.candidate_inputs(model, gpu, serving, sim.stream, np.float64)
     stream = {
         "arrival_s": sim.stream.arrival_s,
@@ -177,14 +177,14 @@ def test_auto_adds_stages_where_no_node_holds_the_model(tmp_path):
 
 def test_errors_name_what_to_add():
     with pytest.raises(SlimjaxError, match="tp.*gpus_per_node"):
-        simulatefile.parse(_spec("Llama-3.1-70B", "H100-SXM", 8, tp=16))
+        simulate.parse(_spec("Llama-3.1-70B", "H100-SXM", 8, tp=16))
     no_net = {"name": "LabGPU", "tflops": 300, "bandwidth_tbs": 2, "memory_gib": 80, "interconnect_gbs": 300}
     spec = _spec("Llama-3.1-70B", "H100-SXM", 8, tp=2, pp=2)
     spec["gpus"] = [no_net]
     with pytest.raises(SlimjaxError, match="pp.*LabGPU has no network_gbs.*configs/gpus.yaml"):
-        simulatefile.parse(spec)
+        simulate.parse(spec)
     with pytest.raises(SlimjaxError, match="router.*round_robin"):
-        simulatefile.parse(dict(_spec("Llama-3.1-70B", "H100-SXM", 8, tp=2, pp=2), router="least_loaded"))
+        simulate.parse(dict(_spec("Llama-3.1-70B", "H100-SXM", 8, tp=2, pp=2), router="least_loaded"))
 
 
 def test_procurement_plans_models_no_node_holds_on_stages():

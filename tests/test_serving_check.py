@@ -8,7 +8,6 @@ from click.testing import CliRunner
 
 import slimjax
 from slimjax.cli import main
-from slimjax.inputs import simulatefile
 from slimjax.studies import serving_check, simulate
 
 
@@ -22,7 +21,7 @@ def test_each_row_is_its_closed_loop_and_the_table_is_its_errors(shared_data):
     rows = _rows(shared_data)
     scored = serving_check.simulate_rows(rows, requests_per_client=3)
     r = scored.iloc[0]
-    sim = simulatefile.parse(
+    sim = simulate.parse(
         dict(
             models=[r.model],
             gpus=[r.gpu],

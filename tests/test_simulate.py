@@ -12,7 +12,7 @@ import serving_reference as sref
 import slimjax
 from slimjax.engine import sim as engine
 from slimjax.errors import SlimjaxError
-from slimjax.inputs import catalog, simulatefile
+from slimjax.inputs import catalog
 from slimjax.studies import simulate
 
 RNG = np.random.default_rng(7)
@@ -59,7 +59,7 @@ def _reference(sim, batch, replicas, router, clients=None):
 
 
 def _compare(spec, clients=None):
-    sim = simulatefile.parse(spec)
+    sim = simulate.parse(spec)
     ds = simulate.run(sim)
     batch, replicas = int(sim.batch[0]), int(sim.replicas[0])
     want, terms = _reference(sim, batch, replicas, sim.router, clients)
@@ -148,7 +148,7 @@ def test_closed_loop_equals_the_event_loop():
     # what the run assumed, in the store and at the end of its table
     import json
 
-    from slimjax.report.tables import simulation_table
+    from slimjax.studies.simulate.present import simulation_table
 
     said = json.loads(ds.attrs["assumptions"])
     assert said[0].startswith("stream: ") and said[0].endswith("scored after the first C completions")
@@ -160,8 +160,8 @@ def test_round_robin_lanes_equal_one_lane_of_all_replicas():
     """Open-stream round robin runs each replica as its own lane; the same requests in one lane of R replicas
     give the same per-request times (to rounding: one-replica lanes take decode-only stretches at once, whose sums
     run in another order)."""
-    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 4, replicas=3))
-    model, gpu, serving, batch, _ = simulate._broadcast(sim)
+    sim = simulate.parse(_spec("Llama-3.1-8B", "H100-SXM", 4, replicas=3))
+    model, gpu, serving, batch, _ = simulate.broadcast_candidates(sim)
     terms, fp, _ = simulate.candidate_inputs(model, gpu, serving, sim.stream, np.float64)
     stream = {k: getattr(sim.stream, k) for k in ("arrival_s", "input_len", "output_len")}
     with slimjax.config.float64_scope():
@@ -176,7 +176,7 @@ def test_lone_request_is_section_4():
     the chunk size)."""
     stream = {"requests": {"arrival_s": [0.0], "input_len": [3000], "output_len": [200]}}
     for model, gpu, tp in (("Llama-3.1-70B", "H100-SXM", 2), ("DeepSeek-V3", "H200", 8)):
-        sim = simulatefile.parse(_spec(model, gpu, 4, tp=tp, stream=stream, chunk_size=1024, step_tokens=4096))
+        sim = simulate.parse(_spec(model, gpu, 4, tp=tp, stream=stream, chunk_size=1024, step_tokens=4096))
         ds = simulate.run(sim).squeeze()
         arch, g = catalog.resolve_model(model)[1], catalog.resolve_gpu(gpu)[1]
         sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
@@ -193,7 +193,7 @@ def test_saturated_closed_loop_reaches_steady_decode_throughput():
     """C ≤ max_seqs clients with equal (I, O): output tokens/s = C / ITL(C) of §4, within the prefill share."""
     C, I, O = 16, 512, 256
     stream = {"closed_loop": {"clients": [C], "input_len": I, "output_len": O, "requests_per_client": 6}}
-    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", C, stream=stream))
+    sim = simulate.parse(_spec("Llama-3.1-8B", "H100-SXM", C, stream=stream))
     ds = simulate.run(sim).squeeze()
     arch, g = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
     sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
@@ -208,7 +208,7 @@ def test_saturated_closed_loop_reaches_steady_decode_throughput():
 
 def test_low_load_poisson_ttft_is_the_prefill():
     stream = {"poisson": 0.05, "input_len": 1500, "output_len": 20, "requests": 12, "seed": 3}
-    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 8, stream=stream))
+    sim = simulate.parse(_spec("Llama-3.1-8B", "H100-SXM", 8, stream=stream))
     ds = simulate.run(sim).squeeze()
     arch, g = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
     sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
@@ -218,12 +218,12 @@ def test_low_load_poisson_ttft_is_the_prefill():
 
 def test_summaries_are_numpy_quantiles_and_float32_close():
     spec = _spec("Llama-3.1-8B", "H100-SXM", 8)
-    ds = simulate.run(simulatefile.parse(spec)).squeeze()
+    ds = simulate.run(simulate.parse(spec)).squeeze()
     for q in (50, 90, 99):
         np.testing.assert_allclose(float(ds[f"ttft_p{q}_s"]), np.quantile(ds.ttft_s.values, q / 100), rtol=1e-12)
         tp = ds.tpot_s.values
         np.testing.assert_allclose(float(ds[f"tpot_p{q}_s"]), np.quantile(tp[~np.isnan(tp)], q / 100), rtol=1e-12)
-    low = simulate.run(simulatefile.parse({**spec, "precision": "float32"})).squeeze()
+    low = simulate.run(simulate.parse({**spec, "precision": "float32"})).squeeze()
     assert low.ttft_s.dtype == np.float32
     np.testing.assert_allclose(low.ttft_s.values, ds.ttft_s.values, rtol=2e-4, atol=1e-5)
     for v in list(simulate.PER_REQUEST) + list(simulate.SUMMARIES):
@@ -233,11 +233,11 @@ def test_summaries_are_numpy_quantiles_and_float32_close():
 def test_a_request_larger_than_the_pool_is_named():
     stream = {"requests": {"arrival_s": [0.0, 1.0], "input_len": [100, 250000], "output_len": [10, 10]}}
     with pytest.raises(SlimjaxError, match=r"stream request 1.*exceeds the whole KV pool.*Llama-3.1-8B on L40S"):
-        simulate.run(simulatefile.parse(_spec("Llama-3.1-8B", "L40S", 8, stream=stream)))
+        simulate.run(simulate.parse(_spec("Llama-3.1-8B", "L40S", 8, stream=stream)))
 
 
 def test_a_configuration_that_does_not_fit_is_nan():
-    ds = simulate.run(simulatefile.parse(_spec("Llama-3.1-70B", "L40S", 8))).squeeze()
+    ds = simulate.run(simulate.parse(_spec("Llama-3.1-70B", "L40S", 8))).squeeze()
     assert not bool(ds.fits) and math.isnan(float(ds.ttft_p90_s)) and np.isnan(ds.ttft_s.values).all()
 
 
@@ -259,7 +259,7 @@ def test_a_configuration_that_does_not_fit_is_nan():
 )
 def test_bad_input_names_the_field(patch, field):
     with pytest.raises(SlimjaxError) as e:
-        simulatefile.parse({**_spec("Llama-3.1-8B", "H100-SXM", 8), **patch})
+        simulate.parse({**_spec("Llama-3.1-8B", "H100-SXM", 8), **patch})
     assert e.value.field == field
 
 
@@ -296,8 +296,8 @@ def simulate_example():
 def test_every_record_row_is_returned_by_every_entry_point():
     """RECORDS is the one table of outputs: a lane run (run_lanes), the pool of lanes (least_loaded) and the
     round-robin jobs return exactly its rows (the stop flag where lanes can stop), beside arrival and replica."""
-    sim = simulatefile.parse(_spec("Llama-3.1-8B", "H100-SXM", 4, replicas=2))
-    model, gpu, serving, batch, _ = simulate._broadcast(sim)
+    sim = simulate.parse(_spec("Llama-3.1-8B", "H100-SXM", 4, replicas=2))
+    model, gpu, serving, batch, _ = simulate.broadcast_candidates(sim)
     terms, fp, _ = simulate.candidate_inputs(model, gpu, serving, sim.stream, np.float64)
     stream = {k: getattr(sim.stream, k) for k in ("arrival_s", "input_len", "output_len")}
     names = {r.name for r in engine.RECORDS}

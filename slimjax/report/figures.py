@@ -8,7 +8,6 @@ data spans decades, legends outside the data. Numbers come from the store, never
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -17,33 +16,7 @@ import xarray as xr
 from matplotlib.figure import Figure as MplFigure
 
 from ..inputs.axes import on_grid_lengths
-
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
-MAX_PANELS = 12  # small multiples per figure (the first pairs; the page says which were left out)
-
-
-@dataclasses.dataclass
-class Figure:
-    key: str  # file name stem
-    title: str
-    figure: MplFigure
-    caption: str = ""
-
-
-def _grid(n: int, width: float = 4.2, height: float = 3.2) -> tuple[MplFigure, list]:
-    cols = min(n, 3)
-    rows = int(np.ceil(n / cols))
-    fig = MplFigure(figsize=(width * cols + 2.2, height * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return fig, list(axes[:n])
-
-
-def _spans_decades(values) -> bool:
-    v = np.asarray(values, float)
-    v = v[np.isfinite(v) & (v > 0)]
-    return v.size > 1 and v.max() / v.min() >= 30
+from ..studies.present import MAX_PANELS, PALETTE, Figure, StudyKind, grid, register_study, spans_decades
 
 
 def _pairs(ds: xr.Dataset) -> list[tuple[str, str]]:
@@ -77,7 +50,7 @@ def throughput_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         return []
     i, o = nearest_io(ds, at)
     pairs = _pairs(ds)
-    fig, axes = _grid(len(pairs))
+    fig, axes = grid(len(pairs))
     eps = _epsilon(ds)
     batch = ds["batch"].values.astype(float)
     for ax, (m, g) in zip(axes, pairs, strict=False):
@@ -109,7 +82,7 @@ def throughput_figures(ds: xr.Dataset, at=None) -> list[Figure]:
                 # batches beyond the KV pool have no figure (NaN in the store): greyed, nothing drawn there
                 ax.axvspan(seqs, batch[-1], color="0.88", zorder=0, label="does not fit (no figure)")
         ax.set_xscale("log", base=2)
-        if _spans_decades(t):
+        if spans_decades(t):
             ax.set_yscale("log")
         ax.set_title(f"{m} on {g}\nI = {i}, O = {o}", fontsize=9)
         ax.set_xlabel("batch B (sequences)")
@@ -163,7 +136,7 @@ def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     pairs = [p for p in pairs if stored_specs(ds, *p) is not None][:6]
     if not pairs:
         return []
-    fig, axes = _grid(len(pairs))
+    fig, axes = grid(len(pairs))
     for ax, (m, g) in zip(axes, pairs, strict=False):
         model, gpu, serving = stored_specs(ds, m, g)
         raw, a_pre, a_dec = roofline_terms(model, gpu, serving, at_peak=True)
@@ -224,7 +197,7 @@ def _heatmap(ds: xr.Dataset, var: str, title: str, label: str, key: str) -> list
     if var not in ds:
         return []
     pairs = _pairs(ds)
-    fig, axes = _grid(len(pairs), 3.6, 3.0)
+    fig, axes = grid(len(pairs), 3.6, 3.0)
     import matplotlib.colors as mcolors
 
     values = ds[var].astype(float)
@@ -279,7 +252,7 @@ def queue_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     pairs = [p for p in _pairs(ds) if int(ds["max_seqs"].sel(model=p[0], gpu=p[1], input_len=i, output_len=o)) >= 1][:6]
     if not pairs:
         return []
-    fig, axes = _grid(len(pairs))
+    fig, axes = grid(len(pairs))
     rate = ds["arrival_rate"].values.astype(float)
     for ax, (m, g) in zip(axes, pairs, strict=False):
         c = ds.sel(model=m, gpu=g, input_len=i, output_len=o)
@@ -301,7 +274,7 @@ def queue_figures(ds: xr.Dataset, at=None) -> list[Figure]:
                 first_unbounded = min(first_unbounded, rate[np.argmax(~ok)])
         if np.isfinite(first_unbounded):
             ax.axvspan(first_unbounded, rate.max() * 1.5, color="0.85", label="Unbounded (no steady state)")
-        ax.set_xscale("log" if _spans_decades(rate) else "linear")
+        ax.set_xscale("log" if spans_decades(rate) else "linear")
         ax.set_yscale("log")
         ax.set_xlabel("arrival rate λ (requests/s)")
         ax.set_ylabel("queue wait (s)")
@@ -331,7 +304,7 @@ def agent_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     out = []
     pairs = _pairs(ds)[:4]
     for agent in ds["agent"].values:
-        fig, axes = _grid(2 * len(pairs), 3.6, 3.0)
+        fig, axes = grid(2 * len(pairs), 3.6, 3.0)
         for row, (m, g) in enumerate(pairs):
             c = ds.sel(model=m, gpu=g, agent=agent)
             local = c["agent_local_s"].min("batch")
@@ -387,7 +360,7 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         order = np.argsort(rates)
         ok_rates = order[np.isfinite(rates[order])]
         models = list(ds["model"].values)
-        fig, axes = _grid(len(models), 5.0, 3.6)
+        fig, axes = grid(len(models), 5.0, 3.6)
         for ax, m in zip(axes, models, strict=False):
             c = w.sel(model=m)
             cost = c["cost_per_mtok"].where(c["feasible"]).min("batch")  # (rate, gpu, tp)
@@ -421,7 +394,7 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
                     color="0.5",
                     va="bottom",
                 )
-            ax.set_xscale("log" if _spans_decades(rates[ok_rates]) else "linear")
+            ax.set_xscale("log" if spans_decades(rates[ok_rates]) else "linear")
             ax.set_yscale("log")
             ax.set_xlabel("total rate Λ (requests/s)")
             ax.set_ylabel("cost (USD per million tokens)")
@@ -450,7 +423,7 @@ def disaggregated_figures(ds: xr.Dataset) -> list[Figure]:
         rates = w["total_rate"].values.astype(float)
         ok = np.flatnonzero(np.isfinite(rates))
         models = list(ds["model"].values)
-        fig, axes = _grid(len(models), 5.0, 3.6)
+        fig, axes = grid(len(models), 5.0, 3.6)
         for ax, m in zip(axes, models, strict=False):
             c = w.sel(model=m)
             for k, d in enumerate(ds["deployment"].values):
@@ -469,7 +442,7 @@ def disaggregated_figures(ds: xr.Dataset) -> list[Figure]:
                 marker="s",
                 label="disaggregated (best)",
             )
-            ax.set_xscale("log" if _spans_decades(rates[ok]) else "linear")
+            ax.set_xscale("log" if spans_decades(rates[ok]) else "linear")
             ax.set_yscale("log")
             ax.set_xlabel("total rate Λ (requests/s)")
             ax.set_ylabel("cost (USD per million tokens)")
@@ -521,7 +494,7 @@ def sizing_figures(ds: xr.Dataset) -> list[Figure]:
         rates = w["total_rate"].values.astype(float)
         ok = np.flatnonzero(np.isfinite(rates))
         models = list(ds["model"].values)
-        fig, axes = _grid(2 * len(models), 4.6, 3.4)
+        fig, axes = grid(2 * len(models), 4.6, 3.4)
         for mi, m in enumerate(models):
             c = w.sel(model=m)
             ax = axes[2 * mi]
@@ -529,7 +502,7 @@ def sizing_figures(ds: xr.Dataset) -> list[Figure]:
             ax.plot(
                 rates[ok], c["best_replicas_screen"].values[ok], color=PALETTE[1], ls="--", marker="s", label="R_screen"
             )
-            ax.set_xscale("log" if _spans_decades(rates[ok]) else "linear")
+            ax.set_xscale("log" if spans_decades(rates[ok]) else "linear")
             ax.set_xlabel("total rate Λ (requests/s)")
             ax.set_ylabel("replicas of the choice")
             ax.set_title(f"{wl}: {m}", fontsize=9)
@@ -540,7 +513,7 @@ def sizing_figures(ds: xr.Dataset) -> list[Figure]:
                 y = ratio[r][np.isfinite(ratio[r])]
                 ax.scatter(np.full(y.shape, rates[r]), y, s=8, alpha=0.5, color=PALETTE[k % len(PALETTE)])
             ax.axhline(1.0, color="0.4", lw=0.8)
-            ax.set_xscale("log" if _spans_decades(rates[ok]) else "linear")
+            ax.set_xscale("log" if spans_decades(rates[ok]) else "linear")
             ax.set_yscale("log")
             ax.set_xlabel("total rate Λ (requests/s)")
             ax.set_ylabel("R_sim / R_screen (1)")
@@ -583,88 +556,6 @@ def procurement_table(ds: xr.Dataset) -> pd.DataFrame:
                 else f"none feasible ({REASON_WORDS.get(int(c['binding_reason']), '')})",
                 "$/hour": f"{float(c['best_cost_per_hour']):,.2f}" if gpu else "—",
                 "$/Mtok": f"{float(c['best_cost_per_mtok']):,.3f}" if gpu else "—",
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-# ---------------------------------------------------------------------------------- simulation stores
-
-
-def _candidates(ds: xr.Dataset):
-    """(label, per-candidate Dataset) of a simulation store's runs that fit, the first MAX_PANELS."""
-    dims = list(ds["ttft_p90_s"].dims)
-    stacked = ds.stack(candidate=dims)
-    out = []
-    for i in range(stacked.sizes["candidate"]):
-        c = stacked.isel(candidate=i)
-        if not np.isfinite(c["ttft_p90_s"].values):
-            continue
-        label = " ".join(f"{d} {c[d].values}" for d in dims if ds.sizes[d] > 1) or "the candidate"
-        out.append((label, c))
-    return out[:MAX_PANELS]
-
-
-def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
-    """A §9 simulation store: TTFT and TPOT distributions per candidate, and each candidate's queue length
-    (requests routed but not yet admitted, all replicas) over the stream."""
-    runs = _candidates(ds)
-    if not runs:
-        return []
-    fig, axes = _grid(3, 4.8, 3.4)
-    a_ttft, a_tpot, a_queue = axes[:3]
-    for k, (label, c) in enumerate(runs):
-        color = PALETTE[k % len(PALETTE)]
-        for ax, var in ((a_ttft, "ttft_s"), (a_tpot, "tpot_s")):
-            x = np.sort(c[var].values[np.isfinite(c[var].values)])
-            if x.size:
-                ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, lw=1, label=label)
-        arrival, wait = c["arrival_s"].values, c["wait_s"].values
-        ok = np.isfinite(arrival) & np.isfinite(wait)
-        events = np.concatenate([arrival[ok], arrival[ok] + wait[ok]])
-        step = np.concatenate([np.ones(ok.sum()), -np.ones(ok.sum())])
-        order = np.lexsort((-step, events))  # an arrival before an admission at the same instant
-        a_queue.step(events[order], np.cumsum(step[order]), where="post", color=color, lw=0.8, label=label)
-    for ax, what in ((a_ttft, "TTFT (s)"), (a_tpot, "TPOT (s per token)")):
-        ax.set_xscale("log")
-        ax.set_xlabel(what)
-        ax.set_ylabel("fraction of requests (1)")
-        ax.axhline(0.9, color="0.6", lw=0.6, ls=":")
-    if "deployment" in ds.dims:  # disaggregated deployments (MODEL.md §10), dashed
-        for k, m in enumerate(ds["model"].values):
-            for j, d in enumerate(ds["deployment"].values[:MAX_PANELS]):
-                color = PALETTE[(len(runs) + k * ds.sizes["deployment"] + j) % len(PALETTE)]
-                for ax, var in ((a_ttft, "disagg_ttft_s"), (a_tpot, "disagg_tpot_s")):
-                    x = ds[var].sel(model=m, deployment=d).values
-                    x = np.sort(x[np.isfinite(x)])
-                    if x.size:
-                        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, lw=1, ls="--", label=d)
-    a_queue.set_xlabel("time in the stream (s)")
-    a_queue.set_ylabel("requests waiting (all replicas)")
-    a_ttft.legend(fontsize=6, loc="lower right")
-    return [
-        Figure(
-            "simulation",
-            "Serving simulation (MODEL.md §9): TTFT and TPOT distributions, queue over time",
-            fig,
-            f"{ds.attrs.get('stream', '')}; router {ds.attrs.get('router', '')}. The dotted line is p90.",
-        )
-    ]
-
-
-def simulation_summary(ds: xr.Dataset) -> pd.DataFrame:
-    """One row per simulated candidate: its §9 summaries."""
-    rows = []
-    for label, c in _candidates(ds):
-        rows.append(
-            {
-                "candidate": label,
-                "TTFT p50 (s)": f"{float(c['ttft_p50_s']):.3g}",
-                "TTFT p90 (s)": f"{float(c['ttft_p90_s']):.3g}",
-                "TPOT p90 (s)": f"{float(c['tpot_p90_s']):.3g}",
-                "E2E mean (s)": f"{float(c['e2e_mean_s']):.3g}",
-                "utilisation": f"{float(c['utilization']):.0%}",
-                "peak queue": int(c["queue_peak"]),
             }
         )
     return pd.DataFrame(rows)
@@ -771,3 +662,29 @@ def validation_table(pred: pd.DataFrame) -> pd.DataFrame:
 
 
 SWEEP_KINDS = (throughput_figures, roofline_figures, bcap_figures, queue_figures, agent_figures)
+
+
+def _procurement_tables(ds: xr.Dataset) -> list[tuple[str, pd.DataFrame]]:
+    tables = [("Chosen fleet", procurement_table(ds))]
+    if "deployment" in ds.dims:
+        tables.append(("Disaggregated pools beside the aggregated fleet", disaggregated_table(ds)))
+    return tables
+
+
+def _sweep_figures(ds: xr.Dataset, at=None) -> list[Figure]:
+    return [f for make in SWEEP_KINDS for f in make(ds, at)]
+
+
+# the kinds the report draws itself (a study package registers its own: slimjax.studies.present.register_study)
+register_study(StudyKind("sweep", _sweep_figures, lambda ds: []))
+register_study(StudyKind("procurement", procurement_figures, _procurement_tables))
+register_study(
+    StudyKind("calibration", calibration_figures, lambda ds: [("Fitted coefficients", calibration_table(ds))])
+)
+register_study(
+    StudyKind(
+        "validation",
+        validation_figures,
+        lambda pred: [("Throughput MAPE (%) per scenario and method", validation_table(pred))],
+    )
+)

@@ -15,6 +15,7 @@ import xarray as xr
 
 from .._version import __version__
 from ..errors import SlimjaxError
+from ..studies.present import StudyKind, study_kinds
 from . import figures as F
 
 
@@ -52,32 +53,27 @@ def _open(path: Path):
     except Exception as e:  # noqa: BLE001 - whatever xarray says about a folder that is not a store
         raise SlimjaxError(str(path), f"not a zarr store slimjax can read ({e})") from None
     kind = ds.attrs.get("kind")  # every store slimjax writes says what it is
-    if kind in ("sweep", "procurement", "calibration", "simulation"):
-        return kind, ds
     if kind == "roofline_calibration":
         raise SlimjaxError(str(path), "a roofline calibration store: its efficiencies feed sweeps, it has no report")
-    raise SlimjaxError(
-        str(path),
-        "holds nothing slimjax reports on (attrs kind is "
-        f"{kind!r}, not a sweep, procurement, simulation or calibration store slimjax wrote)",
-    )
+    if study_kind(kind) is None:
+        raise SlimjaxError(
+            str(path),
+            f"holds nothing slimjax reports on (attrs kind is {kind!r}, not one of "
+            f"{', '.join(k for k in study_kinds() if k != 'validation')} that slimjax wrote)",
+        )
+    return kind, ds
+
+
+def study_kind(kind: str | None) -> StudyKind | None:
+    """How a kind of store is shown: a study package's registration, or the report's own (sweep, procurement,
+    calibration, validation: :mod:`.figures`)."""
+    return study_kinds().get(kind)
 
 
 def figures_for(kind: str, obj, at=None) -> tuple[list, list[tuple[str, pd.DataFrame]]]:
-    """The figures and tables of one store (or CSV)."""
-    if kind == "sweep":
-        figs = [f for make in F.SWEEP_KINDS for f in make(obj, at)]
-        return figs, []
-    if kind == "procurement":
-        tables = [("Chosen fleet", F.procurement_table(obj))]
-        if "deployment" in obj.dims:
-            tables.append(("Disaggregated pools beside the aggregated fleet", F.disaggregated_table(obj)))
-        return F.procurement_figures(obj, at), tables
-    if kind == "calibration":
-        return F.calibration_figures(obj, at), [("Fitted coefficients", F.calibration_table(obj))]
-    if kind == "simulation":
-        return F.simulation_figures(obj, at), [("Simulated candidates", F.simulation_summary(obj))]
-    return F.validation_figures(obj, at), [("Throughput MAPE (%) per scenario and method", F.validation_table(obj))]
+    """The figures and tables of one store (or CSV), as its kind registered them."""
+    shown = study_kind(kind)
+    return shown.figures(obj, at), shown.tables(obj)
 
 
 def write_report(paths, out_dir, *, at: tuple[int, int] | None = None, quiet: bool | None = None) -> Path:

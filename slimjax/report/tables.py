@@ -10,6 +10,7 @@ import xarray as xr
 
 from ..engine.procurement import REASONS
 from ..inputs.serving import CONSTANTS_SOURCES
+from ..studies.present import assumption_lines, ms
 from ..studies.sizing import SIM_REASONS
 
 REASON_TEXT = {
@@ -35,10 +36,6 @@ def _money(x: float) -> str:
     return f"${x:,.2f}" if x < 1000 else f"${x:,.0f}"
 
 
-def _ms(x: float) -> str:
-    return "n/a" if not np.isfinite(x) else (f"{x * 1e3:,.0f} ms" if x < 10 else f"{x:,.1f} s")
-
-
 def _why(ds: xr.Dataset, at: xr.Dataset, slo: dict, sized: xr.Dataset | None = None) -> str:
     """Why no batch of one (GPU, TP) works, from its furthest-reaching batch, in words and figures; ``sized``
     (the group at one rate, sized by simulation): why its simulated fleets fail, where they ran."""
@@ -52,11 +49,11 @@ def _why(ds: xr.Dataset, at: xr.Dataset, slo: dict, sized: xr.Dataset | None = N
     code = int(reasons.max())
     name = REASONS[code]
     if name == "itl":
-        return f"ITL {_ms(float(np.nanmin(at['itl_s'])))} at best > {_ms(slo['itl_s'])} SLO"
+        return f"ITL {ms(float(np.nanmin(at['itl_s'])))} at best > {ms(slo['itl_s'])} SLO"
     if name == "ttft":
-        return f"TTFT {_ms(float(np.nanmin(at['ttft_unloaded_s'])))} unloaded at best > {_ms(slo['ttft_s'])} SLO"
+        return f"TTFT {ms(float(np.nanmin(at['ttft_unloaded_s'])))} unloaded at best > {ms(slo['ttft_s'])} SLO"
     if name == "e2e":
-        return f"E2E {_ms(float(np.nanmin(at['e2e_unloaded_s'])))} unloaded at best > {_ms(slo['e2e_s'])} SLO"
+        return f"E2E {ms(float(np.nanmin(at['e2e_unloaded_s'])))} unloaded at best > {ms(slo['e2e_s'])} SLO"
     if name == "memory":
         pool, weights = float(at["kv_pool_bytes"]), float(at["weights_bytes"])
         if pool <= 0:
@@ -76,7 +73,7 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
     prices = json.loads(ds.attrs["prices"])
     simulated = ds.attrs.get("sizing") == "simulation"
     p = f"p{slo['quantile'] * 100:g}"
-    slos = "SLOs: " + ", ".join(f"{k} {_ms(v)}" for k, v in slo.items() if k != "quantile" and np.isfinite(v))
+    slos = "SLOs: " + ", ".join(f"{k} {ms(v)}" for k, v in slo.items() if k != "quantile" and np.isfinite(v))
     lines = [
         f"Prices: illustrative $/GPU-hour, dated {ds.attrs['price_date']} — "
         + ", ".join(f"{g} {price['usd_per_gpu_hour']:g}" for g, price in prices.items()),
@@ -130,12 +127,12 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
                         row.update({"GPUs": int(pick["gpus_total"]), "$/hour": float(pick["cost_per_hour"])})
                         row["$/Mtok"] = float(pick["cost_per_mtok"])
                         if simulated:
-                            row[q] = _ms(float(pick["sim_ttft_p_s"]))
-                            row[f"screen {q}"] = _ms(float(pick["ttft_p_s"]))
-                            row[f"TPOT {p}"] = _ms(float(pick["sim_tpot_p_s"]))
+                            row[q] = ms(float(pick["sim_ttft_p_s"]))
+                            row[f"screen {q}"] = ms(float(pick["ttft_p_s"]))
+                            row[f"TPOT {p}"] = ms(float(pick["sim_tpot_p_s"]))
                             row["util"] = f"{float(pick['sim_utilization']):.0%}"
                         else:
-                            row.update({q: _ms(float(pick["ttft_p_s"])), "ITL": _ms(float(pick["itl_s"]))})
+                            row.update({q: ms(float(pick["ttft_p_s"])), "ITL": ms(float(pick["itl_s"]))})
                             row["util"] = f"{float(pick['utilization']):.0%}"
                         row["KV headroom"] = f"{float(pick['memory_headroom']):.0%}"
                         if constants:
@@ -204,62 +201,6 @@ def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
     return "\n".join(lines)
 
 
-def assumption_lines(ds: xr.Dataset) -> list[str]:
-    """The study's assumptions (its ``assumptions`` attr), as its tables end with them."""
-    said = json.loads(ds.attrs.get("assumptions", "[]"))
-    return ["", "assumptions:", *(f"  {a}" for a in said)] if said else []
-
-
-def simulation_table(ds: xr.Dataset) -> str:
-    """One line per simulated candidate (MODEL.md §9): p50/p90 TTFT, p90 TPOT, mean E2E, utilisation, peak
-    queue and peak KV; "does not fit" where the configuration cannot run."""
-    dims = list(ds.ttft_p90_s.dims)
-    columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
-    header = f"{'candidate':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'util':>6} {'queue':>6}"
-    lines = [
-        f"serving simulation (MODEL.md §9): {ds.attrs.get('stream', '')}, router {ds.attrs.get('router', '')}",
-        header,
-    ]
-    stacked = ds[["ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s", "utilization", "queue_peak"]].stack(
-        candidate=dims
-    )
-    fits = ds.fits.broadcast_like(ds.ttft_p90_s).stack(candidate=dims).values
-    for i, key in enumerate(stacked.candidate.values):
-        label = ", ".join(f"{d} {v}" for d, v in zip(dims, key, strict=True))
-        row = {v: float(stacked[v].values[i]) for v in stacked.data_vars}
-        if not fits[i]:
-            lines.append(f"{label:<58} does not fit (no KV pool, or TP does not divide the query heads)")
-            continue
-        lines.append(
-            f"{label:<58} {_ms(row['ttft_p50_s']):>10} {_ms(row['ttft_p90_s']):>10} {_ms(row['tpot_p90_s']):>10} "
-            f"{_ms(row['e2e_mean_s']):>10} {row['utilization']:>6.0%} {row['queue_peak']:>6.0f}"
-        )
-    if "deployment" in ds.dims:
-        lines += ["", "disaggregated prefill/decode (MODEL.md §10):", _disaggregated_header()]
-        for m in ds.model.values:
-            for d in ds.deployment.values:
-                at = ds.sel(model=m, deployment=d)
-                label = f"{m}: {d}"
-                if not bool(at.disagg_fits):
-                    lines.append(f"{label} — does not fit (no KV pool in a pool, or TP does not divide the heads)")
-                    continue
-                times = " ".join(
-                    f"{_ms(float(at[f'disagg_{v}'])):>10}"
-                    for v in ("ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s")
-                )
-                lines.append(
-                    f"{label}\n{'':<58} {times} {float(at.disagg_prefill_utilization):>6.0%} "
-                    f"{float(at.disagg_decode_utilization):>6.0%} {float(at.disagg_cost_per_hour):>8.2f}"
-                )
-    lines += assumption_lines(ds)
-    return "\n".join(lines)
-
-
-def _disaggregated_header() -> str:
-    columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
-    return f"{'deployment':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'util P':>6} {'util D':>6} {'$/h':>8}"
-
-
 DISAGG_REASONS = {
     "does_not_fit": "a pool does not fit (its weights leave no KV pool, or its TP does not divide the heads)",
     "ttft": "the prefill pool misses the TTFT SLO",
@@ -290,8 +231,8 @@ def disaggregated_lines(c: xr.Dataset, q: str, p: str, top: int) -> list[str]:
                 "GPUs": int(at["disagg_gpus"]),
                 "$/hour": float(at["disagg_cost_per_hour"]),
                 "$/Mtok": float(at["disagg_cost_per_mtok"]),
-                q: _ms(float(at["disagg_sim_ttft_p_s"])),
-                f"TPOT {p}": _ms(float(at["disagg_sim_tpot_p_s"])),
+                q: ms(float(at["disagg_sim_ttft_p_s"])),
+                f"TPOT {p}": ms(float(at["disagg_sim_tpot_p_s"])),
                 "binds": "prefill: "
                 + ("TTFT" if int(at["disagg_prefill_replicas"]) > 1 else "one replica suffices")
                 + "; decode: "

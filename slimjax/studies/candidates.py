@@ -12,7 +12,6 @@ import numpy as np
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
-from ..inputs.simulatefile import Stream
 from ..model import batching as floor
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec
 
@@ -38,8 +37,9 @@ def flat_candidates(model: ModelSpec, gpu: GPUSpec, serving: ServingSpec, batch,
     return model, gpu, serving, flat(batch, at_batch)
 
 
-def candidate_inputs(model, gpu, serving, stream: Stream, dtype):
-    """(terms, footprint (K, N), fits (K,)) for flattened candidate specs, in ``dtype``."""
+def candidate_inputs(model, gpu, serving, stream, dtype):
+    """(terms, footprint (K, N), fits (K,)) for flattened candidate specs on a stream's requests (its
+    ``input_len`` and ``output_len``), in ``dtype``."""
     with float64_scope():
         terms = floor.replica_terms(model, gpu, serving)
         tokens = jnp.asarray(stream.input_len + stream.output_len, jnp.float64)
@@ -59,7 +59,7 @@ def candidate_inputs(model, gpu, serving, stream: Stream, dtype):
     return terms, footprint.astype(dtype), fits
 
 
-def check_requests_fit(footprint, pool, fits, labels, stream: Stream) -> None:
+def check_requests_fit(footprint, pool, fits, labels, stream) -> None:
     over = fits[:, None] & (footprint > pool[:, None])
     if over.any():
         k, i = np.argwhere(over)[0]

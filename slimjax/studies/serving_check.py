@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..inputs import simulatefile
 from . import simulate
 
 CONCURRENCY_BANDS = ((1, 4), (5, 16), (17, 64), (65, 256), (257, np.inf))
@@ -51,7 +50,7 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int = 4, serving: dic
         if np.isfinite(wbytes):
             block["bytes_per_weight"] = float(wbytes)
         tps = sorted({int(n) for n in group.n_gpu})
-        sim = simulatefile.parse(
+        sim = simulate.parse(
             dict(
                 models=[model],
                 gpus=[gpu],

@@ -13,12 +13,12 @@ import jax
 import numpy as np
 import xarray as xr
 
-from .._version import __version__
-from ..engine import sim as engine
-from ..engine.dataset import declared
-from ..engine.schema import Variable, table
-from ..inputs.simulatefile import Simulation
-from .candidates import candidate_inputs, check_requests_fit, flat_candidates
+from ..._version import __version__
+from ...engine import sim as engine
+from ...engine.dataset import declared
+from ...engine.schema import Variable, table
+from ..candidates import candidate_inputs, check_requests_fit, flat_candidates
+from .spec import Simulation
 
 CANDIDATE = ("model", "gpu", "tp", "pp", "batch")
 RUN = (*CANDIDATE, "replicas", "clients")  # an open stream's runs have no clients dim
@@ -100,7 +100,7 @@ PER_REQUEST = tuple(v.name for v in SIMULATION.values() if v.dims == (*RUN, "req
 SUMMARIES = tuple(v.name for v in SIMULATION.values() if v.dims == RUN)
 
 
-def _broadcast(sim: Simulation):
+def broadcast_candidates(sim: Simulation):
     """The simulation's candidates flattened (:func:`flat_candidates`), and their (M, G, N, P, B) shape."""
     shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.pp), len(sim.batch))
     return (*flat_candidates(sim.model, sim.gpu, sim.serving, sim.batch, shape), shape)
@@ -109,7 +109,7 @@ def _broadcast(sim: Simulation):
 def run(sim: Simulation) -> xr.Dataset:
     """Simulate every candidate of ``sim``; the Dataset of §9's outputs (NaN where a candidate does not fit)."""
     dtype = sim.dtype
-    model, gpu, serving, batch, shape = _broadcast(sim)
+    model, gpu, serving, batch, shape = broadcast_candidates(sim)
     stream = sim.stream
     terms, footprint, fits = candidate_inputs(model, gpu, serving, stream, dtype)
 
@@ -210,7 +210,7 @@ def run(sim: Simulation) -> xr.Dataset:
 
 def _disaggregated(sim: Simulation, data: dict, coords: dict) -> int:
     """The deployments' per-request times and summaries as ``disagg_*`` variables (dims model, deployment)."""
-    from . import disaggregated
+    from .. import disaggregated
 
     st = sim.stream
     stream = {

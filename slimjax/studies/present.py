@@ -1,0 +1,95 @@
+"""What every study's tables and figures share: the figure record, the Okabe–Ito palette, small multiples on
+matplotlib's object API (Agg, no pyplot state), the axis rule for values spanning decades, how times print, the
+assumptions a study's text ends with — and the registry by which the report, the api and the command line find
+a kind of store's figures, tables and text (:func:`register_study`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+
+import numpy as np
+from matplotlib.figure import Figure as MplFigure
+
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+MAX_PANELS = 12  # small multiples per figure (the first pairs; the page says which were left out)
+
+
+@dataclasses.dataclass
+class Figure:
+    key: str  # file name stem
+    title: str
+    figure: MplFigure
+    caption: str = ""
+
+
+def grid(n: int, width: float = 4.2, height: float = 3.2) -> tuple[MplFigure, list]:
+    """A figure of n panels, three to a row (the rest hidden)."""
+    cols = min(n, 3)
+    rows = int(np.ceil(n / cols))
+    fig = MplFigure(figsize=(width * cols + 2.2, height * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, list(axes[:n])
+
+
+def spans_decades(values) -> bool:
+    """Whether the positive values span 30× or more (a log axis then)."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v) & (v > 0)]
+    return v.size > 1 and v.max() / v.min() >= 30
+
+
+def ms(x: float) -> str:
+    """A time in seconds for a table: milliseconds below 10 s, else seconds ("n/a" where there is none)."""
+    return "n/a" if not np.isfinite(x) else (f"{x * 1e3:,.0f} ms" if x < 10 else f"{x:,.1f} s")
+
+
+def assumption_lines(ds) -> list[str]:
+    """The study's assumptions (its ``assumptions`` attr), as its tables end with them."""
+    said = json.loads(ds.attrs.get("assumptions", "[]"))
+    return ["", "assumptions:", *(f"  {a}" for a in said)] if said else []
+
+
+def deployment_header() -> str:
+    """The column header of disaggregated deployments' lines (simulation and procurement text)."""
+    columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
+    return f"{'deployment':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'util P':>6} {'util D':>6} {'$/h':>8}"
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyKind:
+    """How a kind of store (its ``kind`` attr) is shown: its figures (Dataset, at) -> [Figure], its tables
+    Dataset -> [(title, DataFrame)] for the report page, and the text the command line prints (or None)."""
+
+    kind: str
+    figures: Callable
+    tables: Callable
+    text: Callable | None = None
+
+
+STUDIES: dict[str, StudyKind] = {}
+
+
+def register_study(kind: StudyKind) -> StudyKind:
+    """A kind of store the report, the api and the command line show (once per kind)."""
+    if kind.kind in STUDIES:
+        raise ValueError(f"study kind {kind.kind!r} is already registered")
+    STUDIES[kind.kind] = kind
+    return kind
+
+
+def study_kinds() -> dict[str, StudyKind]:
+    """Every registered kind: each study package under :mod:`slimjax.studies` imported once (each registers its
+    own kind when imported; a new study is its package, nothing listed here)."""
+    import importlib
+    import pkgutil
+
+    from .. import studies
+
+    for module in pkgutil.iter_modules(studies.__path__):
+        if module.ispkg:
+            importlib.import_module(f"{studies.__name__}.{module.name}")
+    return STUDIES

@@ -1,0 +1,138 @@
+"""How a simulation store is shown (MODEL.md §9, §10): the text `slimjax simulate` prints, the report page's
+figures (TTFT and TPOT distributions, the queue over time) and its table of candidates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..present import MAX_PANELS, PALETTE, Figure, assumption_lines, deployment_header, grid, ms
+
+
+def _candidates(ds: xr.Dataset):
+    """(label, per-candidate Dataset) of a simulation store's runs that fit, the first MAX_PANELS."""
+    dims = list(ds["ttft_p90_s"].dims)
+    stacked = ds.stack(candidate=dims)
+    out = []
+    for i in range(stacked.sizes["candidate"]):
+        c = stacked.isel(candidate=i)
+        if not np.isfinite(c["ttft_p90_s"].values):
+            continue
+        label = " ".join(f"{d} {c[d].values}" for d in dims if ds.sizes[d] > 1) or "the candidate"
+        out.append((label, c))
+    return out[:MAX_PANELS]
+
+
+def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
+    """A §9 simulation store: TTFT and TPOT distributions per candidate, and each candidate's queue length
+    (requests routed but not yet admitted, all replicas) over the stream."""
+    runs = _candidates(ds)
+    if not runs:
+        return []
+    fig, axes = grid(3, 4.8, 3.4)
+    a_ttft, a_tpot, a_queue = axes[:3]
+    for k, (label, c) in enumerate(runs):
+        color = PALETTE[k % len(PALETTE)]
+        for ax, var in ((a_ttft, "ttft_s"), (a_tpot, "tpot_s")):
+            x = np.sort(c[var].values[np.isfinite(c[var].values)])
+            if x.size:
+                ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, lw=1, label=label)
+        arrival, wait = c["arrival_s"].values, c["wait_s"].values
+        ok = np.isfinite(arrival) & np.isfinite(wait)
+        events = np.concatenate([arrival[ok], arrival[ok] + wait[ok]])
+        step = np.concatenate([np.ones(ok.sum()), -np.ones(ok.sum())])
+        order = np.lexsort((-step, events))  # an arrival before an admission at the same instant
+        a_queue.step(events[order], np.cumsum(step[order]), where="post", color=color, lw=0.8, label=label)
+    for ax, what in ((a_ttft, "TTFT (s)"), (a_tpot, "TPOT (s per token)")):
+        ax.set_xscale("log")
+        ax.set_xlabel(what)
+        ax.set_ylabel("fraction of requests (1)")
+        ax.axhline(0.9, color="0.6", lw=0.6, ls=":")
+    if "deployment" in ds.dims:  # disaggregated deployments (MODEL.md §10), dashed
+        for k, m in enumerate(ds["model"].values):
+            for j, d in enumerate(ds["deployment"].values[:MAX_PANELS]):
+                color = PALETTE[(len(runs) + k * ds.sizes["deployment"] + j) % len(PALETTE)]
+                for ax, var in ((a_ttft, "disagg_ttft_s"), (a_tpot, "disagg_tpot_s")):
+                    x = ds[var].sel(model=m, deployment=d).values
+                    x = np.sort(x[np.isfinite(x)])
+                    if x.size:
+                        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, lw=1, ls="--", label=d)
+    a_queue.set_xlabel("time in the stream (s)")
+    a_queue.set_ylabel("requests waiting (all replicas)")
+    a_ttft.legend(fontsize=6, loc="lower right")
+    return [
+        Figure(
+            "simulation",
+            "Serving simulation (MODEL.md §9): TTFT and TPOT distributions, queue over time",
+            fig,
+            f"{ds.attrs.get('stream', '')}; router {ds.attrs.get('router', '')}. The dotted line is p90.",
+        )
+    ]
+
+
+def simulation_summary(ds: xr.Dataset) -> pd.DataFrame:
+    """One row per simulated candidate: its §9 summaries."""
+    rows = []
+    for label, c in _candidates(ds):
+        rows.append(
+            {
+                "candidate": label,
+                "TTFT p50 (s)": f"{float(c['ttft_p50_s']):.3g}",
+                "TTFT p90 (s)": f"{float(c['ttft_p90_s']):.3g}",
+                "TPOT p90 (s)": f"{float(c['tpot_p90_s']):.3g}",
+                "E2E mean (s)": f"{float(c['e2e_mean_s']):.3g}",
+                "utilisation": f"{float(c['utilization']):.0%}",
+                "peak queue": int(c["queue_peak"]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def simulation_table(ds: xr.Dataset) -> str:
+    """One line per simulated candidate (MODEL.md §9): p50/p90 TTFT, p90 TPOT, mean E2E, utilisation, peak
+    queue and peak KV; "does not fit" where the configuration cannot run."""
+    dims = list(ds.ttft_p90_s.dims)
+    columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
+    header = f"{'candidate':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'util':>6} {'queue':>6}"
+    lines = [
+        f"serving simulation (MODEL.md §9): {ds.attrs.get('stream', '')}, router {ds.attrs.get('router', '')}",
+        header,
+    ]
+    stacked = ds[["ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s", "utilization", "queue_peak"]].stack(
+        candidate=dims
+    )
+    fits = ds.fits.broadcast_like(ds.ttft_p90_s).stack(candidate=dims).values
+    for i, key in enumerate(stacked.candidate.values):
+        label = ", ".join(f"{d} {v}" for d, v in zip(dims, key, strict=True))
+        row = {v: float(stacked[v].values[i]) for v in stacked.data_vars}
+        if not fits[i]:
+            lines.append(f"{label:<58} does not fit (no KV pool, or TP does not divide the query heads)")
+            continue
+        lines.append(
+            f"{label:<58} {ms(row['ttft_p50_s']):>10} {ms(row['ttft_p90_s']):>10} {ms(row['tpot_p90_s']):>10} "
+            f"{ms(row['e2e_mean_s']):>10} {row['utilization']:>6.0%} {row['queue_peak']:>6.0f}"
+        )
+    if "deployment" in ds.dims:
+        lines += ["", "disaggregated prefill/decode (MODEL.md §10):", deployment_header()]
+        for m in ds.model.values:
+            for d in ds.deployment.values:
+                at = ds.sel(model=m, deployment=d)
+                label = f"{m}: {d}"
+                if not bool(at.disagg_fits):
+                    lines.append(f"{label} — does not fit (no KV pool in a pool, or TP does not divide the heads)")
+                    continue
+                times = " ".join(
+                    f"{ms(float(at[f'disagg_{v}'])):>10}"
+                    for v in ("ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s")
+                )
+                lines.append(
+                    f"{label}\n{'':<58} {times} {float(at.disagg_prefill_utilization):>6.0%} "
+                    f"{float(at.disagg_decode_utilization):>6.0%} {float(at.disagg_cost_per_hour):>8.2f}"
+                )
+    lines += assumption_lines(ds)
+    return "\n".join(lines)
+
+
+def report_tables(ds: xr.Dataset) -> list[tuple[str, pd.DataFrame]]:
+    return [("Simulated candidates", simulation_summary(ds))]
