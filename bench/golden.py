@@ -73,7 +73,7 @@ def procure_outputs() -> tuple[dict, str]:
     """The shipped procurement study (sweeps/procure_azure.yaml, on the shared Azure traces): every array's
     digest and the ranked tables exactly as ``slimjax procure`` prints them."""
     import slimjax
-    from slimjax.inputs import procurefile
+    from slimjax.studies.procure import spec as procurefile
 
     ds = slimjax.procure(screen_of(procurefile.parse(str(PROCURE_STUDY))))
     return array_digests(ds), slimjax.procure_tables(ds) + "\n"

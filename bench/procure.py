@@ -22,7 +22,7 @@ import numpy as np
 from common import timed  # bench/common.py
 
 import slimjax
-from slimjax.inputs import procurefile
+from slimjax.studies.procure import spec as procurefile
 
 slimjax.configure()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

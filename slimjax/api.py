@@ -18,7 +18,7 @@ from .engine import dataset, grid
 from .engine.groups import variable_names
 from .engine.schema import DIMS
 from .errors import SlimjaxError, option
-from .inputs import procurefile, sweepfile
+from .inputs import sweepfile
 from .inputs.sweepfile import Sweep
 from .report.cards import (  # noqa: F401  (entry points: the text of results lives on the report floor)
     agent_cards,
@@ -30,6 +30,7 @@ from .report.cards import (  # noqa: F401  (entry points: the text of results li
 )
 from .store import coefficients as coefficient_store
 from .store import sink as store
+from .studies import procure as procurement
 
 DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
 COUNTED = ("slim_at_floor",)  # flags whose set cells a sweep counts into the variable's attrs (nonzero, cells)
@@ -246,10 +247,10 @@ def _evaluate(given, parse_it, out, options: EngineOptions) -> xr.Dataset:
 
 
 def procure(
-    spec: str | os.PathLike | Mapping | procurefile.Study, out: str | os.PathLike | None = None, **engine
+    spec: str | os.PathLike | Mapping | procurement.Study, out: str | os.PathLike | None = None, **engine
 ) -> xr.Dataset:
     """A procurement study (MODEL.md §8) from a procurement file (path), mapping or parsed
-    :class:`~slimjax.inputs.procurefile.Study`: every (GPU, TP, batch limit) candidate per workload,
+    :class:`~slimjax.studies.procure.Study`: every (GPU, TP, batch limit) candidate per workload,
     rate and model, the cheapest feasible choice and the per-class mix. It runs through the same engine
     as :func:`sweep` — block plan under ``memory_budget_bytes``, a journaled store at ``out`` (atomic,
     ``resume`` after an interruption, ``slimjax verify``), ``scheduler="dask"`` — with the same options.
@@ -264,7 +265,7 @@ def procure(
     if out is not None:  # before any work, the study's own checks included
         store.check_target(out, options.overwrite, options.resume)
     with float64_scope():
-        study = spec if isinstance(spec, procurefile.Study) else procurefile.parse(spec)
+        study = spec if isinstance(spec, procurement.Study) else procurement.parse(spec)
     if study.sizing["method"] == "screen":
         return _evaluate(study, None, out, options)
     for flag, given in (("resume", options.resume), ("scheduler", options.scheduler == "dask")):
@@ -272,7 +273,7 @@ def procure(
             raise SlimjaxError(
                 flag, "applies to the screen alone: give sizing: screen, or run sized by simulation without it"
             )
-    from .studies import sizing
+    from .studies.procure import sizing
 
     target = store.check_target(out, options.overwrite) if out is not None else None
     screen = _evaluate(study, None, None, options)
@@ -328,9 +329,7 @@ def study_text(ds: xr.Dataset) -> str:
 
 def procure_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
     """The study's ranked tables as text (:func:`slimjax.report.tables.ranked_tables`)."""
-    from .report.tables import ranked_tables
-
-    return ranked_tables(ds, top=top, infeasible=infeasible)
+    return procurement.tables.ranked_tables(ds, top=top, infeasible=infeasible)
 
 
 def make_report(paths, out_dir: str | os.PathLike, *, at: tuple[int, int] | None = None, quiet: bool | None = None):

@@ -222,7 +222,7 @@ def test_study_sizing_equals_the_brute_force(studies):
 
 
 def simulatefile_free_study():
-    from slimjax.inputs import procurefile
+    from slimjax.studies.procure import spec as procurefile
 
     return procurefile.parse(dict(STUDY, disaggregated=SECTION))
 
@@ -241,12 +241,12 @@ def test_a_disaggregated_section_leaves_the_aggregated_choice(studies):
 
 
 def test_reports_show_both_fleets_and_both_distributions(studies, tmp_path):
-    from slimjax.report import figures
+    from slimjax.studies.procure import figures as procure_figures
 
     _, both = studies
-    figs = figures.disaggregated_figures(both)
+    figs = procure_figures.disaggregated_figures(both)
     assert [f.key for f in figs] == ["disaggregated_chat"]
-    table = figures.disaggregated_table(both)
+    table = procure_figures.disaggregated_table(both)
     assert len(table) == 1 and table["pools"][0] in both.deployment.values
     dep = dict(prefill={"gpu": "H100-SXM"}, decode={"gpu": "H200", "batch": 8})
     sim = simulate.run(simulate.parse(_spec("Llama-3.1-8B", [dep])))

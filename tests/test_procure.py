@@ -18,10 +18,10 @@ from click.testing import CliRunner
 import slimjax
 from slimjax.cli import main
 from slimjax.config import float64_scope
-from slimjax.inputs import procurefile
 from slimjax.inputs.requests import length_classes, load_requests
 from slimjax.model import procurement as proc
 from slimjax.model import queue
+from slimjax.studies.procure import spec as procurefile
 
 # ------------------------------------------------------------------------------ reference pieces
 
@@ -381,7 +381,7 @@ def test_an_infeasible_study_says_why(tmp_path):
 
 
 def proc_reason(name):
-    from slimjax.engine.procurement import REASONS
+    from slimjax.studies.procure.screen import REASONS
 
     return REASONS.index(name)
 
@@ -514,8 +514,8 @@ def test_ties_go_to_fewer_gpus_then_smaller_tp_then_smaller_batch_then_the_first
 
 
 def test_a_trace_workload_takes_its_first_seconds(shared_data):
-    from slimjax.inputs import procurefile
     from slimjax.inputs.requests import load_requests
+    from slimjax.studies.procure import spec as procurefile
 
     path = shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv"
     whole = load_requests(path, "azure")

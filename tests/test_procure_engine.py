@@ -18,8 +18,8 @@ from click.testing import CliRunner
 import slimjax
 from slimjax.cli import main
 from slimjax.engine import grid
-from slimjax.inputs import procurefile
 from slimjax.store.sink import verify
+from slimjax.studies.procure import spec as procurefile
 
 # two workloads × two models, so a small budget cuts it into four blocks
 STUDY = dict(

@@ -19,6 +19,7 @@ from matplotlib.image import imread
 import slimjax
 from slimjax.cli import main
 from slimjax.report import figures as F
+from slimjax.studies.procure import figures as PF
 
 SWEEP = dict(
     models=["OPT-1.3b", "Llama-3.1-8B", "Llama-3.1-405B"],
@@ -86,8 +87,8 @@ def test_every_figure_kind_comes_from_a_store(stores):
         "agent_research",
     } <= kinds
     study = slimjax.store.open_store(stores / "study.zarr")
-    assert [f.key for f in F.procurement_figures(study)] == ["procurement_chat"]
-    assert len(F.procurement_table(study)) == 2
+    assert [f.key for f in PF.procurement_figures(study)] == ["procurement_chat"]
+    assert len(PF.procurement_table(study)) == 2
     coeffs = slimjax.store.open_store(stores / "coeffs.zarr")
     assert [f.key for f in F.calibration_figures(coeffs)] == ["calibration_mape"]
     pred = pd.read_csv(stores / "pred.csv")
@@ -272,7 +273,9 @@ def test_figures_draw_inline_models_from_the_store_with_no_catalog_lookup():
     np.testing.assert_allclose(
         decode[:, 1], 32 * (2 * P + 4 * L * H * d * T) / c["itl_s"].sel(batch=32).values, rtol=1e-6
     )
-    for path in (Path(F.__file__).parent).glob("*.py"):
+    drawing = [*Path(F.__file__).parent.glob("*.py"), *Path(PF.__file__).parent.parent.glob("*/figures.py")]
+    drawing += [*Path(PF.__file__).parent.parent.glob("*/present.py")]
+    for path in drawing:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 assert "catalog" not in (node.module or "") and all(a.name != "catalog" for a in node.names), path

@@ -8,8 +8,10 @@ import serving_reference as sref
 
 import slimjax
 from slimjax.errors import SlimjaxError
-from slimjax.inputs import catalog, procurefile
-from slimjax.studies import candidates, sizing
+from slimjax.inputs import catalog
+from slimjax.studies import candidates
+from slimjax.studies.procure import sizing
+from slimjax.studies.procure import spec as procurefile
 
 SLO = {"ttft_s": 1.0, "itl_s": 0.05, "quantile": 0.9}
 
@@ -88,7 +90,7 @@ def test_cost_and_choice_follow_the_simulated_fleet(sized):
     # what the sized answer assumed, in the store and at the end of its tables: the simulated prefill, not the screen's
     import json
 
-    from slimjax.report.tables import ranked_tables
+    from slimjax.studies.procure.tables import ranked_tables
 
     said = json.loads(ds.attrs["assumptions"])
     assert any(a.startswith("prefill (simulated): prompts share engine steps of 2048 tokens") for a in said)

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..inputs.sweepfile import Sweep
-from . import procurement  # noqa: F401  (registers the §8 group)
 from .dispatch import compute_devices, pipelined
 from .groups import GROUPS, active_groups, batch_phase, mask_unfit, variable_names
 from .plan import BlockPlan, plan_blocks

@@ -7,7 +7,7 @@ names other groups that must be active too; ``fit_masked`` ones are NaN wherever
 (:func:`.groups.mask_unfit`: the batch, or for prefill-only figures the batch's prompts, does not fit memory).
 
 One table per kind of evaluation (:data:`SCHEMAS`): ``sweep`` (MODEL.md §1–§7, :data:`VARIABLES`, here) and
-each study registered with :func:`register_kind` (``procurement``, §8: :mod:`.procurement`). A kind's
+each study registered with :func:`register_kind` (``procurement``, §8: :mod:`slimjax.studies.procure.screen`). A kind's
 Dataset has that table's variables, in its order.
 """
 

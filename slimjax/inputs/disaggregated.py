@@ -9,7 +9,7 @@ A file's ``disaggregated`` block is a list of candidates::
         transfer: network          # or nvlink (both pools inside one node of the same GPU)
 
 Each pool's serving settings are the file's ``serving`` block resolved for its (model, GPU), with n_gpu = tp and
-pp as given (:func:`slimjax.inputs.procurefile.serving_per_group`).
+pp as given (:func:`slimjax.inputs.studyfile.serving_per_group`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ import json
 from collections.abc import Callable
 
 import numpy as np
-from matplotlib.figure import Figure as MplFigure
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 MAX_PANELS = 12  # small multiples per figure (the first pairs; the page says which were left out)
@@ -20,12 +19,14 @@ MAX_PANELS = 12  # small multiples per figure (the first pairs; the page says wh
 class Figure:
     key: str  # file name stem
     title: str
-    figure: MplFigure
+    figure: object  # a matplotlib Figure (matplotlib is imported when a figure is drawn, not with this module)
     caption: str = ""
 
 
-def grid(n: int, width: float = 4.2, height: float = 3.2) -> tuple[MplFigure, list]:
-    """A figure of n panels, three to a row (the rest hidden)."""
+def grid(n: int, width: float = 4.2, height: float = 3.2) -> tuple[object, list]:
+    """A matplotlib figure of n panels, three to a row (the rest hidden), and its axes."""
+    from matplotlib.figure import Figure as MplFigure
+
     cols = min(n, 3)
     rows = int(np.ceil(n / cols))
     fig = MplFigure(figsize=(width * cols + 2.2, height * rows + 0.6), layout="constrained")

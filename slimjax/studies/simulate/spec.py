@@ -28,9 +28,9 @@ from ...errors import SlimjaxError, suggest
 from ...inputs.axes import parse_axis
 from ...inputs.checks import checked_number, positive_number
 from ...inputs.disaggregated import parse_deployments
-from ...inputs.procurefile import models_and_gpus, read_file, serving_per_group
 from ...inputs.requests import TRACE_FORMATS, load_requests
 from ...inputs.serving import with_calibrated_links
+from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group
 from ...model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 
 KEYS = ("models", "gpus", "tp", "pp", "batch", "replicas", "disaggregated", "router", "serving", "precision", "stream")

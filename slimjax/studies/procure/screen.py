@@ -17,15 +17,15 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from .._version import __version__
-from ..constants import PRICE_DATE
-from ..model import memory
-from ..model import procurement as proc
-from ..model.calculator import capacity_cell_terms, service_terms
-from ..model.queue import queue_bound
-from .groups import Group, register_group
-from .plan import BlockPlan
-from .schema import Variable, register_kind
+from ..._version import __version__
+from ...constants import PRICE_DATE
+from ...engine.groups import Group, register_group
+from ...engine.plan import BlockPlan
+from ...engine.schema import Variable, register_kind
+from ...model import memory
+from ...model import procurement as proc
+from ...model.calculator import capacity_cell_terms, service_terms
+from ...model.queue import queue_bound
 
 # Why a candidate is infeasible, checked in this order (the first failing check is reported).
 REASONS = ("feasible", "tp_does_not_divide_heads", "memory", "itl", "ttft", "e2e", "unbounded_queue")

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import xarray as xr
 
-from ..engine.procurement import REASONS
-from ..inputs.serving import CONSTANTS_SOURCES
-from ..studies.present import assumption_lines, ms
-from ..studies.sizing import SIM_REASONS
+from ...inputs.serving import CONSTANTS_SOURCES
+from ..candidates import SIM_REASONS
+from ..present import assumption_lines, ms
+from .screen import REASONS
 
 REASON_TEXT = {
     "tp_does_not_divide_heads": "TP degree does not divide the query heads",

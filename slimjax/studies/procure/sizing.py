@@ -19,12 +19,12 @@ import warnings
 import numpy as np
 import xarray as xr
 
-from ..engine import sim as engine
-from ..engine.grid import labelled
-from ..engine.schema import Variable, base_attrs, table
-from ..model import procurement as proc
-from ..model.specs import ServingSpec
-from .candidates import REASON_CODE, SIM_REASONS, candidate_inputs, flat_candidates, workload_stream
+from ...engine import sim as engine
+from ...engine.grid import labelled
+from ...engine.schema import Variable, base_attrs, table
+from ...model import procurement as proc
+from ...model.specs import ServingSpec
+from ..candidates import REASON_CODE, SIM_REASONS, candidate_inputs, flat_candidates, workload_stream
 
 SIZED = ("workload", "rate", "model", "gpu", "tp", "batch")
 CHOICE = ("workload", "rate", "model")

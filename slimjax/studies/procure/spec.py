@@ -16,16 +16,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import SlimjaxError, suggest
-from ..model.calculator import TP_DEGREES, replicated_kv
-from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
-from . import catalog
-from .axes import parse_axis
-from .checks import checked_number, positive_number
-from .measured import MEASURED_KEYS, measured_block
-from .requests import TRACE_FORMATS, LengthClasses, RequestTrace, class_groups, length_classes, load_requests
-from .serving import check_group_shape, constants_source, resolve_study_model, serving_block, with_calibrated_links
-from .sweepfile import load_spec
+from ...errors import SlimjaxError, suggest
+from ...inputs import catalog
+from ...inputs.axes import parse_axis
+from ...inputs.checks import checked_number, positive_number
+from ...inputs.measured import MEASURED_KEYS, measured_block
+from ...inputs.requests import TRACE_FORMATS, LengthClasses, RequestTrace, class_groups, length_classes, load_requests
+from ...inputs.serving import (
+    check_group_shape,
+    with_calibrated_links,
+)
+from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group, serving_per_tp
+from ...model.calculator import TP_DEGREES
+from ...model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
 
 KEYS = (
     "workloads",
@@ -48,7 +51,6 @@ SLO_KEYS = ("ttft_s", "quantile", "itl_s", "e2e_s")
 DEFAULT_BATCH = tuple(sorted({2**k for k in range(10)} | {3 * 2**k for k in range(8)}))  # 1 … 512 and 3·2^k
 DEFAULT_CLASSES = 4
 DEFAULT_QUANTILE = 0.9
-DEFAULT_SERVING = {"efficiency": "calibrated", "kv_replication": "auto"}
 SIZING_METHODS = ("simulation", "screen")
 # §8 sizing: by simulation of the workload's own stream up to max_replicas, or the screen's R = ⌈Λ/λ*⌉ alone;
 # a workload without timestamps is simulated as a Poisson stream of `requests` requests (seeded)
@@ -288,69 +290,6 @@ def _measured(value: Any, models: list[str], gpus: list[str], tp: np.ndarray) ->
     return MeasuredSpec(**arr)
 
 
-def serving_per_tp(
-    value: Any, models, gpus, tp: np.ndarray, max_tokens: float, calibrated: bool = True
-) -> tuple[ServingSpec, dict]:
-    """Serving per (model, GPU) as sweeps read it (n_gpu is the study's tp axis), then per TP degree n:
-    n_gpu = n and, where kv_replication is auto, r = max(1, n / H_kv) (§4c)."""
-    block = dict(value or {})
-    for key, axis in (("n_gpu", "tp"), ("pp", "pp")):
-        if key in block or any(isinstance(v, Mapping) and key in v for v in block.values()):
-            raise SlimjaxError(
-                f"serving.{key}", f"a study sweeps the group size: list the degrees under {axis} instead"
-            )
-    if calibrated and not any(k in block for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")):
-        block.setdefault("efficiency", DEFAULT_SERVING["efficiency"])
-    block.setdefault("kv_replication", DEFAULT_SERVING["kv_replication"])
-    for g, row in gpus:
-        check_group_shape(g, row, tp, [], "tp", "pp")
-    base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens)
-    fields = base.fields()
-    n = tp[None, None, :]
-    kv_auto = np.array([[["kv_replication" in table[m][g].get("auto", ())] for g, _ in gpus] for m, _ in models])
-    n_kv = np.array([arch["n_kv_heads"] for _, arch in models])[:, None, None]
-    out = {
-        k: np.broadcast_to(np.asarray(v)[..., None], (*np.shape(v), len(tp))).astype(float) for k, v in fields.items()
-    }
-    out["n_gpu"] = np.broadcast_to(n, out["n_gpu"].shape).astype(float)
-    out["kv_replication"] = np.where(kv_auto, np.asarray(replicated_kv(n, n_kv)), out["kv_replication"])
-    for m in table:
-        for g in table[m]:
-            table[m][g].pop("n_gpu", None)
-            table[m][g]["tp"] = [int(x) for x in tp]
-            preset = str(table[m][g]["efficiency"]).split(" ", 1)[0]  # where each (GPU, TP)'s constants come from
-            table[m][g]["constants"] = {str(int(x)): constants_source(g, preset, x)[0] for x in tp}
-    return ServingSpec(**out), table
-
-
-def read_file(spec, keys: tuple, required: tuple, needs: str, lists: tuple = ()) -> tuple[dict, str, Path | None]:
-    """(data, source, base_dir) of a study-like file: unknown top-level keys, missing required ones and empty
-    ``models``/``gpus`` (and ``lists``) are errors naming the key."""
-    data, source, base_dir = load_spec(spec)
-    unknown = [k for k in data if k not in keys]
-    if unknown:
-        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), keys)}")
-    for key in required:
-        if data.get(key) is None:
-            raise SlimjaxError(key, f"missing ({needs})")
-    for key in (*lists, "models", "gpus"):
-        if not isinstance(data[key], list) or not data[key]:
-            raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
-    return data, source, base_dir
-
-
-def models_and_gpus(data: Mapping, base_dir: Path | None) -> tuple[list, list]:
-    """The file's models and GPUs resolved through the catalogs as (label, row) pairs; a label twice is an error."""
-    models = [resolve_study_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
-    gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
-    for field, items in (("models", models), ("gpus", gpus)):
-        labels = [label for label, _ in items]
-        for i, label in enumerate(labels):
-            if labels.index(label) != i:
-                raise SlimjaxError(f"{field}[{i}]", f"{label!r} appears twice")
-    return models, gpus
-
-
 def parse(spec: str | os.PathLike | Mapping) -> Study:
     """Validate a procurement file (path) or mapping into a :class:`Study`; errors name the field."""
     data, source, base_dir = read_file(
@@ -374,7 +313,7 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     labelled = list(zip(gpu_names, gpu_rows, strict=True))
     gpu_rows = [row for _, row in with_calibrated_links(labelled, data["gpus"], serving_table)]
     sizing = _sizing(data.get("sizing"))
-    from .disaggregated import parse_study_section
+    from ...inputs.disaggregated import parse_study_section
 
     deployments = parse_study_section(
         data.get("disaggregated"), models, data.get("serving"), max_tokens, serving_per_group
@@ -414,29 +353,13 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     )
 
 
-def serving_per_group(
-    value: Any, models, gpus, tp: np.ndarray, pp: np.ndarray, max_tokens: float, calibrated: bool = True
-) -> tuple[ServingSpec, dict]:
-    """:func:`serving_per_tp` with a pipeline axis: leaves (M, G, N, P), ``pipeline_stages`` = pp (MODEL.md §10).
-    Stages pass activations over the network: a GPU without ``network_gbs`` cannot take pp > 1 (named)."""
-    for g, row in gpus:
-        check_group_shape(g, row, [], pp, "tp", "pp")
-    base, table = serving_per_tp(value, models, gpus, tp, max_tokens, calibrated)
-    out = {k: np.repeat(np.asarray(v)[..., None], len(pp), axis=-1) for k, v in base.fields().items()}
-    out["pipeline_stages"] = np.broadcast_to(np.asarray(pp, float), out["pipeline_stages"].shape).copy()
-    for m in table:
-        for g in table[m]:
-            table[m][g]["pp"] = [int(x) for x in pp]
-    return ServingSpec(**out), table
-
-
 def with_stages(serving: ServingSpec, table: dict, value: Any, models, gpus, tp, max_tokens: float) -> ServingSpec:
     """Pipeline stages per (model, GPU, TP) (MODEL.md §10): ``auto`` the smallest n_pp in {1, 2, 4, 8}
     whose stages of that TP degree hold the weights and a sequence of the longest I + O (1 where none does: the
     candidate does not fit, as the screen says; 1 on a GPU without ``network_gbs``, which stages would cross), or
     one positive integer for every candidate (default 1: no stages, as before §10). A replica group is tp·pp GPUs."""
-    from ..config import float64_scope
-    from ..model.calculator import smallest_fitting_pp
+    from ...config import float64_scope
+    from ...model.calculator import smallest_fitting_pp
 
     fields = {k: np.asarray(v, float) for k, v in serving.fields().items()}
     if value == "auto":

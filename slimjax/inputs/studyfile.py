@@ -1,0 +1,100 @@
+"""What every study file shares (procurement, simulation): reading the file with its keys checked, its models and
+GPUs resolved through the catalogs, and serving per (model, GPU) swept over the study's TP degrees and pipeline
+stages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SlimjaxError, suggest
+from ..model.calculator import replicated_kv
+from ..model.specs import ServingSpec
+from . import catalog
+from .serving import check_group_shape, constants_source, resolve_study_model, serving_block
+from .sweepfile import load_spec
+
+# a study's serving defaults where a sweep's differ: calibrated constants, KV replicated where TP exceeds H_kv
+DEFAULT_SERVING = {"efficiency": "calibrated", "kv_replication": "auto"}
+
+
+def read_file(spec, keys: tuple, required: tuple, needs: str, lists: tuple = ()) -> tuple[dict, str, Path | None]:
+    """(data, source, base_dir) of a study-like file: unknown top-level keys, missing required ones and empty
+    ``models``/``gpus`` (and ``lists``) are errors naming the key."""
+    data, source, base_dir = load_spec(spec)
+    unknown = [k for k in data if k not in keys]
+    if unknown:
+        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), keys)}")
+    for key in required:
+        if data.get(key) is None:
+            raise SlimjaxError(key, f"missing ({needs})")
+    for key in (*lists, "models", "gpus"):
+        if not isinstance(data[key], list) or not data[key]:
+            raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
+    return data, source, base_dir
+
+
+def models_and_gpus(data: Mapping, base_dir: Path | None) -> tuple[list, list]:
+    """The file's models and GPUs resolved through the catalogs as (label, row) pairs; a label twice is an error."""
+    models = [resolve_study_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
+    gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
+    for field, items in (("models", models), ("gpus", gpus)):
+        labels = [label for label, _ in items]
+        for i, label in enumerate(labels):
+            if labels.index(label) != i:
+                raise SlimjaxError(f"{field}[{i}]", f"{label!r} appears twice")
+    return models, gpus
+
+
+def serving_per_tp(
+    value: Any, models, gpus, tp: np.ndarray, max_tokens: float, calibrated: bool = True
+) -> tuple[ServingSpec, dict]:
+    """Serving per (model, GPU) as sweeps read it (n_gpu is the study's tp axis), then per TP degree n:
+    n_gpu = n and, where kv_replication is auto, r = max(1, n / H_kv) (§4c)."""
+    block = dict(value or {})
+    for key, axis in (("n_gpu", "tp"), ("pp", "pp")):
+        if key in block or any(isinstance(v, Mapping) and key in v for v in block.values()):
+            raise SlimjaxError(
+                f"serving.{key}", f"a study sweeps the group size: list the degrees under {axis} instead"
+            )
+    if calibrated and not any(k in block for k in ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")):
+        block.setdefault("efficiency", DEFAULT_SERVING["efficiency"])
+    block.setdefault("kv_replication", DEFAULT_SERVING["kv_replication"])
+    for g, row in gpus:
+        check_group_shape(g, row, tp, [], "tp", "pp")
+    base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens)
+    fields = base.fields()
+    n = tp[None, None, :]
+    kv_auto = np.array([[["kv_replication" in table[m][g].get("auto", ())] for g, _ in gpus] for m, _ in models])
+    n_kv = np.array([arch["n_kv_heads"] for _, arch in models])[:, None, None]
+    out = {
+        k: np.broadcast_to(np.asarray(v)[..., None], (*np.shape(v), len(tp))).astype(float) for k, v in fields.items()
+    }
+    out["n_gpu"] = np.broadcast_to(n, out["n_gpu"].shape).astype(float)
+    out["kv_replication"] = np.where(kv_auto, np.asarray(replicated_kv(n, n_kv)), out["kv_replication"])
+    for m in table:
+        for g in table[m]:
+            table[m][g].pop("n_gpu", None)
+            table[m][g]["tp"] = [int(x) for x in tp]
+            preset = str(table[m][g]["efficiency"]).split(" ", 1)[0]  # where each (GPU, TP)'s constants come from
+            table[m][g]["constants"] = {str(int(x)): constants_source(g, preset, x)[0] for x in tp}
+    return ServingSpec(**out), table
+
+
+def serving_per_group(
+    value: Any, models, gpus, tp: np.ndarray, pp: np.ndarray, max_tokens: float, calibrated: bool = True
+) -> tuple[ServingSpec, dict]:
+    """:func:`serving_per_tp` with a pipeline axis: leaves (M, G, N, P), ``pipeline_stages`` = pp (MODEL.md §10).
+    Stages pass activations over the network: a GPU without ``network_gbs`` cannot take pp > 1 (named)."""
+    for g, row in gpus:
+        check_group_shape(g, row, [], pp, "tp", "pp")
+    base, table = serving_per_tp(value, models, gpus, tp, max_tokens, calibrated)
+    out = {k: np.repeat(np.asarray(v)[..., None], len(pp), axis=-1) for k, v in base.fields().items()}
+    out["pipeline_stages"] = np.broadcast_to(np.asarray(pp, float), out["pipeline_stages"].shape).copy()
+    for m in table:
+        for g in table[m]:
+            table[m][g]["pp"] = [int(x) for x in pp]
+    return ServingSpec(**out), table
