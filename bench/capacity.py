@@ -93,9 +93,9 @@ def numpy_reference(sw):
 
 
 def loop_vs_closed_form() -> dict:
-    x = dict(
+    attn = 4.0 * 32 * 32 * 128
+    roof = roofline.Roof(
         active_params=8.03e9,
-        attn=4.0 * 32 * 32 * 128,
         weights=1.606e10,
         routed_expert_bytes=0.0,
         n_experts=0.0,
@@ -112,10 +112,10 @@ def loop_vs_closed_form() -> dict:
 
     prefill = jax.jit(roofline.prefill_time)
     decode = jax.jit(roofline.decode_itl)
-    jax.block_until_ready((prefill(100_000.0, 1.0, **x), decode(64.0, 2048.0, 100_000.0, **x)))  # compile
-    t_closed, (closed, _, _) = timed(lambda: jax.block_until_ready(prefill(100_000.0, 1.0, **x)), 20)
+    jax.block_until_ready((prefill(100_000.0, 1.0, roof, attn), decode(64.0, 2048.0, 100_000.0, roof, attn)))  # compile
+    t_closed, (closed, _, _) = timed(lambda: jax.block_until_ready(prefill(100_000.0, 1.0, roof, attn)), 20)
     t_loop, (loop, _, _) = timed(lambda: ref.prefill_chunks(100_000, 1, *args), 1)
-    td_closed, d_closed = timed(lambda: jax.block_until_ready(decode(64.0, 2048.0, 100_000.0, **x)), 20)
+    td_closed, d_closed = timed(lambda: jax.block_until_ready(decode(64.0, 2048.0, 100_000.0, roof, attn)), 20)
     td_loop, d_loop = timed(lambda: ref.decode_steps(64, 2048, 100_000, *args), 1)
     return {
         "prefill_I100000_chunk1": {

@@ -105,9 +105,8 @@ def rooflines(draw):
 
 def _roof_args(x):
     c = x["r"] * x["o"] * x["e_kv"]
-    return dict(
+    return roofline.Roof(
         active_params=x["P"],
-        attn=x["a"],
         weights=x["M_W"],
         routed_expert_bytes=0.0,
         n_experts=0.0,
@@ -128,7 +127,7 @@ def _ref_args(x):
 @settings(max_examples=150, deadline=None)
 @given(rooflines(), st.integers(1, 5000), st.sampled_from([0, 1, 7, 64, 512, 100000]))
 def test_prefill_closed_form_equals_chunk_loop(x, I, s):
-    t_pre, t_max, k_c = roofline.prefill_time(float(I), float(s), **_roof_args(x))
+    t_pre, t_max, k_c = roofline.prefill_time(float(I), float(s), _roof_args(x), x["a"])
     want = ref.prefill_chunks(I, s, *_ref_args(x))
     assert float(t_pre) == pytest.approx(want[0], rel=1e-9)
     assert float(t_max) == pytest.approx(want[1], rel=1e-12)
@@ -138,7 +137,7 @@ def test_prefill_closed_form_equals_chunk_loop(x, I, s):
 @settings(max_examples=150, deadline=None)
 @given(rooflines(), st.integers(1, 512), st.integers(1, 6000), st.integers(1, 3000))
 def test_decode_closed_form_equals_step_loop(x, B, I, O):
-    itl = float(roofline.decode_itl(float(B), float(I), float(O), **_roof_args(x)))
+    itl = float(roofline.decode_itl(float(B), float(I), float(O), _roof_args(x), x["a"]))
     want = ref.decode_steps(B, I, O, *_ref_args(x))
     if O == 1:
         assert math.isnan(itl) and math.isnan(want)
@@ -165,7 +164,7 @@ def test_chunk_sizes_across_the_window(s):
         o=1.0,
     )
     for I in (4095, 4096, 4097, 6000, 9001):
-        t_pre, t_max, k_c = roofline.prefill_time(float(I), float(s), **_roof_args(x))
+        t_pre, t_max, k_c = roofline.prefill_time(float(I), float(s), _roof_args(x), x["a"])
         want = ref.prefill_chunks(I, s, *_ref_args(x))
         assert (float(t_pre), float(t_max), int(k_c)) == pytest.approx(want, rel=1e-9)
 
@@ -189,8 +188,8 @@ def test_long_prompt_one_token_chunks_cost_one_evaluation():
     import time
 
     t = time.perf_counter()
-    t_pre, _, k_c = roofline.prefill_time(100_000.0, 1.0, **_roof_args(x))
-    itl = roofline.decode_itl(1.0, 100_000.0, 100_000.0, **_roof_args(x))
+    t_pre, _, k_c = roofline.prefill_time(100_000.0, 1.0, _roof_args(x), x["a"])
+    itl = roofline.decode_itl(1.0, 100_000.0, 100_000.0, _roof_args(x), x["a"])
     assert time.perf_counter() - t < 1.0
     assert int(k_c) == 100_000
     assert float(t_pre) == pytest.approx(ref.prefill_chunks(100_000, 1, *_ref_args(x))[0], rel=1e-9)

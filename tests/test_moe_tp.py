@@ -47,11 +47,10 @@ def configs(draw):
     )
 
 
-def _closed_args(x, attn):
+def _closed_args(x):
     fixed, per_token = parallel.tp_comm_terms(x["L"], x["D"], x["n"], x["link"], x["tau"])
-    return dict(
+    return roofline.Roof(
         active_params=x["P_act"],
-        attn=attn,
         weights=x["M_W"],
         routed_expert_bytes=x["routed"],
         n_experts=x["E"],
@@ -80,7 +79,7 @@ def _loop_args(x, attn):
 @settings(max_examples=120, deadline=None)
 @given(configs(), st.integers(1, 3000), st.sampled_from([1, 7, 512]))
 def test_prefill_closed_form_equals_chunk_loop_with_experts_mla_and_tp(x, I, s):
-    t_pre, t_max, k_c = roofline.prefill_time(float(I), float(s), **_closed_args(x, x["a_pre"]))
+    t_pre, t_max, k_c = roofline.prefill_time(float(I), float(s), _closed_args(x), x["a_pre"])
     args, kw = _loop_args(x, x["a_pre"])
     want = ref.prefill_chunks(I, s, *args, **kw)
     assert float(t_pre) == pytest.approx(want[0], rel=1e-9)
@@ -91,7 +90,7 @@ def test_prefill_closed_form_equals_chunk_loop_with_experts_mla_and_tp(x, I, s):
 @settings(max_examples=120, deadline=None)
 @given(configs(), st.integers(1, 256), st.integers(1, 3000), st.integers(1, 800))
 def test_decode_closed_form_equals_step_loop_with_experts_mla_and_tp(x, B, I, O):
-    itl = float(roofline.decode_itl(float(B), float(I), float(O), **_closed_args(x, x["a_dec"])))
+    itl = float(roofline.decode_itl(float(B), float(I), float(O), _closed_args(x), x["a_dec"]))
     args, kw = _loop_args(x, x["a_dec"])
     want = ref.decode_steps(B, I, O, *args, **kw)
     if O == 1:

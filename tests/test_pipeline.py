@@ -103,7 +103,7 @@ def test_one_stage_is_section_9_exactly():
     roof1, _, _ = calculator.roofline_terms(arch, g, default_serving(arch, n_gpu=2, launch_overhead_s=1e-4))
     same = pipeline.pipeline_roof(roof1, arch.n_layers, arch.hidden, 1.0, 50e9, 1e-5)
     for k in ("flops", "bandwidth", "launch_overhead_s", "comm_fixed_s", "comm_per_token_s"):
-        assert same[k].tolist() == roof1[k].tolist()
+        assert getattr(same, k).tolist() == getattr(roof1, k).tolist()
 
 
 def _specs(model, gpu, **serving):

@@ -28,10 +28,10 @@ def step_work(
     n_tokens, decode_context_sum, decode_kv_bytes, chunk_attention_tokens, chunk_kv_bytes, roof, a_pre, a_dec
 ):
     """(FLOPs, bytes read) of one engine step: 2·P_act·n_tok + a_dec·ΣT_j + a_pre·Σ(n_i·p_i + n_i²/2) and
-    M_W(n_tok) + ΣK(T_j) + ΣK(p_i). ``roof`` is :func:`slimjax.model.calculator.roofline_terms`' dict."""
-    ops = 2.0 * roof["active_params"] * n_tokens + a_dec * decode_context_sum + a_pre * chunk_attention_tokens
+    M_W(n_tok) + ΣK(T_j) + ΣK(p_i). ``roof``: :class:`slimjax.model.roofline.Roof`."""
+    ops = 2.0 * roof.active_params * n_tokens + a_dec * decode_context_sum + a_pre * chunk_attention_tokens
     weights = weights_read_bytes(
-        n_tokens, roof["weights"], roof["routed_expert_bytes"], roof["n_experts"], roof["experts_per_token"]
+        n_tokens, roof.weights, roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
     )
     return ops, weights + decode_kv_bytes + chunk_kv_bytes
 
@@ -51,15 +51,13 @@ def step_time(
     ops, read = step_work(
         n_tokens, decode_context_sum, decode_kv_bytes, chunk_attention_tokens, chunk_kv_bytes, roof, a_pre, a_dec
     )
-    comm = roof["comm_fixed_s"] + roof["comm_per_token_s"] * n_tokens
-    return (
-        jnp.maximum(ops / roof["flops"], read / roof["bandwidth"]) + roof["launch_overhead_s"] + step_overhead_s + comm
-    )
+    comm = roof.comm_fixed_s + roof.comm_per_token_s * n_tokens
+    return jnp.maximum(ops / roof.flops, read / roof.bandwidth) + roof.launch_overhead_s + step_overhead_s + comm
 
 
 def context_kv_bytes(tokens, roof):
     """K(T) of one sequence holding T tokens, from the roofline's per-token rates (§4)."""
-    return kv_read_bytes(tokens, roof["kv_per_token_full"], roof["kv_per_token_sliding"], roof["window"])
+    return kv_read_bytes(tokens, roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window)
 
 
 def chunk_attention_tokens(new_tokens, earlier_tokens):
@@ -68,11 +66,11 @@ def chunk_attention_tokens(new_tokens, earlier_tokens):
 
 
 def replica_terms(model, gpu, serving) -> dict:
-    """What one engine's steps need (§9 on §3/§4/§4b/§4c): the roofline dict (serving efficiencies, t_l and
-    the all-reduce), a_pre, a_dec, t_step, N_tok, s and the KV pool, shaped like the specs. A group of n_pp
-    pipeline stages runs n_pp virtual engines (§10): each step is τ_pp (the roofline dict of
-    :func:`slimjax.model.pipeline.pipeline_roof`, n_pp·t_step), each engine holds 1/n_pp of the stage's KV pool,
-    and ``pipeline_stages`` says how many engines a replica has (its batch limit is ⌊B/n_pp⌋ each)."""
+    """What one engine's steps need (§9 on §3/§4/§4b/§4c): the roofline record (:class:`slimjax.model.roofline.Roof`:
+    serving efficiencies, t_l and the all-reduce), a_pre, a_dec, t_step, N_tok, s and the KV pool, shaped like the
+    specs. A group of n_pp pipeline stages runs n_pp virtual engines (§10): each step is τ_pp (the roofline record
+    of :func:`slimjax.model.pipeline.pipeline_roof`, n_pp·t_step), each engine holds 1/n_pp of the stage's KV
+    pool, and ``pipeline_stages`` says how many engines a replica has (its batch limit is ⌊B/n_pp⌋ each)."""
     roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
     stages = serving.pipeline_stages
     pool = kv_capacity(model, gpu, serving, 1.0, 0.0)["pool"]

@@ -147,7 +147,7 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
             parallel.link_bandwidth(serving.n_gpu, gpu.link_bytes_per_s, gpu.link_mesh, gpu.link_efficiency),
             gpu.allreduce_latency_s,
         )
-    roof = dict(
+    roof = roofline.Roof(
         active_params=experts.active_params(
             model.n_params, model.n_moe_layers, model.n_experts, model.experts_per_token, p_e
         ),
@@ -181,7 +181,7 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
     kv = kv_capacity(model, gpu, serving, input_len, output_len)
     e_kv, weights, pool, footprint = kv["e_kv"], kv["weights"], kv["pool"], kv["footprint"]
     roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
-    prefill_s, chunk_max_s, chunks = roofline.prefill_time(input_len, serving.chunk_size, attn=a_pre, **roof)
+    prefill_s, chunk_max_s, chunks = roofline.prefill_time(input_len, serving.chunk_size, roof, a_pre)
     return dict(
         weights_bytes=weights,
         kv_pool_bytes=pool,
@@ -193,7 +193,8 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         prefill_s=prefill_s,
         chunk_max_s=chunk_max_s,
         chunks=chunks,
-        roofline=dict(roof, attn=a_dec),
+        roofline=roof,
+        attn_dec=a_dec,
         pipeline_stages=serving.pipeline_stages,
     )
 
@@ -206,7 +207,7 @@ def service_terms(cell, measured, batch, input_len, output_len):
     virtual engines of B/n_pp each (§10): its ITL and TTFT are one engine's at B/n_pp, its rates the replica's.
     """
     engine = pipeline.engine_batch(batch, cell.get("pipeline_stages", 1.0))
-    itl = roofline.decode_itl(engine, input_len, output_len, **cell["roofline"])
+    itl = roofline.decode_itl(engine, input_len, output_len, cell["roofline"], cell["attn_dec"])
     # NaN wherever prefill is; this select also fixes how XLA fuses (and contracts into FMAs) the decode
     # sums, which keeps dense figures bit-identical to before §4b/§4c (tests/golden/capacity.json)
     itl = jnp.where(jnp.isnan(cell["prefill_s"]), jnp.nan, itl)

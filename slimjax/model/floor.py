@@ -30,16 +30,16 @@ FLOOR_FLAGS = ("prefill_at_floor", "decode_at_floor")
 
 def prefill_floor_s(batch, input_len, roof, attn_pre):
     """max(B·(2·P_act·I + a_pre·I²/2)/F, M_W(B·I)/BW), seconds: B prompts of I tokens as one pass at peak."""
-    ops = batch * (2.0 * roof["active_params"] * input_len + attn_pre * input_len * input_len / 2.0)
+    ops = batch * (2.0 * roof.active_params * input_len + attn_pre * input_len * input_len / 2.0)
     read = weights_read_bytes(
-        batch * input_len, roof["weights"], roof["routed_expert_bytes"], roof["n_experts"], roof["experts_per_token"]
+        batch * input_len, roof.weights, roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
     )
-    return jnp.maximum(ops / roof["flops"], read / roof["bandwidth"])
+    return jnp.maximum(ops / roof.flops, read / roof.bandwidth)
 
 
 def decode_floor_s(batch, input_len, output_len, roof, attn_dec):
     """Σ_{j=1..O−1} max(B·(2·P_act + a_dec·T_j)/F, (M_W(B) + B·K(T_j))/BW), seconds (0 when O = 1)."""
-    itl = decode_itl(batch, input_len, output_len, attn=attn_dec, **roof)
+    itl = decode_itl(batch, input_len, output_len, roof, attn_dec)
     return jnp.where(output_len > 1, (output_len - 1.0) * jnp.where(output_len > 1, itl, 0.0), 0.0)
 
 

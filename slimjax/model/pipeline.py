@@ -69,19 +69,18 @@ def p2p_terms(hidden, pipeline_stages, network_bytes_per_s, network_latency_s):
     return fixed, per_token
 
 
-def pipeline_roof(roof: dict, n_layers, hidden, pipeline_stages, network_bytes_per_s, network_latency_s) -> dict:
-    """The roofline terms of one engine step of a pipelined group from those of its n_tp-GPU tensor-parallel
-    group (:func:`slimjax.model.calculator.roofline_terms`): F/g, BW/g, n_pp·t_l, g·(all-reduce) plus the p2p hops
-    (module docstring). The identity when n_pp = 1."""
+def pipeline_roof(roof, n_layers, hidden, pipeline_stages, network_bytes_per_s, network_latency_s):
+    """The roofline terms (a :class:`slimjax.model.roofline.Roof`) of one engine step of a pipelined group from
+    those of its n_tp-GPU tensor-parallel group (:func:`slimjax.model.calculator.roofline_terms`): F/g, BW/g,
+    n_pp·t_l, g·(all-reduce) plus the p2p hops (module docstring). The identity when n_pp = 1."""
     g = cycle_factor(n_layers, pipeline_stages)
     fixed, per_token = p2p_terms(hidden, pipeline_stages, network_bytes_per_s, network_latency_s)
-    return dict(
-        roof,
-        flops=roof["flops"] / g,
-        bandwidth=roof["bandwidth"] / g,
-        launch_overhead_s=pipeline_stages * roof["launch_overhead_s"],
-        comm_fixed_s=g * roof["comm_fixed_s"] + fixed,
-        comm_per_token_s=g * roof["comm_per_token_s"] + per_token,
+    return roof._replace(
+        flops=roof.flops / g,
+        bandwidth=roof.bandwidth / g,
+        launch_overhead_s=pipeline_stages * roof.launch_overhead_s,
+        comm_fixed_s=g * roof.comm_fixed_s + fixed,
+        comm_per_token_s=g * roof.comm_per_token_s + per_token,
     )
 
 

@@ -8,10 +8,33 @@ size or O = 100 000 costs the same as one chunk. Pure functions of broadcastable
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax.numpy as jnp
 
 from .experts import weights_read_bytes
 from .memory import kv_read_bytes
+
+
+class Roof(NamedTuple):
+    """What a roofline step time needs of one group (§4, §4b, §4c; :func:`slimjax.model.calculator.roofline_terms`
+    makes it): active parameters P_act, the weight bytes M_W and the routed experts' share of them, the KV bytes
+    per token of full and sliding layers (r·o·e_kv·L_f, r·o·e_kv·L_s) and the window W, the group's FLOP/s and
+    bytes/s (efficiencies applied), t_l, and the all-reduce as fixed + per-token seconds. Broadcastable arrays."""
+
+    active_params: Any
+    weights: Any
+    routed_expert_bytes: Any
+    n_experts: Any
+    experts_per_token: Any
+    kv_per_token_full: Any
+    kv_per_token_sliding: Any
+    window: Any
+    flops: Any
+    bandwidth: Any
+    launch_overhead_s: Any
+    comm_fixed_s: Any = 0.0
+    comm_per_token_s: Any = 0.0
 
 
 def _series(a, b, lo, hi):
@@ -68,33 +91,20 @@ def chunk_count(input_len, chunk_size):
     return jnp.ceil(input_len / s), s
 
 
-def prefill_time(
-    input_len,
-    chunk_size,
-    active_params,
-    attn,
-    weights,
-    routed_expert_bytes,
-    n_experts,
-    experts_per_token,
-    kv_per_token_full,
-    kv_per_token_sliding,
-    window,
-    flops,
-    bandwidth,
-    launch_overhead_s,
-    comm_fixed_s=0.0,
-    comm_per_token_s=0.0,
-):
+def prefill_time(input_len, chunk_size, roof: Roof, attn):
     """Prefill of one prompt in chunks (§4, §4b, §4c): returns (t_pre, t_chunk_max, K_c), seconds.
 
     Chunk k has p_k = k·s earlier tokens and n_k = min(s, I − p_k) new ones;
     t_k = max((2·P_act·n_k + a·(n_k·p_k + n_k²/2))/F, (M_W(n_k) + K(p_k))/BW) + t_l + 2·L·t_ar(n_k·D·b_a),
     with ``attn`` = a_pre, M_W(n) the MoE weight read (:func:`weights_read_bytes`; = M_W for dense) and the
-    all-reduce as ``comm_fixed_s`` + ``comm_per_token_s``·n_k. ``kv_per_token_full`` = r·o·e_kv·L_f and
-    ``kv_per_token_sliding`` = r·o·e_kv·L_s, so K(T) = full·T + sliding·min(T, W). Full chunks are summed in
+    all-reduce as ``comm_fixed_s`` + ``comm_per_token_s``·n_k (:class:`Roof`). ``kv_per_token_full`` = r·o·e_kv·L_f
+    and ``kv_per_token_sliding`` = r·o·e_kv·L_s, so K(T) = full·T + sliding·min(T, W). Full chunks are summed in
     closed form on both sides of the window crossover; the last, shorter chunk is added apart.
     """
+    active_params, weights, flops, bandwidth = roof.active_params, roof.weights, roof.flops, roof.bandwidth
+    routed_expert_bytes, n_experts, experts_per_token = roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
+    kv_per_token_full, kv_per_token_sliding, window = roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window
+    launch_overhead_s, comm_fixed_s, comm_per_token_s = roof.launch_overhead_s, roof.comm_fixed_s, roof.comm_per_token_s
     k_c, s = chunk_count(input_len, chunk_size)
     last = k_c - 1.0
     w_full = weights_read_bytes(s, weights, routed_expert_bytes, n_experts, experts_per_token)
@@ -131,31 +141,17 @@ def prefill_time(
     return t_pre, t_chunk_max, k_c
 
 
-def decode_itl(
-    batch,
-    input_len,
-    output_len,
-    active_params,
-    attn,
-    weights,
-    routed_expert_bytes,
-    n_experts,
-    experts_per_token,
-    kv_per_token_full,
-    kv_per_token_sliding,
-    window,
-    flops,
-    bandwidth,
-    launch_overhead_s,
-    comm_fixed_s=0.0,
-    comm_per_token_s=0.0,
-):
+def decode_itl(batch, input_len, output_len, roof: Roof, attn):
     """ITL = (Σ_{j=1..O−1} t_j)/(O − 1) at concurrency B (§4, §4b, §4c), seconds; NaN when O = 1.
 
     Step j decodes at context T_j = I + j: t_j = max(B·(2·P_act + a·T_j)/F, (M_W(B) + B·K(T_j))/BW) + t_l
     + 2·L·t_ar(B·D·b_a), with ``attn`` = a_dec; M_W(B) and the all-reduce are constant over the steps, so
-    the sum stays closed form on both sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I).
+    the sum stays closed form on both sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I). ``roof``: :class:`Roof`.
     """
+    active_params, weights, flops, bandwidth = roof.active_params, roof.weights, roof.flops, roof.bandwidth
+    routed_expert_bytes, n_experts, experts_per_token = roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
+    kv_per_token_full, kv_per_token_sliding, window = roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window
+    launch_overhead_s, comm_fixed_s, comm_per_token_s = roof.launch_overhead_s, roof.comm_fixed_s, roof.comm_per_token_s
     steps = output_len - 1.0
     w_step = weights_read_bytes(batch, weights, routed_expert_bytes, n_experts, experts_per_token)
     a1 = batch * (2.0 * active_params + attn * input_len) / flops

@@ -140,15 +140,15 @@ def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     for ax, (m, g) in zip(axes, pairs, strict=False):
         model, gpu, serving = stored_specs(ds, m, g)
         raw, a_pre, a_dec = roofline_terms(model, gpu, serving, at_peak=True)
-        roof = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in raw.items()}
+        roof = raw._replace(**{k: float(np.asarray(v).reshape(-1)[0]) for k, v in raw._asdict().items()})
         a_pre, a_dec = (float(np.asarray(v).reshape(-1)[0]) for v in (a_pre, a_dec))
-        kv_per_token = roof["kv_per_token_full"] + roof["kv_per_token_sliding"]
+        kv_per_token = roof.kv_per_token_full + roof.kv_per_token_sliding
         n = float(serving.n_gpu[0])
-        peak, bw = roof["flops"], roof["bandwidth"]
+        peak, bw = roof.flops, roof.bandwidth
         x = np.logspace(-1, 4, 200)
         ax.plot(x, np.minimum(peak, bw * x), color="0.3", lw=1.5, label="roofline (peak, bandwidth)")
         c = ds.sel(model=m, gpu=g, output_len=o)
-        pre_ops, pre_bytes = prefill_pass_work(roof["active_params"], a_pre, roof["weights"], kv_per_token, i_all)
+        pre_ops, pre_bytes = prefill_pass_work(roof.active_params, a_pre, roof.weights, kv_per_token, i_all)
         pre_t = c["prefill_s"].values.astype(float)
         ax.scatter(
             np.asarray(pre_ops / pre_bytes),
@@ -159,9 +159,7 @@ def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
             zorder=3,
         )
         b = float(ds["batch"].values[min(len(ds["batch"]) - 1, np.searchsorted(ds["batch"].values, 32))])
-        dec_ops, dec_bytes = decode_step_work(
-            b, roof["active_params"], a_dec, roof["weights"], kv_per_token, i_all + o / 2
-        )
+        dec_ops, dec_bytes = decode_step_work(b, roof.active_params, a_dec, roof.weights, kv_per_token, i_all + o / 2)
         dec_ops, dec_bytes = np.asarray(dec_ops), np.asarray(dec_bytes)
         itl = c["itl_s"].sel(batch=b).values.astype(float)
         ax.scatter(

@@ -33,7 +33,7 @@ class LaneParams(NamedTuple):
     """One lane's candidate: the engine step's roofline terms (:func:`slimjax.model.batching.replica_terms`), its
     batch limit and every request's KV footprint on it."""
 
-    roof: Any  # the roofline dict of slimjax.model.calculator.roofline_terms
+    roof: Any  # slimjax.model.roofline.Roof (slimjax.model.calculator.roofline_terms)
     a_pre: Any
     a_dec: Any
     step_overhead_s: Any
