@@ -314,3 +314,34 @@ def test_every_record_row_is_returned_by_every_entry_point():
         if r.dtype != "float":
             assert jobs[r.name].dtype == np.dtype(r.dtype)
     assert np.isfinite(jobs["end_s"]).all() and np.isfinite(pooled["end_s"]).all()
+
+
+def test_one_trace_reader_counts_duration_on_the_clock_it_is_served_at(tmp_path):
+    """The simulation's stream and procurement's workloads read a trace entry through one reader
+    (inputs.requests.read_trace_entry): duration_s keeps the first T seconds of the clock the entry is served at —
+    the simulation's compressed by rate_scale, a workload's own (a study then serves it at each rate)."""
+    from slimjax.inputs.requests import read_trace_entry
+    from slimjax.studies.procure import spec as procurefile
+
+    path = tmp_path / "t.csv"
+    arrival = np.array([10.0, 11.0, 12.5, 14.0, 18.0, 30.0])
+    lines = ["timestamp,input_len,output_len", *(f"{a},{100 + k},{5 + k}" for k, a in enumerate(arrival))]
+    path.write_text("\n".join(lines) + "\n")
+    entry = {"trace": str(path), "format": "csv", "duration_s": 4.5}
+    assert read_trace_entry(entry, "stream", None).n_requests == 4  # 0, 1, 2.5, 4 s
+    assert read_trace_entry(entry, "stream", None, rate_scale=2.0).n_requests == 5  # and 8 s / 2
+    sim = simulate.parse({**_spec("Llama-3.1-8B", "H100-SXM", 4), "stream": {**entry, "rate_scale": 2.0}})
+    np.testing.assert_array_equal(sim.stream.arrival_s, (arrival[:5] - 10.0) / 2.0)
+    assert sim.stream.description.endswith("at rate_scale 2, first 4.5 s (5 requests)")
+    study = procurefile.parse(
+        {
+            "workloads": [{"name": "t", **entry, "classes": 1}],
+            "rates": [1.0],
+            "models": ["Llama-3.1-8B"],
+            "gpus": ["H100-SXM"],
+            "slo": {"ttft_s": 1.0, "itl_s": 0.1},
+        }
+    )
+    assert study.workloads[0].trace.n_requests == 4 and study.workloads[0].trace.source.endswith("first 4.5 s")
+    with pytest.raises(slimjax.SlimjaxError, match=r"stream.trace: trace file .*nope.csv' not found"):
+        read_trace_entry({"trace": str(tmp_path / "nope.csv")}, "stream", None)

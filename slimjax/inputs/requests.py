@@ -14,12 +14,14 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import SlimjaxError
+from .checks import positive_number
 
 TRACE_FORMATS = ("azure", "mooncake", "sharegpt", "csv")
 
@@ -260,4 +262,35 @@ def length_classes(input_len: np.ndarray, output_len: np.ndarray, k: int, field:
         weight=count / n,
         input_len=np.maximum(np.rint(mean_in), 1.0),
         output_len=np.maximum(np.rint(mean_out), 1.0),
+    )
+
+
+def read_trace_entry(entry: Mapping, field: str, base_dir: Path | None, *, rate_scale: float = 1.0) -> RequestTrace:
+    """The one reader of a study file's request-trace entry (``trace: PATH``, ``format``, ``duration_s``), for the
+    simulation's stream and procurement's workloads alike: the path (``~`` and ``$VARS`` expanded, relative to the
+    file), the format checked, the trace loaded. ``duration_s`` keeps the requests of the stream's first T seconds
+    on the clock the entry is served at — the trace's own divided by ``rate_scale`` (the simulation's; 1 for a
+    workload, which a study then serves at each of its rates). Arrival times are the trace's
+    (not shifted): each study sets its own clock."""
+    fmt = entry.get("format")
+    if fmt is not None and fmt not in TRACE_FORMATS:
+        raise SlimjaxError(f"{field}.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
+    raw = entry["trace"]
+    if not isinstance(raw, str) or not raw:
+        raise SlimjaxError(f"{field}.trace", f"must be a file path, got {raw!r}")
+    path = Path(os.path.expandvars(os.path.expanduser(raw)))
+    path = path if path.is_absolute() or base_dir is None else base_dir / path
+    if not path.is_file():
+        raise SlimjaxError(f"{field}.trace", f"trace file {str(path)!r} not found")
+    trace = load_requests(path, fmt)
+    if "duration_s" not in entry:
+        return trace
+    if entry["duration_s"] is None:
+        raise SlimjaxError(f"{field}.duration_s", "must be a positive number of seconds")
+    if trace.arrival_s is None:
+        raise SlimjaxError(f"{field}.duration_s", f"{path.name} has no timestamps to take seconds of")
+    seconds = positive_number(entry["duration_s"], f"{field}.duration_s")
+    keep = (trace.arrival_s - trace.arrival_s[0]) / rate_scale < seconds  # the first request always
+    return dataclasses.replace(
+        trace, input_len=trace.input_len[keep], output_len=trace.output_len[keep], arrival_s=trace.arrival_s[keep]
     )

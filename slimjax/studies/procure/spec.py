@@ -21,7 +21,13 @@ from ...inputs import catalog
 from ...inputs.axes import parse_axis
 from ...inputs.checks import checked_number, positive_number
 from ...inputs.measured import MEASURED_KEYS, measured_block
-from ...inputs.requests import TRACE_FORMATS, LengthClasses, RequestTrace, class_groups, length_classes, load_requests
+from ...inputs.requests import (
+    LengthClasses,
+    RequestTrace,
+    class_groups,
+    length_classes,
+    read_trace_entry,
+)
 from ...inputs.serving import (
     check_group_shape,
     with_calibrated_links,
@@ -126,13 +132,6 @@ class Study:
         return class_in, class_out, weight
 
 
-def _path(value: Any, field: str, base_dir: Path | None) -> Path:
-    if not isinstance(value, str) or not value:
-        raise SlimjaxError(field, f"must be a file path, got {value!r}")
-    path = Path(os.path.expandvars(os.path.expanduser(value)))
-    return path if path.is_absolute() or base_dir is None else base_dir / path
-
-
 def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
     field = f"workloads[{i}]"
     if not isinstance(entry, Mapping):
@@ -148,34 +147,18 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
         for k in ("input_len", "output_len"):
             if k in entry:
                 raise SlimjaxError(f"{field}.{k}", "give either a trace or fixed input_len/output_len, not both")
-        fmt = entry.get("format")
-        if fmt is not None and fmt not in TRACE_FORMATS:
-            raise SlimjaxError(f"{field}.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
-        path = _path(entry["trace"], f"{field}.trace", base_dir)
-        if not path.is_file():
-            raise SlimjaxError(f"{field}.trace", f"trace file {str(path)!r} not found")
-        trace = load_requests(path, fmt)
-        if entry.get("duration_s") is not None:  # the trace's first T seconds (a slice a study can afford to simulate)
-            if trace.arrival_s is None:
-                raise SlimjaxError(f"{field}.duration_s", f"{path.name} has no timestamps to take seconds of")
-            keep = trace.arrival_s - trace.arrival_s[0] < positive_number(entry["duration_s"], f"{field}.duration_s")
-            if keep.sum() < 2:
+        trace = read_trace_entry(entry, field, base_dir)  # duration_s: the trace's own first seconds
+        label = f"{trace.source} ({trace.format})"
+        if entry.get("duration_s") is not None:  # (a slice a study can afford to simulate)
+            if trace.n_requests < 2:
                 raise SlimjaxError(f"{field}.duration_s", f"{entry['duration_s']!r} s holds fewer than two requests")
-            trace = dataclasses.replace(
-                trace,
-                input_len=trace.input_len[keep],
-                output_len=trace.output_len[keep],
-                arrival_s=trace.arrival_s[keep],
-                source=f"{trace.source}, first {entry['duration_s']:g} s",
-            )
-        elif "duration_s" in entry:
-            raise SlimjaxError(f"{field}.duration_s", "must be a positive number of seconds")
+            trace = dataclasses.replace(trace, source=f"{trace.source}, first {entry['duration_s']:g} s")
         k = entry.get("classes", DEFAULT_CLASSES)
         classes = length_classes(trace.input_len, trace.output_len, k, f"{field}.classes")
         class_of = np.zeros(trace.n_requests, np.int64)
         for c, members in enumerate(class_groups(trace.input_len, trace.output_len, k)):
             class_of[members] = c
-        return Workload(name, classes, trace.rate, f"{path} ({trace.format})", trace.n_requests, trace, class_of)
+        return Workload(name, classes, trace.rate, label, trace.n_requests, trace, class_of)
     for k in ("input_len", "output_len"):
         if k not in entry:
             raise SlimjaxError(

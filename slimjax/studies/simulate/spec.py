@@ -28,7 +28,7 @@ from ...errors import SlimjaxError, suggest
 from ...inputs.axes import parse_axis
 from ...inputs.checks import checked_number, positive_number
 from ...inputs.disaggregated import parse_deployments
-from ...inputs.requests import TRACE_FORMATS, load_requests
+from ...inputs.requests import read_trace_entry
 from ...inputs.serving import with_calibrated_links
 from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group
 from ...model.specs import GPUSpec, ModelSpec, ServingSpec, stack
@@ -160,30 +160,25 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
         return Stream("requests", arrival, i_len, o_len, description=f"{len(arrival)} requests given inline")
     if "trace" in value:
         _only(value, ("trace", "format", "rate_scale", "duration_s"), field)
-        fmt = value.get("format")
-        if fmt is not None and fmt not in TRACE_FORMATS:
-            raise SlimjaxError(f"{field}.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
-        raw = value["trace"]
-        if not isinstance(raw, str) or not raw:
-            raise SlimjaxError(f"{field}.trace", f"must be a file path, got {raw!r}")
-        path = Path(os.path.expandvars(os.path.expanduser(raw)))
-        path = path if path.is_absolute() or base_dir is None else base_dir / path
-        trace = load_requests(path, fmt)
-        if trace.arrival_s is None:
-            raise SlimjaxError(f"{field}.trace", f"{path} has no timestamps; use poisson or closed_loop for lengths")
         scale = positive_number(value.get("rate_scale", 1.0), f"{field}.rate_scale")
+        if "duration_s" not in value:  # (a trace without timestamps is named below, with what to use instead)
+            trace = read_trace_entry(value, field, base_dir)
+        else:
+            trace = read_trace_entry(value, field, base_dir, rate_scale=scale)
+        if trace.arrival_s is None:
+            raise SlimjaxError(
+                f"{field}.trace", f"{trace.source} has no timestamps; use poisson or closed_loop for lengths"
+            )
         arrival = (trace.arrival_s - trace.arrival_s[0]) / scale
-        keep = np.ones(len(arrival), bool)
         window = ""
         if value.get("duration_s") is not None:  # the stream's first seconds (after the compression)
-            keep = arrival < positive_number(value["duration_s"], f"{field}.duration_s")
-            window = f", first {value['duration_s']:g} s ({int(keep.sum())} requests)"
+            window = f", first {value['duration_s']:g} s ({len(arrival)} requests)"
         return Stream(
             "trace",
-            arrival[keep],
-            trace.input_len[keep].astype(float),
-            trace.output_len[keep].astype(float),
-            description=f"{path} ({trace.format}) at rate_scale {scale:g}{window}",
+            arrival,
+            trace.input_len.astype(float),
+            trace.output_len.astype(float),
+            description=f"{trace.source} ({trace.format}) at rate_scale {scale:g}{window}",
         )
     if "poisson" in value:
         _only(value, ("poisson", "input_len", "output_len", "requests", "seed"), field)
