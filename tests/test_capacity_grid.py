@@ -95,6 +95,11 @@ def test_every_capacity_and_queue_variable_matches_loops(ds):
                         assert got == value, (name, m, g, B, I, O, lam)
                     else:
                         assert got == pytest.approx(value, rel=1e-9, abs=1e-300), (name, m, g, B, I, O, lam)
+                # p90 wait (§5 "Wait quantiles"): P(W_q > t) = P_wait·exp(−(m/S − λ)t) = 0.1
+                drain = slots / S - lam if slots > 0 else -1.0
+                p90 = max(0.0, math.log(q["p_wait"] / 0.1) / drain) if drain > 0 and q["p_wait"] > 0 else math.inf
+                p90 = 0.0 if drain > 0 and q["p_wait"] == 0 else p90
+                assert float(qa.wait_p90_s) == pytest.approx(p90, rel=1e-9, abs=1e-300), (m, g, B, I, O, lam)
                 checked_queue += 1
     assert checked_queue > 1000
 

@@ -287,6 +287,14 @@ VARIABLES: dict[str, Variable] = {
             fit_masked=True,
         ),
         Variable("wait_s", QUEUE, "s", "mean queueing delay W_q (+inf: unbounded)", "queue", fit_masked=True),
+        Variable(
+            "wait_p90_s",
+            QUEUE,
+            "s",
+            "p90 queueing delay, ln(P_wait/0.1)/(m/S − λ) (0 where P_wait ≤ 0.1; +inf: unbounded)",
+            "queue",
+            fit_masked=True,
+        ),
         Variable("response_s", QUEUE, "s", "mean response time W_q + S (+inf: unbounded)", "queue", fit_masked=True),
         Variable(
             "in_system", QUEUE, "requests", "mean requests in system, λ·R (+inf: unbounded)", "queue", fit_masked=True

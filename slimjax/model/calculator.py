@@ -234,8 +234,11 @@ def service_terms(cell, measured, batch, input_len, output_len):
 
 
 def queue_terms(cell, measured, batch, input_len, output_len, arrival_rate, max_batch: int | None = None):
-    """M/M/c at m = min(B, max_seqs) slots with S = S(m) (§5); ``arrival_rate`` broadcasts against the
-    others (give it an axis of its own); ``max_batch`` a static bound on B where known (then m ≤ it)."""
+    """M/M/c at m = min(B, max_seqs) slots with S = S(m) (§5), and the p90 wait (§5 "Wait quantiles");
+    ``arrival_rate`` broadcasts against the others (give it an axis of its own); ``max_batch`` a static bound on B
+    where known (then m ≤ it)."""
     slots = jnp.minimum(batch, cell["max_seqs"])
     service = service_terms(cell, measured, jnp.maximum(slots, 1.0), input_len, output_len)["service_s"]
-    return queue.mmc(slots, service, arrival_rate, max_batch)
+    out = queue.mmc(slots, service, arrival_rate, max_batch)
+    out["wait_p90_s"] = queue.wait_quantile(out["p_wait"], slots, service, arrival_rate, 0.9)
+    return out

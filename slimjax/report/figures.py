@@ -242,10 +242,8 @@ def bcap_figures(ds: xr.Dataset, at=None) -> list[Figure]:
 def queue_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     """Mean and p90 queue wait vs arrival rate per configuration (at the summary's I, O and a few batches),
     the region without steady state shaded."""
-    if "wait_s" not in ds or "arrival_rate" not in ds.dims:
+    if "wait_p90_s" not in ds or "arrival_rate" not in ds.dims:
         return []
-    from ..model.queue import wait_quantile
-
     i, o = nearest_io(ds, at)
     pairs = [p for p in _pairs(ds) if int(ds["max_seqs"].sel(model=p[0], gpu=p[1], input_len=i, output_len=o)) >= 1][:6]
     if not pairs:
@@ -261,8 +259,7 @@ def queue_figures(ds: xr.Dataset, at=None) -> list[Figure]:
         for k, b in enumerate(picks):
             q = c.sel(batch=b)
             wait = q["wait_s"].values.astype(float)
-            service = float(q["service_s"])
-            p90 = np.asarray(wait_quantile(q["p_wait"].values, float(min(b, seqs)), service, rate, 0.9))
+            p90 = q["wait_p90_s"].values.astype(float)
             ok = np.isfinite(wait)
             ax.plot(rate[ok], np.maximum(wait[ok], 1e-6), color=PALETTE[k], lw=2, label=f"mean wait, B = {int(b)}")
             ax.plot(
