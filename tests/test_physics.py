@@ -131,6 +131,7 @@ def test_nan_wherever_the_batch_does_not_fit_with_and_without_serving():
             assert bool(np.isnan(var.where(unfit)).where(unfit, True).all()), name
             assert bool(np.isfinite(var.where(~unfit)).where(~unfit, True).all()) or name in (
                 "wait_s",
+                "wait_p90_s",
                 "response_s",
                 "in_system",
             ), name
