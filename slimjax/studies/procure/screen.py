@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -174,14 +175,37 @@ def _static(study) -> tuple:
     return (("bisection_steps", proc.BISECTION_STEPS), ("batch_buckets", batch_buckets(study.batch)))
 
 
-def _batch(x: dict, cells: dict, out: dict) -> dict:
-    """Every §8 variable on one block, each shaped to the 7-d grid (size 1 along the dims it drops)."""
+class _Candidates(NamedTuple):
+    """What the screen knows of every candidate per mix row (row 0 the mixture, row 1 + k class k alone)."""
+
+    w: Any  # (W, X, 1, 1, 1, 1, K) the rows' class weights
+    I: Any  # noqa: E741 (MODEL.md's symbol) class prompt lengths
+    O: Any  # noqa: E741 class output lengths
+    weight7: Any
+    cell: dict
+    pool: Any
+    footprint: Any
+    divides: Any
+    slots: Any
+    ttft: Any
+    itl: Any
+    service: Any
+    mean_service: Any
+    lam: Any  # λ* per candidate and row
+    reason: Any
+    itl_w: Any
+    ttft_w: Any
+    service_w: Any
+
+
+def _screen_candidates(x: dict) -> _Candidates:
+    """§8 per candidate: slots m, per-class ITL/TTFT/S, the SLO-limited rate λ* (bisection per batch bucket) and
+    the first check that fails."""
     steps, buckets = x["static"]["bisection_steps"], x["static"]["batch_buckets"]
     model, gpu, serving, measured, slo = x["model"], x["gpu"], x["serving"], x["measured"], x["slo"]
-    tp, batch = x["tp"].reshape(-1), x["batch"].reshape(-1)
-    N, n_batch = tp.shape[0], batch.shape[0]
+    batch = x["batch"].reshape(-1)
     I, O, weight7 = x["class_input_len"], x["class_output_len"], x["class_weight"]  # (W, 1, 1, 1, 1, 1, K)
-    W, K = weight7.shape[0], weight7.shape[-1]
+    K = weight7.shape[-1]
     # mix rows in the rate slot: row 0 the mixture, row 1 + k class k alone (where present)
     one_hot = jnp.eye(K, dtype=weight7.dtype)[None, :, None, None, None, None, :] * (weight7 > 0)
     w = jnp.concatenate([weight7, one_hot], axis=1)  # (W, X, 1, 1, 1, 1, K)
@@ -199,7 +223,6 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
     ttft = jnp.where(has_measured, measured.ttft_s, proc.study_ttft(cell["prefill_s"], per_class["itl_s"]))
     itl, service = per_class["itl_s"], per_class["service_s"]
     mean_service = proc.mixture_mean(w, service)  # S̄
-    max_batch = buckets[-1][2]
     lam = jnp.concatenate(  # slots ≤ B, so each batch bucket's queue runs to its own bound
         [
             proc.max_rate_per_replica(
@@ -227,6 +250,39 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
         [_REASON_CODE[r] for r in REASONS[1:]],
         0,
     )
+    return _Candidates(
+        w,
+        I,
+        O,
+        weight7,
+        cell,
+        pool,
+        footprint,
+        divides,
+        slots,
+        ttft,
+        itl,
+        service,
+        mean_service,
+        lam,
+        reason,
+        itl_w,
+        ttft_w,
+        service_w,
+    )
+
+
+def _batch(x: dict, cells: dict, out: dict) -> dict:
+    """Every §8 variable on one block, each shaped to the 7-d grid (size 1 along the dims it drops)."""
+    c = _screen_candidates(x)
+    w, I, O, weight7, cell, pool, footprint, divides = c.w, c.I, c.O, c.weight7, c.cell, c.pool, c.footprint, c.divides
+    slots, ttft, service, mean_service, lam, reason = c.slots, c.ttft, c.service, c.mean_service, c.lam, c.reason
+    itl_w, ttft_w, service_w = c.itl_w, c.ttft_w, c.service_w
+    gpu, serving, slo = x["gpu"], x["serving"], x["slo"]
+    tp, batch = x["tp"].reshape(-1), x["batch"].reshape(-1)
+    N, n_batch = tp.shape[0], batch.shape[0]
+    W, K = weight7.shape[0], weight7.shape[-1]
+    max_batch = x["static"]["batch_buckets"][-1][2]
 
     def candidate(v):  # mix row 0 of a (W, X, M, G, N, B) term, as (W, 1, M, G, N, B, 1)
         return v[:, :1, ..., None]
