@@ -318,17 +318,18 @@ def simulation_table(ds: xr.Dataset) -> str:
 
 
 def study_text(ds: xr.Dataset) -> str:
-    """The text the command line prints for a study's Dataset, looked up by its ``kind`` attr."""
-    from .report.page import study_kind
+    """The text the command line prints for a study's Dataset, looked up by its ``kind`` attr (the studies'
+    registry directly: printing a table draws nothing, so the report and matplotlib are not imported)."""
+    from .studies.present import study_kinds
 
-    kind = study_kind(ds.attrs.get("kind"))
+    kind = study_kinds().get(ds.attrs.get("kind"))
     if kind is None or kind.text is None:
         raise SlimjaxError("kind", f"no study prints a Dataset of kind {ds.attrs.get('kind')!r}")
     return kind.text(ds)
 
 
 def procure_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
-    """The study's ranked tables as text (:func:`slimjax.report.tables.ranked_tables`)."""
+    """The study's ranked tables as text (:func:`slimjax.studies.procure.tables.ranked_tables`)."""
     return procurement.tables.ranked_tables(ds, top=top, infeasible=infeasible)
 
 

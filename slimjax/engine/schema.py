@@ -385,13 +385,17 @@ def base_attrs(var: Variable) -> dict:
     return attrs
 
 
+def check_dims(variable: Variable) -> Variable:
+    """The variable, its dims checked against :data:`DIMS`."""
+    unknown = [d for d in variable.dims if d not in DIMS]
+    if unknown:
+        raise ValueError(f"variable {variable.name!r}: unknown dim {unknown[0]!r} (register it in DIMS)")
+    return variable
+
+
 def table(*rows: Variable) -> dict[str, Variable]:
     """A kind's variable table from its rows, each dim checked against :data:`DIMS`."""
-    for v in rows:
-        unknown = [d for d in v.dims if d not in DIMS]
-        if unknown:
-            raise ValueError(f"variable {v.name!r}: unknown dim {unknown[0]!r} (register it in DIMS)")
-    return {v.name: v for v in rows}
+    return {v.name: check_dims(v) for v in rows}
 
 
 ROOFLINE_ONLY = ("prefill_s", "chunk_max_s", "itl_chunk_s")
@@ -400,11 +404,8 @@ SERVICE = ("itl_s", "ttft_s", "service_s", "request_rate", "token_throughput")
 
 def register_variable(variable: Variable, kind: str = "sweep") -> Variable:
     """Add a variable to a kind's schema (a new group's outputs)."""
-    table = SCHEMAS[kind]
-    if variable.name in table:
+    rows = SCHEMAS[kind]
+    if variable.name in rows:
         raise ValueError(f"variable {variable.name!r} is already in the schema")
-    unknown = [d for d in variable.dims if d not in DIMS]
-    if unknown:
-        raise ValueError(f"variable {variable.name!r}: unknown dim {unknown[0]!r} (register it in DIMS)")
-    table[variable.name] = variable
+    rows[variable.name] = check_dims(variable)
     return variable

@@ -136,7 +136,11 @@ class AdviseResult:
     summary: pd.DataFrame  # one row per (SLO, method, curves subset)
     knees: pd.DataFrame  # one row per (curve, method): measured and predicted knee
     assumptions: tuple[str, ...] = ()  # what moves the answer, as the output ends with it
-    dense_points: int = 0  # DENSE_POINTS: a curve with at least as many batch points is summarised as dense
+
+    @property
+    def dense_points(self) -> int:
+        """A curve with at least this many batch points is summarised as dense (:data:`DENSE_POINTS`)."""
+        return DENSE_POINTS
 
     @property
     def knee_table(self) -> pd.DataFrame:
@@ -242,7 +246,6 @@ def evaluate_curves(df: pd.DataFrame, epsilon: float = DEFAULT_EPSILON) -> Advis
         per_curve.drop(columns="curve"),
         _summarise(per_curve),
         pd.DataFrame(knees),
-        dense_points=DENSE_POINTS,
         assumptions=(
             f"SLO: factor × each curve's own measured E2E at B = {REFERENCE_BATCH} (the paper's E2E(2, 128, 32) "
             "has no measured run); tight 2×, loose 4×",

@@ -6,6 +6,7 @@ a kind of store's figures, tables and text (:func:`register_study`)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable
 
@@ -83,8 +84,15 @@ def register_study(kind: StudyKind) -> StudyKind:
 
 
 def study_kinds() -> dict[str, StudyKind]:
-    """Every registered kind: each study package under :mod:`slimjax.studies` imported once (each registers its
-    own kind when imported; a new study is its package, nothing listed here)."""
+    """Every registered kind: each study package under :mod:`slimjax.studies` imported (each registers its own
+    kind when imported; a new study is its package, nothing listed here)."""
+    _import_study_packages()
+    return STUDIES
+
+
+@functools.cache
+def _import_study_packages() -> None:
+    """Import every study package once (the folder is walked on the first lookup, not on each)."""
     import importlib
     import pkgutil
 
@@ -93,4 +101,3 @@ def study_kinds() -> dict[str, StudyKind]:
     for module in pkgutil.iter_modules(studies.__path__):
         if module.ispkg:
             importlib.import_module(f"{studies.__name__}.{module.name}")
-    return STUDIES

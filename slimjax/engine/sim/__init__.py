@@ -27,7 +27,6 @@ from .outputs import (
 )
 from .pool import (
     FIRST_SLOTS,
-    STOP_KEYS,
     engine_batch,
     pipeline_stages,
     round_robin_jobs,
@@ -43,7 +42,6 @@ __all__ = [
     "GAP_RANGE_S",
     "PER_REPLICA",
     "RECORDS",
-    "STOP_KEYS",
     "SUMMARY_QUANTILES",
     "SUMMARY_TIMES",
     "counted_requests",

@@ -53,14 +53,20 @@ Completed = NamedTuple("Completed", [(name, object) for name in PER_REQUEST])  #
 Completed.__doc__ = "Per-request records (N,) each, NaN until the request completes (RECORDS' per-request rows)."
 
 
+def record_dtype(record: Record, float_dtype):
+    """A record's dtype: the stream's float dtype for a float record, else its own."""
+    return float_dtype if record.dtype == "float" else np.dtype(record.dtype)
+
+
+def unset_fill(record: Record) -> float:
+    """What a record holds before it is written: NaN for a per-request time (a request not yet completed),
+    else 0."""
+    return np.nan if record.per == "request" and record.dtype == "float" else 0
+
+
 def no_completions(n: int, dtype) -> Completed:
-    """Per-request records before any completion: NaN (a float record, in the stream's ``dtype``), else 0."""
-    return Completed(*(jnp.full(n, *_unset(r, dtype)) for r in RECORDS if r.per == "request"))
-
-
-def _unset(record: Record, dtype):
-    """(fill, dtype) of a record not yet written: NaN in the stream's float dtype, else 0 in its own."""
-    return (jnp.nan, dtype) if record.dtype == "float" else (0, np.dtype(record.dtype))
+    """Per-request records before any completion (:func:`unset_fill`), in the stream's float ``dtype``."""
+    return Completed(*(jnp.full(n, unset_fill(r), record_dtype(r, dtype)) for r in RECORDS if r.per == "request"))
 
 
 def write_completions(done: Completed, slots, end, at) -> Completed:

@@ -17,8 +17,8 @@ import numpy as np
 from ...model.pipeline import engine_batch_limit
 from ..dispatch import compute_devices
 from .loop import advance_lanes, init_lanes
-from .outputs import PER_REPLICA, RECORDS, records
-from .state import StopParams, widen_rows
+from .outputs import PER_REPLICA, RECORDS, record_dtype, records, unset_fill
+from .state import widen_rows
 
 # compiled loop shapes kept between pool runs: each holds ~250 of the process's memory maps (65,530 by default),
 # so a long study's shapes are dropped, and compiled again if met again, rather than run the kernel out of maps
@@ -28,7 +28,9 @@ PACKET_LANES = 128  # lanes a device steps together: past this the per-lane work
 SMALLEST_PACKET = 8
 LANE_ELEMENTS = 1 << 22  # requests × lanes in one pool of the sub-lane runs (their per-request arrays)
 POOL_LANES = 8192  # lanes in one pool at most (each carries a gap histogram)
-STOP_KEYS = StopParams._fields  # what a lane carries to be stopped early
+# what stopping early needs (StopParams): per lane its job's SLOs, per job the late counts it allows
+LANE_STOP = ("ttft_slo_s", "itl_slo_s")
+JOB_STOP = ("ttft_allowed", "tpot_allowed")
 
 
 def _bound_compiled() -> None:
@@ -73,9 +75,9 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     job = None
     if stop is not None:
         job = np.asarray(stop["job"], np.int64)
-        for k in ("ttft_slo_s", "itl_slo_s"):
+        for k in LANE_STOP:
             per_lane[k] = np.asarray(stop[k], params["batch"].dtype)
-        for k in ("ttft_allowed", "tpot_allowed"):
+        for k in JOB_STOP:
             per_lane[k] = np.asarray(stop[k], np.int64)[job].astype(np.int32)
     state = jax.device_get(init_lanes(_marked(per_lane, job), stream, slots=1, shared_stream=shared_stream, **static))
     state = jax.tree_util.tree_map(np.array, state)
@@ -244,10 +246,8 @@ def _job_records(jobs: int, n: int, r_max: int, dt) -> dict:
     """Empty merged records of ``jobs`` jobs on a stream of n requests, at most ``r_max`` engines each."""
     out = {}
     for r in RECORDS:
-        dtype = dt if r.dtype == "float" else np.dtype(r.dtype)
         shape = {"request": (jobs, n), "replica": (jobs, r_max), "lane": (jobs, r.bins) if r.bins else (jobs,)}
-        unset = np.nan if r.per == "request" and r.dtype == "float" else 0  # as the lane's own records start
-        out[r.name] = np.full(shape[r.per], unset, dtype)
+        out[r.name] = np.full(shape[r.per], unset_fill(r), record_dtype(r, dt))  # as a lane's own records start
     return out
 
 
@@ -315,9 +315,9 @@ def round_robin_jobs(
             first = None if first_slots is None else np.asarray(first_slots)[j]
             lane_stop = None
             if stop is not None:
-                lane_stop = {k: np.asarray(stop[k])[j] for k in ("ttft_slo_s", "itl_slo_s")}
+                lane_stop = {k: np.asarray(stop[k])[j] for k in LANE_STOP}
                 jobs, local = np.unique(j, return_inverse=True)
-                lane_stop.update(job=local.reshape(-1), **{k: np.asarray(stop[k])[jobs] for k in STOP_KEYS[3:]})
+                lane_stop.update(job=local.reshape(-1), **{k: np.asarray(stop[k])[jobs] for k in JOB_STOP})
             got = run_pool(params, sub, first=first, shared_stream=False, stop=lane_stop, replicas=1)
             for s in np.unique(s_of):
                 at = np.flatnonzero(s_of == s)

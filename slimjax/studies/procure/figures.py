@@ -58,12 +58,7 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
                     color="0.5",
                     va="bottom",
                 )
-            ax.set_xscale("log" if spans_decades(rates[ok_rates]) else "linear")
-            ax.set_yscale("log")
-            ax.set_xlabel("total rate Λ (requests/s)")
-            ax.set_ylabel("cost (USD per million tokens)")
-            ax.set_title(f"{wl}: {m}", fontsize=9)
-            ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            _cost_axes(ax, rates[ok_rates], f"{wl}: {m}", legend_size=6)
         out.append(
             Figure(
                 f"procurement_{wl}",
@@ -74,6 +69,16 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
             )
         )
     return out + sizing_figures(ds) + disaggregated_figures(ds)
+
+
+def _cost_axes(ax, rates, title: str, legend_size: float) -> None:
+    """A cost-per-million-tokens panel's axes against the total rate, its title and its legend beside it."""
+    ax.set_xscale("log" if spans_decades(rates) else "linear")
+    ax.set_yscale("log")
+    ax.set_xlabel("total rate Λ (requests/s)")
+    ax.set_ylabel("cost (USD per million tokens)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=legend_size, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def disaggregated_figures(ds: xr.Dataset) -> list[Figure]:
@@ -106,12 +111,7 @@ def disaggregated_figures(ds: xr.Dataset) -> list[Figure]:
                 marker="s",
                 label="disaggregated (best)",
             )
-            ax.set_xscale("log" if spans_decades(rates[ok]) else "linear")
-            ax.set_yscale("log")
-            ax.set_xlabel("total rate Λ (requests/s)")
-            ax.set_ylabel("cost (USD per million tokens)")
-            ax.set_title(f"{wl}: {m}", fontsize=9)
-            ax.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            _cost_axes(ax, rates[ok], f"{wl}: {m}", legend_size=5)
         out.append(
             Figure(
                 f"disaggregated_{wl}",
