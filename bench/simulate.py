@@ -28,11 +28,13 @@ from slimjax.studies import simulate  # noqa: E402
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
-def _spec(batches, stream):
-    return dict(models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=batches, stream=stream, precision="float64")
+def _spec(batches, stream, **serving):
+    return dict(
+        models=["Llama-3.1-8B"], gpus=["H100-SXM"], batch=batches, stream=stream, precision="float64", serving=serving
+    )
 
 
-def _reference_seconds(sim, batches, repeats=3):
+def _reference_seconds(sim, batches, repeats=3, **policy):
     arch, gpu = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
     sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
     terms = sref.replica_terms(arch, gpu, sv)
@@ -41,7 +43,7 @@ def _reference_seconds(sim, batches, repeats=3):
     picks = batches[:: max(1, len(batches) // repeats)][:repeats]
     t = time.perf_counter()
     for b in picks:
-        sref.simulate(terms, st.arrival_s.tolist(), I, O, int(b))
+        sref.simulate(terms, st.arrival_s.tolist(), I, O, int(b), **policy)
     return (time.perf_counter() - t) / len(picks)
 
 
@@ -58,6 +60,7 @@ def main() -> None:
     ap.add_argument("--trace-seconds", type=float, default=120.0)
     ap.add_argument("--hour", type=int, default=0, help="candidates through the whole one-hour conversation trace")
     ap.add_argument("--staged", type=int, default=32, help="pipeline and disaggregated candidates (MODEL.md §10)")
+    ap.add_argument("--paged", type=int, default=64, help="candidates with paged KV that preempt (docs/engines.md)")
     args = ap.parse_args()
     slimjax.configure()
     stream = dict(poisson=6.0, input_len=1000, output_len=200, requests=args.requests, seed=0)
@@ -80,6 +83,8 @@ def main() -> None:
             f"ratio {ref / jitted:6.1f}x, {steps / (jitted * k):,.0f} lane-steps/s"
         )
     _pipelines_and_pools(stream, args.staged)
+    if args.paged:
+        _paged(dict(stream, poisson=12.0, output_len=600), args.paged)
     trace = DATA / "traces" / "AzureLLMInferenceTrace_conv.csv"
     if trace.is_file():
         spec = _spec(
@@ -105,6 +110,24 @@ def main() -> None:
             f"Azure conversation, whole hour ({sim.stream.n_requests} requests) x {k} candidates (B 8 … 256), "
             f"float32: {wall:.1f} s with compiles, {ds.attrs['engine_steps'] / wall:,.0f} lane-steps/s"
         )
+
+
+def _paged(stream, k: int) -> None:
+    """Paged KV under recompute on a pool of ~8,000 tokens (reserved memory eats the rest), Poisson 12/s of
+    (1000, 600), where outputs outgrow it and requests are preempted: per candidate against the event loop with the
+    same rules."""
+    batches = sorted(int(b) for b in np.round(np.geomspace(8, 256, k)))
+    sim = simulate.parse(_spec([8], stream, kv_policy="recompute", reserved_gib=56.0))
+    sim = simulate.Simulation(**{**sim.__dict__, "batch": np.asarray(batches, float)})  # repeated limits welcome
+    simulate.run(sim)  # compile
+    ds, wall = _timed(sim)
+    ref = _reference_seconds(sim, batches, policy="recompute")
+    jitted = wall / len(batches)
+    print(
+        f"paged (recompute), {len(batches)} candidates, {float(ds.preemptions_mean.mean()):.2f} preemptions per "
+        f"request: jitted {jitted * 1e3:8.2f} ms/candidate, reference {ref * 1e3:8.2f} ms/candidate, "
+        f"ratio {ref / jitted:6.1f}x"
+    )
 
 
 def _pipelines_and_pools(stream, k: int) -> None:

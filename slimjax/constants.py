@@ -46,6 +46,15 @@ SCHEDULERS = ("local", "dask")
 # mesh (xGMI: one link of link_gbs to each peer, n − 1 of them in use), pcie (the host switch's per-GPU figure)
 LINK_TOPOLOGIES = ("switch", "mesh", "pcie")
 ROUTERS = ("round_robin", "least_loaded")  # how a §9 fleet deals arrivals to its replicas
+# what an engine does when its KV cache runs out (docs/engines.md), in code order (a policy's code is its place):
+# reserve footprint(I + O) at admission (§9 as written; TensorRT-LLM's GUARANTEED_NO_EVICT), or allocate blocks as
+# tokens are written and preempt by recomputation, the most recently admitted first (vLLM) or the fewest emitted
+# tokens first (SGLang's retract)
+KV_POLICIES = {
+    "reserve": "KV reserved at admission, no preemption",
+    "recompute": "paged KV, preemption by recomputation (latest admitted first)",
+    "retract": "paged KV, preemption by recomputation (fewest emitted tokens first)",
+}
 DEFAULT_MEMORY_BUDGET = "256MiB"
 
 # The (I, O) summaries and figures show when none is asked for: the grid values nearest (in log) to a

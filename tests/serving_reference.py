@@ -132,15 +132,44 @@ class _Replica:
 
 
 def simulate(
-    t: dict, arrivals, inputs, outputs, batch, replicas=1, router="round_robin", clients=None, prefilled=False
+    t: dict,
+    arrivals,
+    inputs,
+    outputs,
+    batch,
+    replicas=1,
+    router="round_robin",
+    clients=None,
+    prefilled=False,
+    policy="reserve",
+    watermark=0.0,
 ):
-    """Per request (ttft, e2e, arrival, replica) and per replica (busy, queue_peak, kv_peak), plus all token
-    gaps. ``clients``: closed loop with that many clients (``arrivals`` ignored)."""
+    """Per request (ttft, e2e, arrival, replica, preemptions) and per replica (busy, queue_peak, kv_peak), plus all
+    token gaps. ``clients``: closed loop with that many clients (``arrivals`` ignored). ``policy``: ``reserve``
+    (MODEL.md §9: footprint(I + O) at admission) or a paged cache (docs/engines.md) preempting by ``recompute``
+    (the most recently admitted first) or ``retract`` (the fewest emitted tokens first), admitting while a
+    ``watermark`` fraction of the pool's blocks stays free."""
     N = len(inputs)
+    paged = policy != "reserve"
     fp = [footprint(t["arch"], inputs[i] + outputs[i], t["block"], t["r"], t["o"]) for i in range(N)]
+    arch, beta = t["arch"], t["block"]
+    L_s = arch["n_sliding_layers"]
+    L_f = arch["n_layers"] - L_s
+
+    def units(T):  # layer-blocks of a sequence of T tokens
+        return L_f * math.ceil(T / beta) + L_s * math.ceil(min(T, arch["window"]) / beta)
+
+    unit_bytes = t["r"] * t["o"] * kv_bytes_per_layer_token(arch) * beta
+    U = math.floor(t["pool"] / unit_bytes)
+    W_u = math.ceil(watermark * U)
     for i in range(N):
-        assert fp[i] <= t["pool"], f"request {i} cannot fit"
-    reps = [_Replica(t["pool"]) for _ in range(replicas)]
+        if paged:
+            assert units(inputs[i] + outputs[i]) <= U and units(inputs[i]) + W_u <= U, f"request {i} cannot fit"
+        else:
+            assert fp[i] <= t["pool"], f"request {i} cannot fit"
+    reps = [_Replica(U if paged else t["pool"]) for _ in range(replicas)]
+    for rep in reps:
+        rep.parked = []  # preempted requests, waiting ahead of the queue
     arr = [math.nan] * N
     if clients is None:
         pending = {i: arrivals[i] for i in range(N)}  # request -> arrival time
@@ -149,13 +178,14 @@ def simulate(
     first = [math.nan] * N
     end = [math.nan] * N
     where = [-1] * N
+    preempted = [0] * N
     gaps = []
     steps = 0
     while True:
         nxt = min(pending.items(), key=lambda kv: (kv[1], kv[0])) if pending else None
 
         def start(rep):
-            if rep.running:
+            if rep.running or rep.parked:
                 return rep.clock
             if rep.queue:
                 return max(rep.clock, arr[rep.queue[0]])
@@ -174,35 +204,39 @@ def simulate(
             else:
                 loads = []
                 for rep in reps:
-                    load = len(rep.queue) + len(rep.running)
+                    load = len(rep.queue) + len(rep.running) + len(rep.parked)
                     if rep.last_end > a:  # completions at that step's end have not happened yet
                         load += rep.last_done
                     loads.append(load)
                 r = loads.index(min(loads))
             where[i] = r
             reps[r].queue.append(i)
-            if clients is None:
-                pass
             continue
         r = starts.index(s_min)
         rep = reps[r]
         now = s_min
-        while rep.queue and len(rep.running) < batch and fp[rep.queue[0]] <= rep.free:
-            i = rep.queue.popleft()
-            rep.free -= fp[i]
-            if prefilled:  # MODEL.md §10's decode pool: decode-only steps from T = I + 1, j = 1
-                rep.running.append(dict(i=i, p=inputs[i], j=1, last=now))
-            else:
-                rep.running.append(dict(i=i, p=0, j=0, last=now))
-        rep.queue_peak = max(rep.queue_peak, len(rep.queue))
-        rep.kv_peak = max(rep.kv_peak, t["pool"] - rep.free)
-        decoding = [q for q in rep.running if q["p"] >= inputs[q["i"]]]
+        if not paged:
+            while rep.queue and len(rep.running) < batch and fp[rep.queue[0]] <= rep.free:
+                i = rep.queue.popleft()
+                rep.free -= fp[i]
+                if prefilled:  # MODEL.md §10's decode pool: decode-only steps from T = I + 1, j = 1
+                    rep.running.append(dict(i=i, p=inputs[i], j=1, r=0, last=now))
+                else:
+                    rep.running.append(dict(i=i, p=0, j=0, r=0, last=now))
+            rep.queue_peak = max(rep.queue_peak, len(rep.queue))
+            rep.kv_peak = max(rep.kv_peak, t["pool"] - rep.free)
+        else:
+            _admit_paged(rep, inputs, units, W_u, batch, prefilled, now)
+            _grow(rep, inputs, units, policy, preempted)
+            rep.queue_peak = max(rep.queue_peak, len(rep.queue) + len(rep.parked))
+            rep.kv_peak = max(rep.kv_peak, (U - rep.free) * unit_bytes)
+        decoding = [q for q in rep.running if q["p"] >= inputs[q["i"]] + q["r"]]
         budget = max(t["step_tokens"] - len(decoding), 0)
         chunks = []
         for q in rep.running:
-            if q["p"] >= inputs[q["i"]]:
+            if q["p"] >= inputs[q["i"]] + q["r"]:
                 continue
-            n = min(inputs[q["i"]] - q["p"], t["chunk"] if t["chunk"] > 0 else math.inf, budget)
+            n = min(inputs[q["i"]] + q["r"] - q["p"], t["chunk"] if t["chunk"] > 0 else math.inf, budget)
             budget -= n
             if n > 0:
                 chunks.append((q, n))
@@ -216,14 +250,18 @@ def simulate(
             q["last"] = fin
         for q, n in chunks:
             q["p"] += n
-            if q["p"] == inputs[q["i"]]:
-                q["j"] = 1
-                first[q["i"]] = fin
+            if q["p"] == inputs[q["i"]] + q["r"]:
+                if q["r"] == 0:
+                    q["j"] = 1
+                    first[q["i"]] = fin
+                else:  # prefilled again over its prompt and r emitted tokens: token r + 1
+                    q["j"] = q["r"] + 1
+                    gaps.append(fin - q["last"])
                 q["last"] = fin
         done = [q for q in rep.running if q["j"] >= outputs[q["i"]] and q["j"] > 0]
         for q in done:
             end[q["i"]] = fin
-            rep.free += fp[q["i"]]
+            rep.free += q["k"] if paged else fp[q["i"]]
             if clients is not None and q["i"] + clients < N:
                 pending[q["i"] + clients] = fin
         rep.running = [q for q in rep.running if q not in done]
@@ -239,12 +277,68 @@ def simulate(
         first=first,
         end=end,
         replica=where,
+        preemptions=preempted,
         busy=[rep.busy for rep in reps],
         queue_peak=[rep.queue_peak for rep in reps],
         kv_peak=[rep.kv_peak for rep in reps],
         gaps=gaps,
         steps=steps,
     )
+
+
+def _admit_paged(rep, inputs, units, W_u, batch, prefilled, now):
+    """docs/engines.md, admission: preempted requests first, then the queue, while fewer than B are held and the
+    prompt's blocks u(I + r) leave the watermark free."""
+    while len(rep.running) < batch:
+        if rep.parked:
+            q = rep.parked[0]
+            need = units(inputs[q["i"]] + q["r"])
+            if need + W_u > rep.free:
+                return
+            rep.parked.pop(0)
+        elif rep.queue:
+            i = rep.queue[0]
+            need = units(inputs[i])
+            if need + W_u > rep.free:
+                return
+            rep.queue.popleft()
+            q = dict(i=i, p=inputs[i], j=1, r=0, last=now) if prefilled else dict(i=i, p=0, j=0, r=0, last=now)
+        else:
+            return
+        q["k"] = need
+        rep.free -= need
+        rep.running.append(q)
+
+
+def _grow(rep, inputs, units, policy, preempted):
+    """docs/engines.md, growth: each decoding request's block for its token; victims (not the oldest) by the
+    policy's order while the free blocks fall short; they wait first, in admission order."""
+    decoding = [q for q in rep.running if q["p"] >= inputs[q["i"]] + q["r"]]
+    grow = {id(q): units(inputs[q["i"]] + q["j"]) - q["k"] for q in decoding}
+    need = sum(grow.values())
+    others = list(enumerate(rep.running))[1:]
+    if policy == "recompute":
+        order = [q for _, q in reversed(others)]
+    else:  # retract: fewest emitted tokens, then the longest prompt, then the latest admitted
+        order = [q for _, q in sorted(others, key=lambda pq: (pq[1]["j"], -inputs[pq[1]["i"]], -pq[0]))]
+    victims = []
+    for v in order:
+        if need <= rep.free:
+            break
+        victims.append(v)
+        rep.free += v["k"]
+        need -= grow.pop(id(v), 0)
+    assert need <= rep.free, "even alone the oldest request does not fit"
+    for q in decoding:
+        if id(q) in grow:
+            q["k"] += grow[id(q)]
+    rep.free -= need
+    victims.sort(key=lambda v: rep.running.index(v))
+    for v in victims:
+        v.update(p=0, r=v["j"], k=0)
+        preempted[v["i"]] += 1
+    rep.running = [q for q in rep.running if all(q is not v for v in victims)]
+    rep.parked = victims + rep.parked
 
 
 def simulate_pipeline(t: dict, arrivals, inputs, outputs, batch, replicas=1):

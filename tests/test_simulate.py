@@ -171,12 +171,14 @@ def test_round_robin_lanes_equal_one_lane_of_all_replicas():
         np.testing.assert_allclose(split[key], np.asarray(joint[key]), rtol=1e-14, atol=0)
 
 
-def test_lone_request_is_section_4():
+@pytest.mark.parametrize("kv_policy", ["reserve", "recompute"])
+def test_lone_request_is_section_4(kv_policy):
     """One request alone: TTFT = §4's t_pre and TPOT = §4's ITL at batch 1 (chunked prefill, the budget above
-    the chunk size)."""
+    the chunk size), with KV reserved at admission or paged (docs/engines.md)."""
     stream = {"requests": {"arrival_s": [0.0], "input_len": [3000], "output_len": [200]}}
     for model, gpu, tp in (("Llama-3.1-70B", "H100-SXM", 2), ("DeepSeek-V3", "H200", 8)):
-        sim = simulate.parse(_spec(model, gpu, 4, tp=tp, stream=stream, chunk_size=1024, step_tokens=4096))
+        spec = _spec(model, gpu, 4, tp=tp, stream=stream, chunk_size=1024, step_tokens=4096, kv_policy=kv_policy)
+        sim = simulate.parse(spec)
         ds = simulate.run(sim).squeeze()
         arch, g = catalog.resolve_model(model)[1], catalog.resolve_gpu(gpu)[1]
         sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}

@@ -17,6 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from ..config import float64_scope
+from ..constants import KV_POLICIES
 from ..errors import SlimjaxError
 from ..model.calculator import (
     TP_DEGREES,
@@ -59,7 +60,7 @@ class ServingKey:
 
     key: str
     field: str
-    default: float | None
+    default: float | str | None
     check: Callable[[Any, str], float]
     help: str
     to_base: Callable[[float], float] = _same
@@ -132,6 +133,19 @@ def _auto_kv_replication(ctx: AutoContext) -> float:
     return 1.0 if math.isnan(n) else float(replicated_kv(n, ctx.model_fields["n_kv_heads"]))
 
 
+def _kv_policy(value, field: str) -> str:
+    """A KV policy's name (:data:`slimjax.constants.KV_POLICIES`), normalised."""
+    name = value.strip().lower().replace("-", "_") if isinstance(value, str) else None
+    if name not in KV_POLICIES:
+        raise SlimjaxError(field, f"must be one of {', '.join(KV_POLICIES)}, got {value!r}")
+    return name
+
+
+def kv_policy_code(value) -> float:
+    """The spec's value of a KV policy: its place in :data:`slimjax.constants.KV_POLICIES` (a code passes)."""
+    return float(list(KV_POLICIES).index(value)) if isinstance(value, str) else float(value)
+
+
 _unit = number_rule(lambda v: 0 < v <= 1, "in (0, 1]")
 _nonneg = number_rule(lambda v: v >= 0, "non-negative")
 _at_least_1 = number_rule(lambda v: v >= 1, "at least 1")
@@ -187,6 +201,24 @@ SERVING: dict[str, ServingKey] = {
             number_rule(lambda v: v >= 0 and is_integer(v), "a non-negative integer (0 = whole prompt)"),
             "prefill chunk size s, tokens (0 = whole prompt)",
             cli_type=int,
+        ),
+        ServingKey(
+            "kv_policy",
+            "kv_policy",
+            "reserve",
+            _kv_policy,
+            "what the engine does when KV runs out (docs/engines.md): reserve footprint(I + O) at admission, or "
+            "allocate blocks as tokens are written and preempt by recompute (latest admitted first) or retract "
+            "(fewest emitted tokens first)",
+            to_base=kv_policy_code,
+            cli_type=str,
+        ),
+        ServingKey(
+            "kv_watermark",
+            "kv_watermark",
+            0.0,
+            number_rule(lambda v: 0 <= v < 1, "in [0, 1)"),
+            "paged KV: fraction of the pool's blocks a request's admission must leave free",
         ),
         ServingKey(
             "launch_overhead_s", "launch_overhead_s", 0.0, _nonneg, "launch overhead t_l per iteration or chunk, s"

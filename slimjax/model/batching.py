@@ -70,10 +70,24 @@ def replica_terms(model, gpu, serving) -> dict:
     serving efficiencies, t_l and the all-reduce), a_pre, a_dec, t_step, N_tok, s and the KV pool, shaped like the
     specs. A group of n_pp pipeline stages runs n_pp virtual engines (§10): each step is τ_pp (the roofline record
     of :func:`slimjax.model.pipeline.pipeline_roof`, n_pp·t_step), each engine holds 1/n_pp of the stage's KV
-    pool, and ``pipeline_stages`` says how many engines a replica has (its batch limit is ⌊B/n_pp⌋ each)."""
+    pool, and ``pipeline_stages`` says how many engines a replica has (its batch limit is ⌊B/n_pp⌋ each).
+
+    The KV policy's terms (docs/engines.md): ``kv_policy`` (its code in :data:`slimjax.constants.KV_POLICIES`),
+    and for a paged cache the layer-block u(T) = L_f·⌈T/β⌉ + L_s·⌈min(T, W)/β⌉ (``kv_block_size`` β,
+    ``kv_full_layers``, ``kv_sliding_layers``, ``kv_window``), its bytes f·r·o·e_kv·β (``kv_unit_bytes``), the
+    engine's pool in them U = ⌊pool/unit⌋ (``kv_pool_units``) and the admission watermark ⌈w·U⌉
+    (``kv_watermark_units``)."""
     roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
     stages = serving.pipeline_stages
     pool = kv_capacity(model, gpu, serving, 1.0, 0.0)["pool"]
+    unit = (
+        stage_fraction(model.n_layers, stages)
+        * serving.kv_replication
+        * serving.kv_overhead
+        * model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
+        * serving.block_size
+    )
+    pool_units = jnp.maximum(jnp.floor(pool / stages / unit), 0.0)
     return dict(
         roof=roof,
         a_pre=a_pre,
@@ -83,6 +97,14 @@ def replica_terms(model, gpu, serving) -> dict:
         chunk_size=serving.chunk_size,
         pool=pool / stages,
         pipeline_stages=stages,
+        kv_policy=serving.kv_policy,
+        kv_block_size=serving.block_size,
+        kv_full_layers=model.n_layers - model.n_sliding_layers,
+        kv_sliding_layers=model.n_sliding_layers,
+        kv_window=model.window,
+        kv_unit_bytes=unit,
+        kv_pool_units=pool_units,
+        kv_watermark_units=jnp.ceil(serving.kv_watermark * pool_units),
     )
 
 

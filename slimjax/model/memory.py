@@ -48,6 +48,15 @@ def round_to_blocks(n_tokens, block_size):
     return jnp.ceil(n_tokens / block_size) * block_size
 
 
+def kv_block_units(tokens, block_size, full_layers, sliding_layers, window):
+    """u(T) = L_f·⌈T/β⌉ + L_s·⌈min(T, W)/β⌉: the layer-blocks a paged cache holds for a sequence of T tokens
+    (docs/engines.md). One layer-block is β tokens of one layer's KV, r·o·e_kv·β bytes, so §3's footprint(T) is
+    u(T) of them exactly."""
+    return full_layers * jnp.ceil(tokens / block_size) + sliding_layers * jnp.ceil(
+        jnp.minimum(tokens, window) / block_size
+    )
+
+
 def seq_footprint_bytes(e_kv, n_layers, n_sliding_layers, window, tokens, block_size, kv_replication, kv_overhead):
     """r·o·e_kv·[L_f·rnd(N) + L_s·rnd(min(N, W))], bytes reserved per sequence of N = I + O tokens (§3).
 

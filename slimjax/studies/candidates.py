@@ -12,6 +12,7 @@ import numpy as np
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
+from ..engine import sim as engine
 from ..model import batching as floor
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec
 
@@ -59,15 +60,28 @@ def candidate_inputs(model, gpu, serving, stream, dtype):
     return terms, footprint.astype(dtype), fits
 
 
-def check_requests_fit(footprint, pool, fits, labels, stream) -> None:
-    over = fits[:, None] & (footprint > pool[:, None])
-    if over.any():
-        k, i = np.argwhere(over)[0]
-        raise SlimjaxError(
-            f"stream request {i}",
-            f"its footprint for I + O = {stream.input_len[i] + stream.output_len[i]:g} tokens "
-            f"({footprint[k, i] / 2**30:.3g} GiB) exceeds the whole KV pool ({pool[k] / 2**30:.3g} GiB) of "
-            f"{labels(k)}: no replica can ever admit it (shorten it, or give more GPUs/memory)",
+def check_requests_fit(footprint, pool, fits, labels, stream, terms=None) -> None:
+    """Every request fits an empty replica of every candidate that runs: footprint(I + O) ≤ pool, and under a paged
+    KV policy (``terms``' kv_* entries, docs/engines.md) its prompt's blocks with the admission watermark too."""
+
+    def refuse(where, why):
+        if where.any():
+            k, i = np.argwhere(where)[0]
+            raise SlimjaxError(f"stream request {i}", f"{why(k, i)}: no replica can ever admit it ({labels(k)})")
+
+    refuse(
+        fits[:, None] & (footprint > pool[:, None]),
+        lambda k, i: f"its footprint for I + O = {stream.input_len[i] + stream.output_len[i]:g} tokens "
+        f"({footprint[k, i] / 2**30:.3g} GiB) exceeds the whole KV pool ({pool[k] / 2**30:.3g} GiB); shorten it, or "
+        "give more GPUs/memory",
+    )
+    if terms is not None and "kv_policy" in terms:
+        units, watermark, pool_units = engine.prompt_units(terms, stream.input_len)
+        refuse(
+            (fits & engine.paged(terms))[:, None] & (units + watermark[:, None] > pool_units[:, None]),
+            lambda k, i: f"its prompt of {stream.input_len[i]:g} tokens needs {units[k, i]:g} KV layer-blocks and "
+            f"the admission watermark (serving.kv_watermark) {watermark[k]:g} more, beyond the {pool_units[k]:g} of "
+            "the pool; lower the watermark, shorten it, or give more GPUs/memory",
         )
 
 

@@ -34,7 +34,7 @@ from .pool import (
     simulate_candidates,
     simulate_round_robin,
 )
-from .state import GAP_BINS, GAP_RANGE_S
+from .state import GAP_BINS, GAP_RANGE_S, paged, prompt_units, reserving
 
 __all__ = [
     "FIRST_SLOTS",
@@ -48,8 +48,11 @@ __all__ = [
     "engine_batch",
     "gap_edges",
     "gap_quantile",
+    "paged",
     "pipeline_stages",
+    "prompt_units",
     "request_times",
+    "reserving",
     "round_robin_jobs",
     "run_lanes",
     "run_pool",

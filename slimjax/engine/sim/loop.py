@@ -122,7 +122,7 @@ def init(lane: Lane, params: LaneParams, stream: Stream) -> LaneState:
         head=jnp.zeros(R, jnp.int32) if lane.contiguous else jnp.full(R, -1, jnp.int32),
         clock=jnp.zeros(R, dt),
         busy_s=jnp.zeros(R, dt),
-        free_bytes=jnp.full(R, params.pool_bytes, dt),
+        free_kv=jnp.full(R, params.pool_bytes if params.paging is None else params.paging.pool_units, dt),
         admitted=jnp.zeros(R, jnp.int32),
         slots=empty_rows((R, S), dt),
         queue_peak=jnp.zeros(R, jnp.int32),
@@ -231,13 +231,15 @@ class Taken(NamedTuple):
     release: Any  # ... that release's time (+inf: none)
     head: Any  # the replica's queue head after admission
     free: Any  # its free KV after admission
-    admitted: Any  # requests held after admission
-    admitted_now: Any  # requests admitted at this step
+    admitted: Any  # requests in its slots after admission (paged: preempted ones waiting included)
+    held: Any  # ... held (admitted and not preempted) after the step's preemptions
+    admitted_now: Any  # requests admitted from the queue at this step
     before: Slots  # the slots after admission
     plan: one.Plan
     advanced: one.Advanced
     keep: Any  # slots that stay after the step (not done, or done and holding KV for a transfer)
     freed: Any  # KV given back at the step's end
+    stuck: Any  # the step cannot make room for its tokens' KV (paged): stop, never spin
 
 
 def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go):
@@ -251,13 +253,17 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
     r = jnp.argmin(start)
     t = start[r]
     holding = stream.hold_s is not None
-    head, free, count = st.head[r], st.free_bytes[r], st.admitted[r]
+    head, free, count = st.head[r], st.free_kv[r], st.admitted[r]
     rows = st.slots[0 if lane.replicas == 1 else r]
     if holding:
         rows, free, count = one.release_transferred(rows, count, free, t)
     count0 = count
     queue = queue_of(lane, stream, st)
     head, free, count, rows, blocked = one.admit(params, stream, queue, rows, head, free, count, t, go)
+    held, stuck = count, jnp.zeros((), bool)
+    if params.paging is not None:  # each decoding request's next block, preempting where there is none
+        rows, free, stuck = one.preempt(params, rows, count, free, t)
+        held = one.held_count(rows, count)
     sl = unpack(rows)
     overflow = go & blocked
     go = go & ~blocked
@@ -271,7 +277,7 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
         end = jnp.where(idle, jnp.maximum(t, release), t + tau)
     else:
         end = t + tau
-    adv = one.advance(sl, plan, end, go)
+    adv = one.advance(params, sl, plan, end, go)
     done = adv.done
     keep = plan.occupied & ~done
     gives_back = done
@@ -281,9 +287,14 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
         keep = keep | stays
         gives_back = done & ~stays
         adv = adv._replace(slots=adv.slots._replace(release_s=jnp.where(stays, end + hold, sl.release_s)))
-    freed = jnp.sum(jnp.where(gives_back, sl.footprint_bytes, jnp.zeros((), dt)))
+    freed = jnp.sum(jnp.where(gives_back, sl.held_kv, jnp.zeros((), dt)))
     admitted_now = (count - count0).astype(jnp.int32)
-    taken = Taken(r, go, t, end, tau, idle, release, head, free, count, admitted_now, sl, plan, adv, keep, freed)
+    stuck = go & stuck
+    go = go & ~stuck
+    adv = adv._replace(done=adv.done & ~stuck)
+    taken = Taken(
+        r, go, t, end, tau, idle, release, head, free, count, held, admitted_now, sl, plan, adv, keep, freed, stuck
+    )
     return taken, overflow
 
 
@@ -298,6 +309,10 @@ def complete(lane: Lane, stream: Stream, st: LaneState, k: Taken) -> LaneState:
     st = st._replace(
         gaps=st.gaps.at[jnp.where(go, gap_bin(k.tau), GAP_BINS)].add(k.plan.decodes.astype(dt), mode="drop")
     )
+    if k.advanced.again is not None:  # a token after a prefill again: its gap runs from the token before it
+        again = go & k.advanced.again
+        gap = gap_bin(k.end - k.before.last_token_s)
+        st = st._replace(gaps=st.gaps.at[jnp.where(again, gap, GAP_BINS)].add(jnp.ones((), dt), mode="drop"))
     if lane.closed:
         routing = st.routing
         owner = jnp.where(done, jnp.mod(req, lane.clients), lane.clients)
@@ -331,18 +346,23 @@ def account(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: Ta
         )
     if stream.hold_s is not None:
         steps = st.steps + (go & ~k.idle)
-        stuck = st.stuck | (go & k.idle & ~jnp.isfinite(k.release))
+        stuck = st.stuck | (go & k.idle & ~jnp.isfinite(k.release)) | k.stuck
     else:
         steps = st.steps + go
-        stuck = st.stuck | (go & (k.admitted == 0))
+        stuck = st.stuck | (go & (k.held == 0)) | k.stuck
+    if params.paging is None:
+        in_use = params.pool_bytes - k.free
+    else:  # preempted requests wait too
+        in_use = (params.paging.pool_units - k.free) * params.paging.unit_bytes
+        qlen = qlen + (k.admitted - k.held)
     return st._replace(
         head=jnp.where(at_r, head, st.head),
         arrived=arrived,
         routing=routing,
         queue_peak=jnp.where(at_r, jnp.maximum(st.queue_peak, qlen), st.queue_peak),
-        kv_peak_bytes=jnp.where(at_r, jnp.maximum(st.kv_peak_bytes, params.pool_bytes - k.free), st.kv_peak_bytes),
-        held_peak=jnp.where(at_r, jnp.maximum(st.held_peak, k.admitted), st.held_peak),
-        free_bytes=jnp.where(at_r, k.free + k.freed, st.free_bytes),
+        kv_peak_bytes=jnp.where(at_r, jnp.maximum(st.kv_peak_bytes, in_use), st.kv_peak_bytes),
+        held_peak=jnp.where(at_r, jnp.maximum(st.held_peak, k.held), st.held_peak),
+        free_kv=jnp.where(at_r, k.free + k.freed, st.free_kv),
         admitted=jnp.where(at_r, jnp.sum(k.keep).astype(jnp.int32), st.admitted),
         clock=jnp.where(at_r, k.end, st.clock),
         busy_s=jnp.where(at_r, st.busy_s + k.tau, st.busy_s),
@@ -396,10 +416,11 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
     arrival = stream.arrival_s
     dt, n = arrival.dtype, arrival.shape[0]
     inf = jnp.asarray(jnp.inf, dt)
-    sl, count, head, free = unpack(st.slots[0]), st.admitted[0], st.head[0], st.free_bytes[0]
+    sl, count, head, free = unpack(st.slots[0]), st.admitted[0], st.head[0], st.free_kv[0]
     occ = jnp.arange(lane.slots, dtype=jnp.int32) < count
     j, o_len = sl.decoded, sl.output_len
-    dec = occ & (sl.prefilled >= sl.input_len)
+    target = sl.input_len if params.paging is None else sl.input_len + sl.recompute
+    dec = occ & (sl.prefilled >= target)
     d = jnp.sum(dec)
     ahead = jnp.arange(COAST_STEPS, dtype=dt)
     tau = one.coast_times(params, sl, dec, COAST_STEPS)
@@ -409,16 +430,43 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
         ends.append(t)
     ends = jnp.stack(ends)
     starts = jnp.concatenate([st.clock[:1], ends[:-1]])
-    fits = (head < n) & (count < params.batch) & (params.footprint_bytes[jnp.clip(head, 0, n - 1)] <= free)
-    head_t = jnp.where(fits, arrival[jnp.minimum(head, n - 1)], inf)
+    pg = params.paging
+    held = count
+    if pg is None:
+        need = params.footprint_bytes[jnp.clip(head, 0, n - 1)]
+        fits = (head < n) & (count < params.batch) & (need <= free)
+        head_t = jnp.where(fits, arrival[jnp.minimum(head, n - 1)], inf)
+    else:  # paged: no step may need more blocks than are free (no preemption in a stretch); the first waiting
+        # request is a preempted one (there now: a stretch only while it cannot be admitted) or the queue head
+        held = jnp.sum(occ & (sl.parked == 0)).astype(count.dtype)
+        at = jnp.minimum(held, lane.slots - 1)
+        parked = held < count
+        tokens = jnp.where(
+            parked, sl.input_len[at] + sl.recompute[at], stream.input_len[jnp.clip(head, 0, n - 1)]
+        )
+        fits = (parked | (head < n)) & (held < params.batch) & (pg.units(tokens) + pg.watermark_units <= free)
+        head_t = jnp.where(fits, jnp.where(parked, -inf, arrival[jnp.minimum(head, n - 1)]), inf)
+        context = (sl.input_len + j)[:, None] + ahead  # (slots, steps): each decode's context after each step
+        held_after = jnp.where(dec[:, None], pg.units(context), sl.held_kv[:, None])
+        grown = jnp.sum(jnp.where(dec[:, None], held_after - sl.held_kv[:, None], 0.0), axis=0)  # (steps,)
     left = jnp.min(jnp.where(dec, o_len - j, inf))  # tokens to the first completion
-    ok = go & (count > 0) & (d == count) & (ahead < left - 1.0) & (starts < head_t)
+    ok = go & (held > 0) & (d == held) & (ahead < left - 1.0) & (starts < head_t)
+    if pg is not None:
+        ok = ok & (grown <= free)
     take = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
     k = jnp.sum(take).astype(jnp.int32)
     zero = jnp.zeros((), dt)
     slots = st.slots.at[0, :, SLOT_COLUMN["decoded"]].set(jnp.where(dec, j + k.astype(dt), j))
+    free_kv, kv_peak = st.free_kv, st.kv_peak_bytes
+    if pg is not None:  # the blocks the stretch's tokens took (the most held at once: after its last step)
+        last = jnp.maximum(k - 1, 0)
+        slots = slots.at[0, :, SLOT_COLUMN["held_kv"]].set(jnp.where(k > 0, held_after[:, last], sl.held_kv))
+        free_kv = free_kv.at[0].add(-jnp.where(k > 0, grown[last], zero))
+        kv_peak = jnp.maximum(kv_peak, (pg.pool_units - free_kv) * pg.unit_bytes)
     return st._replace(
         slots=slots,
+        free_kv=free_kv,
+        kv_peak_bytes=kv_peak,
         clock=jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], st.clock),
         busy_s=st.busy_s.at[0].add(jnp.sum(jnp.where(take, tau, zero))),
         gaps=st.gaps.at[jnp.where(take, gap_bin(tau), GAP_BINS)].add(d.astype(dt), mode="drop"),

@@ -35,6 +35,7 @@ RECORDS: tuple[Record, ...] = (
     Record("admit_s", "request", "admit_s", doc="admission time"),
     Record("first_token_s", "request", "first_token_s", doc="end of the step holding the last prompt token"),
     Record("end_s", "request", "", doc="end of the step producing the last output token"),
+    Record("preemptions", "request", "preemptions", "int32", doc="times it was preempted (paged KV)"),
     Record("busy_s", "replica", "busy_s", doc="time in steps"),
     Record("queue_peak", "replica", "queue_peak", "int32", doc="most requests left waiting after an admission"),
     Record("held_peak", "replica", "held_peak", "int32", doc="most requests held at once"),
@@ -74,7 +75,10 @@ def write_completions(done: Completed, slots, end, at) -> Completed:
     it completes, N elsewhere: dropped); ``slots`` as the step left them, ``end`` the step's end."""
     rows = {r.name: getattr(slots, r.source) if r.source else end for r in RECORDS if r.per == "request"}
     return Completed(
-        *(getattr(done, k).at[at].set(jnp.broadcast_to(rows[k], at.shape), mode="drop") for k in PER_REQUEST)
+        *(
+            getattr(done, k).at[at].set(jnp.broadcast_to(rows[k], at.shape).astype(getattr(done, k).dtype), mode="drop")
+            for k in PER_REQUEST
+        )
     )
 
 
@@ -188,6 +192,9 @@ def summaries(records, output_len, clients: int | None = None) -> dict:
     replicas = records.get("replicas", busy.shape[-1])
     out["utilization"] = np.sum(busy, axis=-1) / (replicas * span)
     out["queue_peak"] = np.max(records["queue_peak"], axis=-1).astype(float)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out["preemptions_mean"] = np.nanmean(np.where(counted, records["preemptions"], np.nan), axis=-1)
     out["kv_peak_bytes"] = np.max(records["kv_peak_bytes"], axis=-1)
     return out
 

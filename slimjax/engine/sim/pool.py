@@ -18,7 +18,7 @@ from ...model.pipeline import engine_batch_limit
 from ..dispatch import compute_devices
 from .loop import advance_lanes, init_lanes
 from .outputs import PER_REPLICA, RECORDS, record_dtype, records, unset_fill
-from .state import widen_rows
+from .state import paged, reserving, widen_rows
 
 # compiled loop shapes kept between pool runs: each holds ~250 of the process's memory maps (65,530 by default),
 # so a long study's shapes are dropped, and compiled again if met again, rather than run the kernel out of maps
@@ -67,6 +67,18 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     static = {"clients": 1, "closed": False, "router": "round_robin", **static}
     params = jax.tree_util.tree_map(np.asarray, params)
     stream = {k: np.asarray(v) for k, v in stream.items()}
+    if "kv_policy" in params:  # reserving and paged lanes run as loops of their own (a reserving one is §9's)
+        flags = paged(params)
+        if not flags.all():
+            if not flags.any():
+                params = reserving(params)
+            else:
+                parts = [np.flatnonzero(~flags), np.flatnonzero(flags)]
+                got = []
+                for at in parts:
+                    args, keywords = _lanes_of(params, stream, first, stop, at, shared_stream)
+                    got.append(run_pool(*args, **keywords, **static))
+                return {k: _merged([g[k] for g in got], parts) for k in got[0]}
     lanes = len(params["batch"])
     need = _pow2(params["batch"])
     width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first)).astype(int)
@@ -173,6 +185,31 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
             f.result()
     arrival = np.broadcast_to(stream["arrival_s"], state.done.end_s.shape)
     return records(arrival, state, contiguous, xp=np)
+
+
+def _lanes_of(params, stream, first, stop, at, shared_stream) -> tuple[tuple, dict]:
+    """(args, keywords) of :func:`run_pool` for lanes ``at`` only (a job's lanes share a candidate, so its KV
+    policy: they are all in or all out)."""
+    sub = _take(params, at)
+    if not paged(sub).any():
+        sub = reserving(sub)
+    lane_stream = stream if shared_stream else {k: v[at] for k, v in stream.items()}
+    lane_first = first if first is None or np.ndim(first) == 0 else np.asarray(first)[at]
+    lane_stop = None
+    if stop is not None:
+        jobs, local = np.unique(np.asarray(stop["job"])[at], return_inverse=True)
+        lane_stop = {k: np.asarray(stop[k])[at] for k in LANE_STOP}
+        lane_stop.update(job=local.reshape(-1), **{k: np.asarray(stop[k])[jobs] for k in JOB_STOP})
+    return (sub, lane_stream), dict(first=lane_first, shared_stream=shared_stream, stop=lane_stop)
+
+
+def _merged(parts, lanes_of):
+    """Records of lane subsets (``parts[i]`` for lanes ``lanes_of[i]``) in lane order."""
+    lanes = sum(len(at) for at in lanes_of)
+    out = np.empty((lanes, *np.shape(parts[0])[1:]), np.asarray(parts[0]).dtype)
+    for part, at in zip(parts, lanes_of, strict=True):
+        out[at] = part
+    return out
 
 
 def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients=None):

@@ -14,6 +14,9 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from ...constants import KV_POLICIES
+from ...model import memory
+
 GAP_BINS = 2048  # log-spaced inter-token gap bins from GAP_RANGE_S[0] to [1]: 1.1 % wide
 GAP_RANGE_S = (1e-6, 1e4)
 
@@ -29,9 +32,61 @@ class StopParams(NamedTuple):
     tpot_allowed: Any  # int32
 
 
+class Paging(NamedTuple):
+    """A paged KV cache (docs/engines.md), per lane: blocks allocated as tokens are written, in layer-blocks
+    u(T) = L_f·⌈T/β⌉ + L_s·⌈min(T, W)/β⌉; preemption by recomputation when a step cannot get the blocks it needs."""
+
+    retract: Any  # victims by fewest emitted tokens (SGLang), else the most recently admitted first (vLLM)
+    block_size: Any  # β, tokens
+    full_layers: Any  # L_f
+    sliding_layers: Any  # L_s
+    window: Any  # W, tokens (inf: none)
+    unit_bytes: Any  # one layer-block's bytes (r·o·e_kv·β, times f on a pipeline stage)
+    pool_units: Any  # U: the engine's pool in layer-blocks
+    watermark_units: Any  # what an admission must leave free
+
+    def units(self, tokens):
+        """u(T) of sequences holding ``tokens``."""
+        return memory.kv_block_units(tokens, self.block_size, self.full_layers, self.sliding_layers, self.window)
+
+
+PAGING_TERMS = {  # Paging field: its replica_terms key (slimjax.model.batching.replica_terms)
+    "block_size": "kv_block_size",
+    "full_layers": "kv_full_layers",
+    "sliding_layers": "kv_sliding_layers",
+    "window": "kv_window",
+    "unit_bytes": "kv_unit_bytes",
+    "pool_units": "kv_pool_units",
+    "watermark_units": "kv_watermark_units",
+}
+
+
+def prompt_units(params: dict, input_len):
+    """(u(I) (lanes, N), watermark (lanes,), pool (lanes,)) in layer-blocks, host side: what admitting each prompt
+    into an empty paged replica needs and has (docs/engines.md)."""
+    terms = {f: np.asarray(params[k], np.float64) for f, k in PAGING_TERMS.items()}
+    units = memory.kv_block_units(
+        np.asarray(input_len, np.float64)[None, :],
+        *(terms[f][:, None] for f in ("block_size", "full_layers", "sliding_layers", "window")),
+    )
+    return np.asarray(units), terms["watermark_units"], terms["pool_units"]
+
+
+def paged(params: dict):
+    """Per lane of a params mapping: whether its KV policy is paged (False where the terms have no policy)."""
+    policy = params.get("kv_policy")
+    return np.zeros(np.shape(params["batch"]), bool) if policy is None else np.asarray(policy) > 0
+
+
+def reserving(params: dict) -> dict:
+    """A params mapping of reserving lanes without the paged policy's terms (their loop is §9's as written)."""
+    return {k: v for k, v in params.items() if k != "kv_policy" and k not in PAGING_TERMS.values()}
+
+
 class LaneParams(NamedTuple):
     """One lane's candidate: the engine step's roofline terms (:func:`slimjax.model.batching.replica_terms`), its
-    batch limit and every request's KV footprint on it."""
+    batch limit and every request's KV footprint on it; ``paging`` where its KV is paged (None: reserved at
+    admission, §9 as written)."""
 
     roof: Any  # slimjax.model.roofline.Roof (slimjax.model.calculator.roofline_terms)
     a_pre: Any
@@ -43,12 +98,17 @@ class LaneParams(NamedTuple):
     batch: Any  # the engine's batch limit
     footprint_bytes: Any  # (N,) footprint(I + O) of each request (§3)
     stop: StopParams | None = None
+    paging: Paging | None = None
 
     @classmethod
     def of(cls, params: dict) -> LaneParams:
         """From the terms mapping (``replica_terms`` with ``batch``, ``footprint`` and, to stop early, the
-        :class:`StopParams` fields)."""
+        :class:`StopParams` fields); paged where it has the paged policy's terms (:func:`reserving` drops them)."""
         stop = StopParams(*(params[k] for k in StopParams._fields)) if "job" in params else None
+        paging = None
+        if "kv_policy" in params:
+            retract = params["kv_policy"] == list(KV_POLICIES).index("retract")
+            paging = Paging(retract, *(params[PAGING_TERMS[f]] for f in Paging._fields[1:]))
         return cls(
             params["roof"],
             params["a_pre"],
@@ -60,6 +120,7 @@ class LaneParams(NamedTuple):
             params["batch"],
             params["footprint"],
             stop,
+            paging,
         )
 
 
@@ -87,14 +148,18 @@ class Slots(NamedTuple):
     decoded: Any  # j: output tokens produced
     input_len: Any
     output_len: Any
-    footprint_bytes: Any
+    held_kv: Any  # KV it holds: footprint(I + O) bytes (reserve), or layer-blocks (paged)
     admit_s: Any
     first_token_s: Any
     arrival_s: Any
     release_s: Any  # when a completed request's KV is released (disaggregated prefill: its transfer's end)
+    parked: Any  # 1: preempted, waiting to be admitted again (paged)
+    recompute: Any  # r: emitted tokens prefilled again with its prompt after a preemption (paged)
+    preemptions: Any  # times it was preempted
+    last_token_s: Any  # when its last token came, as of its last preemption (paged)
 
 
-SLOT_EMPTY = {"request": -1}  # an empty slot's value per field; 0 for fields not named
+SLOT_EMPTY = {"request": -1, "last_token_s": np.nan}  # an empty slot's value per field; 0 for fields not named
 SLOT_DTYPES = {"request": np.int32}  # a field's dtype in the Slots view; the stream's float dtype if not named
 SLOT_COLUMN = {f: i for i, f in enumerate(Slots._fields)}  # each field's column in the packed slot rows
 
@@ -158,7 +223,7 @@ class LaneState(NamedTuple):
     head: Any  # (R,) int32 next request to admit (contiguous: index into the stream; else its queue's head, -1)
     clock: Any  # (R,) the end of each replica's last step
     busy_s: Any  # (R,) time spent in steps
-    free_bytes: Any  # (R,) KV pool not reserved
+    free_kv: Any  # (R,) KV not held: bytes (reserve) or layer-blocks (paged)
     admitted: Any  # (R,) int32 requests each replica holds
     slots: Any  # (R, S, F) slot rows (pack/unpack: the Slots view)
     queue_peak: Any  # (R,) int32 most requests left waiting after a step's admission

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ...model import batching
-from .state import LaneParams, Slots, Stream, empty_rows, pack, unpack
+from .state import SLOT_COLUMN, LaneParams, Slots, Stream, empty_rows, pack, unpack
 
 
 class Queue(NamedTuple):
@@ -50,14 +50,17 @@ def release_transferred(rows, count, free, t):
     S = sl.request.shape[0]
     occ = jnp.arange(S, dtype=jnp.int32) < count
     gone = occ & (sl.decoded >= sl.output_len) & (sl.release_s <= t)
-    free = free + jnp.sum(jnp.where(gone, sl.footprint_bytes, 0.0))
+    free = free + jnp.sum(jnp.where(gone, sl.held_kv, 0.0))
     stay = occ & ~gone
     return compact(rows, stay), free, jnp.sum(stay).astype(count.dtype)
 
 
 def admit(params: LaneParams, stream: Stream, queue: Queue, rows, head, free, count, t, go):
     """Admit from the queue head while the batch limit, the slots and the pool allow (§9 step 1): (head, free,
-    count, rows, blocked); ``blocked``: the slot width, not the batch limit, stopped an admission."""
+    count, rows, blocked); ``blocked``: the slot width, not the batch limit, stopped an admission. A paged lane
+    (:func:`admit_paged`) admits its preempted requests first."""
+    if params.paging is not None:
+        return admit_paged(params, stream, queue, rows, head, free, count, t, go)
     in_len, out_len = stream.input_len, stream.output_len
     footprint = params.footprint_bytes
     n, S, batch = stream.arrival_s.shape[0], rows.shape[0], params.batch
@@ -69,19 +72,7 @@ def admit(params: LaneParams, stream: Stream, queue: Queue, rows, head, free, co
 
     def one(carry):
         head, free, count, rows = carry
-        ready_made = stream.prefilled[head] if stream.prefilled is not None else 0.0  # prefilled elsewhere
-        row = Slots(
-            request=head,
-            prefilled=ready_made * in_len[head],
-            decoded=ready_made,
-            input_len=in_len[head],
-            output_len=out_len[head],
-            footprint_bytes=footprint[head],
-            admit_s=t,
-            first_token_s=jnp.nan,
-            arrival_s=queue.arrival_s(head),
-            release_s=jnp.inf,
-        )
+        row = new_row(stream, queue, head, footprint[head], t)
         return queue.next(head), free - footprint[head], count + 1, rows.at[count].set(pack(row, rows.dtype))
 
     head, free, count, rows = jax.lax.while_loop(can_admit, one, (head, free, count, rows))
@@ -90,21 +81,149 @@ def admit(params: LaneParams, stream: Stream, queue: Queue, rows, head, free, co
     return head, free, count, rows, blocked
 
 
+def new_row(stream: Stream, queue: Queue, head, held_kv, t) -> Slots:
+    """The slot of request ``head`` admitted at t holding ``held_kv``."""
+    ready_made = stream.prefilled[head] if stream.prefilled is not None else 0.0  # prefilled elsewhere
+    in_len = stream.input_len[head]
+    return Slots(
+        request=head,
+        prefilled=ready_made * in_len,
+        decoded=ready_made,
+        input_len=in_len,
+        output_len=stream.output_len[head],
+        held_kv=held_kv,
+        admit_s=t,
+        first_token_s=jnp.nan,
+        arrival_s=queue.arrival_s(head),
+        release_s=jnp.inf,
+        parked=0.0,
+        recompute=0.0,
+        preemptions=0.0,
+        last_token_s=jnp.nan,
+    )
+
+
+def held_count(rows, count):
+    """Requests held (admitted and not preempted): the first rows, before the preempted ones."""
+    sl = unpack(rows)
+    occ = jnp.arange(sl.request.shape[0], dtype=jnp.int32) < count
+    return jnp.sum(occ & (sl.parked == 0)).astype(count.dtype)
+
+
+def admit_paged(params: LaneParams, stream: Stream, queue: Queue, rows, head, free, count, t, go):
+    """docs/engines.md, admission: the waiting requests are the preempted ones (the rows after the held ones, in
+    their order) then the queue; the first is admitted while fewer than B are held and its prompt's blocks
+    u(P) (P = I + r) leave the watermark free, taking u(P) (a request prefilled elsewhere brings u(I))."""
+    pg = params.paging
+    n, S, batch = stream.arrival_s.shape[0], rows.shape[0], params.batch
+    column = SLOT_COLUMN
+
+    def need(carry):
+        head, _, count, rows, held = carry
+        parked = held < count
+        row = rows[jnp.minimum(held, S - 1)]
+        tokens = jnp.where(
+            parked, row[column["input_len"]] + row[column["recompute"]], stream.input_len[jnp.clip(head, 0, n - 1)]
+        )
+        return parked, pg.units(tokens)
+
+    def can_admit(carry):
+        head, free, count, _, held = carry
+        parked, units = need(carry)
+        ready = parked | ((count < S) & queue.waiting(head, t))
+        return go & (held < batch) & ready & (units + pg.watermark_units <= free)
+
+    def one(carry):
+        head, free, count, rows, held = carry
+        parked, units = need(carry)
+        again = rows[jnp.minimum(held, S - 1)]
+        again = again.at[column["parked"]].set(0.0).at[column["held_kv"]].set(units)
+        fresh = pack(new_row(stream, queue, jnp.clip(head, 0, n - 1), units, t), rows.dtype)
+        rows = rows.at[jnp.where(parked, held, count)].set(jnp.where(parked, again, fresh))
+        head = jnp.where(parked, head, queue.next(jnp.clip(head, 0, n - 1)))
+        return head, free - units, count + jnp.where(parked, 0, 1), rows, held + 1
+
+    held = held_count(rows, count)
+    head, free, count, rows, held = jax.lax.while_loop(can_admit, one, (head, free, count, rows, held))
+    parked, units = need((head, free, count, rows, held))
+    blocked = ~parked & (count == S) & (held < batch) & queue.waiting(head, t) & (units + pg.watermark_units <= free)
+    return head, free, count, rows, blocked
+
+
+def preempt(params: LaneParams, rows, count, free, t):
+    """docs/engines.md, growth: each decoding request takes the layer-blocks its token needs, u(I + j) −
+    u(I + j − 1); where they are more than the free ones, victims — held requests other than the oldest, the most
+    recently admitted first (recompute) or the fewest emitted tokens first, then the longest prompt, then the
+    latest (retract) — give theirs back and wait ahead of earlier-preempted requests, in admission order, to be
+    prefilled again over I + j tokens. (rows, free, stuck): ``stuck`` where even every other request would not
+    make room."""
+    pg = params.paging
+    sl = unpack(rows)
+    S = sl.request.shape[0]
+    dt = sl.prefilled.dtype
+    pos = jnp.arange(S, dtype=jnp.int32)
+    occ = pos < count
+    held = occ & (sl.parked == 0)
+    live = held & (sl.decoded < sl.output_len)  # a completed prefill holding KV for its transfer does not grow
+    dec = live & (sl.prefilled >= sl.input_len + sl.recompute)
+    context = sl.input_len + sl.decoded
+    grow = jnp.where(dec, pg.units(context) - sl.held_kv, 0.0)
+    short = jnp.sum(grow) - free  # > 0: blocks the step lacks
+    can = live & (pos > 0)
+    zero = jnp.zeros((), dt)
+    order = jnp.lexsort(  # victims first; the last key is the primary one
+        (
+            -pos.astype(dt),
+            jnp.where(pg.retract, -sl.input_len, zero),
+            jnp.where(pg.retract, sl.decoded, zero),
+            (~can).astype(dt),
+        )
+    )
+    weight = jnp.where(can, grow + sl.held_kv, 0.0)[order]
+    before = jnp.cumsum(weight) - weight
+    victim = jnp.zeros(S, bool).at[order].set(can[order] & (before < short))
+    stuck = short > jnp.sum(jnp.where(can, grow + sl.held_kv, 0.0))
+    free = free + jnp.sum(jnp.where(victim, sl.held_kv, 0.0)) - jnp.sum(jnp.where(victim, 0.0, grow))
+    sl = sl._replace(
+        held_kv=jnp.where(victim, 0.0, sl.held_kv + grow),
+        parked=jnp.where(victim, 1.0, sl.parked),
+        prefilled=jnp.where(victim, 0.0, sl.prefilled),
+        recompute=jnp.where(victim, sl.decoded, sl.recompute),
+        preemptions=sl.preemptions + victim,
+        last_token_s=jnp.where(victim & dec, t, sl.last_token_s),
+    )
+    # held ones stay first in their order, then this step's victims, then those preempted before
+    group = jnp.where(held & ~victim, 0, jnp.where(victim, 1, jnp.where(occ, 2, 3)))
+    rank = jnp.zeros(S, jnp.int32)
+    start = jnp.zeros((), jnp.int32)
+    for g in range(3):
+        mine = group == g
+        rank = jnp.where(mine, start + jnp.cumsum(mine) - 1, rank)
+        start = start + jnp.sum(mine)
+    dest = jnp.where(group < 3, rank, S)
+    rows = empty_rows((S,), rows.dtype).at[dest].set(pack(sl, rows.dtype), mode="drop")
+    return rows, free.astype(dt), stuck
+
+
 def schedule(params: LaneParams, sl: Slots, count, holding: bool) -> Plan:
     """The step's token budget (§9 step 2): every decoding request one token, then prefill chunks (at most s
-    each) to the admitted prompts in admission order until N_tok tokens."""
+    each) to the admitted prompts in admission order until N_tok tokens. A paged lane's preempted rows wait, and
+    a request preempted after r tokens prefills I + r (docs/engines.md)."""
     dt = sl.prefilled.dtype
     inf = jnp.asarray(jnp.inf, dt)
     chunk = jnp.where(params.chunk_size > 0, params.chunk_size, inf)
     S = sl.request.shape[0]
     occ = jnp.arange(S, dtype=jnp.int32) < count
     p, j, i_len, o_len = sl.prefilled, sl.decoded, sl.input_len, sl.output_len
-    live = occ & (j < o_len) if holding else occ
-    dec = live & (p >= i_len)
-    pre = live & (p < i_len)
+    held, target = occ, i_len
+    if params.paging is not None:
+        held, target = occ & (sl.parked == 0), i_len + sl.recompute
+    live = held & (j < o_len) if holding else held
+    dec = live & (p >= target)
+    pre = live & (p < target)
     d = jnp.sum(dec)
     budget = jnp.maximum(params.step_tokens - d, 0.0)
-    need = jnp.where(pre, jnp.minimum(i_len - p, chunk), 0.0)
+    need = jnp.where(pre, jnp.minimum(target - p, chunk), 0.0)
     before = jnp.cumsum(need) - need
     new = jnp.where(pre, jnp.clip(budget - before, 0.0, need), 0.0)
     return Plan(occ, live, dec, pre, new, new > 0, i_len + j, d)
@@ -132,17 +251,27 @@ class Advanced(NamedTuple):
     slots: Slots  # p, j and first-token times after the step (before compaction)
     first: Any  # the step produced the request's first token
     done: Any  # ... its last
+    again: Any = None  # ... the token after a prefill over prompt + r emitted ones (paged lanes)
 
 
-def advance(sl: Slots, plan: Plan, end, go) -> Advanced:
+def advance(params: LaneParams, sl: Slots, plan: Plan, end, go) -> Advanced:
     """Each request's progress after the step ending at ``end`` (§9 step 4): prefill chunks added, one token
-    per decoding request, the first token where the prompt completes; done where the last token came."""
+    per decoding request, the first token where the prompt completes; done where the last token came. A paged
+    request prefilled again over I + r emits its token r + 1 where it completes (docs/engines.md)."""
     p_new = sl.prefilled + plan.new_tokens
-    first = plan.chunked & (p_new >= sl.input_len)
-    j_new = jnp.where(plan.decode, sl.decoded + 1.0, jnp.where(first, 1.0, sl.decoded))
+    if params.paging is None:
+        first = plan.chunked & (p_new >= sl.input_len)
+        j_new = jnp.where(plan.decode, sl.decoded + 1.0, jnp.where(first, 1.0, sl.decoded))
+        t_first = jnp.where(first, end, sl.first_token_s)
+        done = go & (plan.decode | first) & (j_new >= sl.output_len)
+        return Advanced(sl._replace(prefilled=p_new, decoded=j_new, first_token_s=t_first), first, done)
+    r = sl.recompute
+    prompt_done = plan.chunked & (p_new >= sl.input_len + r)
+    first, again = prompt_done & (r == 0), prompt_done & (r > 0)
+    j_new = jnp.where(plan.decode, sl.decoded + 1.0, jnp.where(prompt_done, r + 1.0, sl.decoded))
     t_first = jnp.where(first, end, sl.first_token_s)
-    done = go & (plan.decode | first) & (j_new >= sl.output_len)
-    return Advanced(sl._replace(prefilled=p_new, decoded=j_new, first_token_s=t_first), first, done)
+    done = go & (plan.decode | prompt_done) & (j_new >= sl.output_len)
+    return Advanced(sl._replace(prefilled=p_new, decoded=j_new, first_token_s=t_first), first, done, again)
 
 
 def coast_times(params: LaneParams, sl: Slots, decode, steps: int):

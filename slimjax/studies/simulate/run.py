@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from ..._version import __version__
+from ...constants import KV_POLICIES
 from ...engine import sim as engine
 from ...engine.dataset import declared
 from ...engine.schema import Variable, table
@@ -58,11 +59,19 @@ SIMULATION = table(
     _per_request("ttft_s", _TTFT),
     _per_request("e2e_s", _E2E),
     _per_request("tpot_s", _TPOT),
+    Variable(
+        "preemptions",
+        (*RUN, "request"),
+        "1",
+        "times each request was preempted and prefilled again (paged KV, docs/engines.md; 0 under reserve)",
+        _SIM,
+    ),
     *_summaries(RUN),
     Variable("token_gap_p90_s", RUN, "s", "p90 of every inter-token gap (histogram of 1.1 % log bins)", _SIM),
     Variable("utilization", RUN, "1", "busy time / (replicas × span of the run)", _SIM),
     Variable("queue_peak", RUN, "requests", "most requests left waiting after a step's admission, worst replica", _SIM),
     Variable("kv_peak_bytes", RUN, "bytes", "most KV reserved at once, worst replica", _SIM),
+    Variable("preemptions_mean", RUN, "1", "preemptions per counted request (paged KV; 0 under reserve)", _SIM),
     Variable(
         "fits",
         CANDIDATE,
@@ -120,7 +129,7 @@ def run(sim: Simulation) -> xr.Dataset:
     # a virtual engine admits ⌊B/n_pp⌋ requests (§10): a batch limit below the stages runs nothing
     fits = fits & (batch >= np.asarray(serving.pipeline_stages))
 
-    check_requests_fit(footprint.astype(np.float64), terms["pool"].astype(np.float64), fits, labels, stream)
+    check_requests_fit(footprint.astype(np.float64), terms["pool"].astype(np.float64), fits, labels, stream, terms)
     K, n_req = footprint.shape
     closed = stream.kind == "closed_loop"
     client_axis = list(stream.clients) if closed else [None]
@@ -155,6 +164,7 @@ def run(sim: Simulation) -> xr.Dataset:
                     ("ttft_s", ttft),
                     ("e2e_s", e2e),
                     ("tpot_s", tpot),
+                    ("preemptions", np.where(np.isfinite(e2e), records["preemptions"], np.nan)),
                 )
                 for name, x in times:
                     per_request[name][:, r_i, c_i, :n] = x
@@ -193,7 +203,7 @@ def run(sim: Simulation) -> xr.Dataset:
         "precision": sim.precision,
         "serving": json.dumps(sim.serving_table, default=float),
         "engine_steps": steps,
-        "model_contract": "MODEL.md §9 (continuous batching, FCFS, token budget, KV reserved at admission)",
+        "model_contract": "MODEL.md §9 (continuous batching, FCFS, token budget); KV per kv_policy (docs/engines.md)",
     }
     if closed:
         attrs["warmup"] = "statistics after the first C completions of each closed loop (MODEL.md §9)"
@@ -237,10 +247,11 @@ def simulation_assumptions(sim, closed: bool) -> list[str]:
     steps = sorted({int(r["step_tokens"]) for r in rows})
     chunks = sorted({int(r["chunk_size"]) for r in rows})
     labels = sorted({str(r["efficiency"]).split(" (", 1)[0] for r in rows})
+    policies = sorted({str(r["kv_policy"]) for r in rows})
+    kv = " / ".join(KV_POLICIES[p] for p in policies)
     return [
         f"stream: {sim.stream.description}" + ("; scored after the first C completions" if closed else ""),
         f"scheduling: FCFS, prompts share engine steps of {', '.join(map(str, steps))} tokens with the decodes "
-        f"(chunk size {', '.join(str(c) if c else 'whole prompt' for c in chunks)}), KV reserved at admission, "
-        f"no preemption; router {sim.router}",
+        f"(chunk size {', '.join(str(c) if c else 'whole prompt' for c in chunks)}), {kv}; router {sim.router}",
         f"roofline constants: {', '.join(labels)}",
     ]
