@@ -143,12 +143,14 @@ def simulate(
     prefilled=False,
     policy="reserve",
     watermark=0.0,
+    prefill_first=False,
 ):
     """Per request (ttft, e2e, arrival, replica, preemptions) and per replica (busy, queue_peak, kv_peak), plus all
     token gaps. ``clients``: closed loop with that many clients (``arrivals`` ignored). ``policy``: ``reserve``
     (MODEL.md §9: footprint(I + O) at admission) or a paged cache (docs/engines.md) preempting by ``recompute``
     (the most recently admitted first) or ``retract`` (the fewest emitted tokens first), admitting while a
-    ``watermark`` fraction of the pool's blocks stays free."""
+    ``watermark`` fraction of the pool's blocks stays free. ``prefill_first``: a step with prompt tokens left runs
+    them alone and the decodes wait (docs/engines.md)."""
     N = len(inputs)
     paged = policy != "reserve"
     fp = [footprint(t["arch"], inputs[i] + outputs[i], t["block"], t["r"], t["o"]) for i in range(N)]
@@ -227,10 +229,13 @@ def simulate(
             rep.kv_peak = max(rep.kv_peak, t["pool"] - rep.free)
         else:
             _admit_paged(rep, inputs, units, W_u, batch, prefilled, now)
-            _grow(rep, inputs, units, policy, preempted)
+        alone = prefill_first and any(q["p"] < inputs[q["i"]] + q["r"] for q in rep.running)
+        if paged:
+            if not alone:  # a step of prompt tokens alone writes no decode's KV
+                _grow(rep, inputs, units, policy, preempted)
             rep.queue_peak = max(rep.queue_peak, len(rep.queue) + len(rep.parked))
             rep.kv_peak = max(rep.kv_peak, (U - rep.free) * unit_bytes)
-        decoding = [q for q in rep.running if q["p"] >= inputs[q["i"]] + q["r"]]
+        decoding = [q for q in rep.running if q["p"] >= inputs[q["i"]] + q["r"] and not alone]
         budget = max(t["step_tokens"] - len(decoding), 0)
         chunks = []
         for q in rep.running:

@@ -1,6 +1,6 @@
-"""Paged KV with preemption (docs/engines.md): the jitted simulation against the plain Python event loop of
-tests/serving_reference.py per request (float64, 1e-9) under each policy, and its limits: a pool no request
-outgrows gives every policy the same times, and `reserve` is §9 as written."""
+"""Paged KV with preemption and prefill-first steps (docs/engines.md): the jitted simulation against the plain
+Python event loop of tests/serving_reference.py per request (float64, 1e-9) under each policy, and its limits: a
+pool no request outgrows gives every policy the same times, and `reserve` with mixed steps is §9 as written."""
 
 import math
 
@@ -65,6 +65,7 @@ def _compare(spec, clients=None):
         clients,
         policy=spec["serving"]["kv_policy"],
         watermark=spec["serving"].get("kv_watermark", 0.0),
+        prefill_first=bool(spec["serving"].get("prefill_first", 0)),
     )
     got = ds.isel(dict(model=0, gpu=0, tp=0, pp=0, batch=0, replicas=0) | ({"clients": 0} if clients else {}))
     np.testing.assert_allclose(got.ttft_s.values, want["ttft"], rtol=1e-9, atol=0)
@@ -172,3 +173,37 @@ def test_a_prompt_the_watermark_never_admits_is_named():
     stream = {"requests": {"arrival_s": [0.0, 0.1], "input_len": [100, 4000], "output_len": [10, 10]}}
     with pytest.raises(SlimjaxError, match=r"stream request 1: its prompt of 4000 tokens needs .* watermark"):
         simulate.run(simulate.parse(_spec("recompute", stream=stream, pool_tokens=5000, kv_watermark=0.3)))
+
+
+@pytest.mark.parametrize("policy", KV)
+@pytest.mark.parametrize(
+    "case",
+    [dict(), dict(chunk_size=300, step_tokens=800), dict(replicas=2, router="least_loaded")],
+    ids=["one_replica", "chunked", "least_loaded"],
+)
+def test_prefill_first_equals_the_event_loop(policy, case):
+    """A step with prompt tokens left runs them alone (SGLang's default): decodes wait, their token gaps span the
+    prefill steps, and nothing grows in such a step; the engine equals the event loop per request and in gaps."""
+    ds, want, _ = _compare(_spec(policy, prefill_first=1, **case))
+    mixed = simulate.run(simulate.parse(_spec(policy, **case))).squeeze()
+    assert not np.allclose(ds.e2e_s.squeeze().values, mixed.e2e_s.values)
+
+
+def test_prefill_first_delays_decodes_and_speeds_first_tokens():
+    """Prefill first trades TPOT for TTFT: on a burst of long prompts behind running decodes, first tokens come
+    sooner and the tokens of the running requests later than with mixed steps."""
+    n = 24
+    stream = {
+        "requests": {
+            "arrival_s": [0.0] * 8 + [0.5] * (n - 8),
+            "input_len": [200] * 8 + [3000] * (n - 8),
+            "output_len": [300] * 8 + [20] * (n - 8),
+        }
+    }
+    got = {
+        p: simulate.run(simulate.parse(_spec("reserve", stream=stream, pool_tokens=200_000, prefill_first=p))).squeeze()
+        for p in (0, 1)
+    }
+    late = slice(8, None)
+    assert float(got[1].ttft_s[late].mean()) < float(got[0].ttft_s[late].mean())
+    assert float(got[1].tpot_s[:8].mean()) > float(got[0].tpot_s[:8].mean())

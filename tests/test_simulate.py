@@ -152,7 +152,8 @@ def test_closed_loop_equals_the_event_loop():
 
     said = json.loads(ds.attrs["assumptions"])
     assert said[0].startswith("stream: ") and said[0].endswith("scored after the first C completions")
-    assert "prompts share engine steps of 2048 tokens" in said[1] and "router round_robin" in said[1]
+    assert "prompts share engine steps of 2048 tokens" in said[2] and "router round_robin" in said[2]
+    assert said[1].startswith("engine: generic")
     assert simulation_table(ds).split("assumptions:")[1].strip().startswith("stream: ")
 
 

@@ -102,7 +102,7 @@ def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...], offli
         link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}  # GPU fields, the rest serving
         gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
         serving = default_serving(x["model"], n_gpu=x["n_gpu"], step_tokens=x["step_tokens"], **named)
-        terms = engine.reserving(floor.replica_terms(x["model"], gpu, serving))  # footprint(I + O) at admission
+        terms = engine.plain(floor.replica_terms(x["model"], gpu, serving))  # §9 as written
         I = jnp.broadcast_to(x["input_len"][:, None], (lanes, n))
         O = jnp.broadcast_to(x["output_len"][:, None], (lanes, n))
         footprint = floor.request_footprint_bytes(

@@ -30,6 +30,7 @@ from ..model.pipeline import PP_DEGREES
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .catalog import config_yaml, dtype_bytes, gpu_catalog, require_network, resolve_model
 from .checks import checked_number, is_integer, split_keyed_block
+from .engines import GENERIC, resolve_engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +222,15 @@ SERVING: dict[str, ServingKey] = {
             "paged KV: fraction of the pool's blocks a request's admission must leave free",
         ),
         ServingKey(
+            "prefill_first",
+            "prefill_first",
+            0,
+            number_rule(lambda v: v in (0, 1), "0 or 1"),
+            "1: a step with prompt tokens to prefill runs them alone and decodes wait (SGLang's default, "
+            "docs/engines.md); 0: prefill chunks share steps with the decodes (§9)",
+            cli_type=int,
+        ),
+        ServingKey(
             "launch_overhead_s", "launch_overhead_s", 0.0, _nonneg, "launch overhead t_l per iteration or chunk, s"
         ),
         ServingKey(
@@ -262,7 +272,9 @@ SERVING: dict[str, ServingKey] = {
 }
 
 
-# `efficiency` picks a preset of the three roofline settings rather than one spec field.
+# `efficiency` picks a preset of the three roofline settings rather than one spec field; `engine` an engine's
+# profile of scheduling and KV settings (configs/engines.yaml)
+PRESET_KEYS = ("efficiency", "engine")
 EFFICIENCY_KEYS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")
 EFFICIENCY_PRESETS = ("plain", "calibrated")
 
@@ -396,6 +408,19 @@ def _apply_efficiency(merged: dict, where: dict, gpu: str) -> str:
     return f"calibrated ({source}; {mark}: {words})"
 
 
+def _apply_engine(merged: dict, where: dict, gpu: str, gpu_fields: Mapping) -> str:
+    """Fill the serving keys the user left out from the ``engine`` profile (configs/engines.yaml, on this GPU);
+    returns its label (``generic`` where none is named)."""
+    if "engine" not in merged:
+        return resolve_engine(GENERIC).label
+    field = where.pop("engine")
+    profile = resolve_engine(merged.pop("engine"), field)
+    for k, v in profile.settings(gpu, gpu_fields).items():
+        if k not in merged:
+            merged[k], where[k] = v, f"{field} ({profile.key}'s {k}, configs/engines.yaml)"
+    return profile.label
+
+
 def register_serving_key(key: ServingKey) -> ServingKey:
     """Add a serving key to the table (the public hook): it is then accepted in sweep files, filled in
     every :class:`ServingSpec`, given its default in calibration and offered by ``slimjax capacity``."""
@@ -478,7 +503,7 @@ def serving_block(
     value in the key's units, "auto": [keys resolved from auto]}}} for the Dataset's attrs (NaN n_gpu:
     no TP degree fits)."""
     names, gpu_names = [m for m, _ in models], [g for g, _ in gpus]
-    top, by_model, by_gpu = split_keyed_block(value or {}, "serving", (*SERVING, "efficiency"), names, gpu_names)
+    top, by_model, by_gpu = split_keyed_block(value or {}, "serving", (*SERVING, *PRESET_KEYS), names, gpu_names)
     rows, table = [], {}
     for m, arch in models:
         table[m] = {}
@@ -492,6 +517,7 @@ def serving_block(
                 for k, v in block.items():
                     merged[k], where[k] = v, f"{source}.{k}"
             preset = merged.get("efficiency", "plain")
+            engine = _apply_engine(merged, where, g, gpu)
             efficiency = _apply_efficiency(merged, where, g)
             checked, autos = _resolve(
                 merged,
@@ -519,6 +545,7 @@ def serving_block(
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
             table[m][g] = {
                 **checked,
+                "engine": engine,
                 "efficiency": efficiency,
                 "constants": constants_source(g, preset)[0],  # (an unknown preset was refused above)
                 **({"auto": autos} if autos else {}),
@@ -531,7 +558,7 @@ def resolve_study_model(entry, field: str, base_dir=None) -> tuple[str, dict]:
     """:func:`slimjax.inputs.catalog.resolve_model` for a study file's ``models`` entry: a serving key given
     inside an inline model is named, with where it goes."""
     if isinstance(entry, Mapping) and entry.get("name"):
-        keys = [k for k in entry if k != "name" and (k in SERVING or k == "efficiency")]
+        keys = [k for k in entry if k != "name" and (k in SERVING or k in PRESET_KEYS)]
         if keys:
             k = keys[0]
             raise SlimjaxError(

@@ -76,7 +76,7 @@ def replica_terms(model, gpu, serving) -> dict:
     and for a paged cache the layer-block u(T) = L_f·⌈T/β⌉ + L_s·⌈min(T, W)/β⌉ (``kv_block_size`` β,
     ``kv_full_layers``, ``kv_sliding_layers``, ``kv_window``), its bytes f·r·o·e_kv·β (``kv_unit_bytes``), the
     engine's pool in them U = ⌊pool/unit⌋ (``kv_pool_units``) and the admission watermark ⌈w·U⌉
-    (``kv_watermark_units``)."""
+    (``kv_watermark_units``); ``prefill_first`` (1: a step with prompt tokens runs them alone)."""
     roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
     stages = serving.pipeline_stages
     pool = kv_capacity(model, gpu, serving, 1.0, 0.0)["pool"]
@@ -97,6 +97,7 @@ def replica_terms(model, gpu, serving) -> dict:
         chunk_size=serving.chunk_size,
         pool=pool / stages,
         pipeline_stages=stages,
+        prefill_first=serving.prefill_first,
         kv_policy=serving.kv_policy,
         kv_block_size=serving.block_size,
         kv_full_layers=model.n_layers - model.n_sliding_layers,

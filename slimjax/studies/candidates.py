@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import float64_scope
-from ..errors import SlimjaxError
 from ..engine import sim as engine
+from ..errors import SlimjaxError
 from ..model import batching as floor
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec
 
@@ -71,17 +71,21 @@ def check_requests_fit(footprint, pool, fits, labels, stream, terms=None) -> Non
 
     refuse(
         fits[:, None] & (footprint > pool[:, None]),
-        lambda k, i: f"its footprint for I + O = {stream.input_len[i] + stream.output_len[i]:g} tokens "
-        f"({footprint[k, i] / 2**30:.3g} GiB) exceeds the whole KV pool ({pool[k] / 2**30:.3g} GiB); shorten it, or "
-        "give more GPUs/memory",
+        lambda k, i: (
+            f"its footprint for I + O = {stream.input_len[i] + stream.output_len[i]:g} tokens "
+            f"({footprint[k, i] / 2**30:.3g} GiB) exceeds the whole KV pool ({pool[k] / 2**30:.3g} GiB); shorten "
+            "it, or give more GPUs/memory"
+        ),
     )
     if terms is not None and "kv_policy" in terms:
         units, watermark, pool_units = engine.prompt_units(terms, stream.input_len)
         refuse(
             (fits & engine.paged(terms))[:, None] & (units + watermark[:, None] > pool_units[:, None]),
-            lambda k, i: f"its prompt of {stream.input_len[i]:g} tokens needs {units[k, i]:g} KV layer-blocks and "
-            f"the admission watermark (serving.kv_watermark) {watermark[k]:g} more, beyond the {pool_units[k]:g} of "
-            "the pool; lower the watermark, shorten it, or give more GPUs/memory",
+            lambda k, i: (
+                f"its prompt of {stream.input_len[i]:g} tokens needs {units[k, i]:g} KV layer-blocks and "
+                f"the admission watermark (serving.kv_watermark) {watermark[k]:g} more, beyond the "
+                f"{pool_units[k]:g} of the pool; lower the watermark, shorten it, or give more GPUs/memory"
+            ),
         )
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..constants import KV_POLICIES
+
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 MAX_PANELS = 12  # small multiples per figure (the first pairs; the page says which were left out)
 
@@ -101,3 +103,22 @@ def _import_study_packages() -> None:
     for module in pkgutil.iter_modules(studies.__path__):
         if module.ispkg:
             importlib.import_module(f"{studies.__name__}.{module.name}")
+
+
+def engine_assumptions(serving_table: dict) -> tuple[str, str]:
+    """(engine line, scheduling words) of a study's serving table (per model and GPU): the engine profiles named
+    (configs/engines.yaml) and how steps are scheduled — whether prompts share steps with the decodes or run before
+    them (``prefill_first``), the step budgets and chunk sizes, and the KV policy (docs/engines.md)."""
+    rows = [r for by_gpu in serving_table.values() for r in by_gpu.values()]
+    engines = sorted({str(r.get("engine", "")) for r in rows} - {""})
+    steps = sorted({int(r["step_tokens"]) for r in rows})
+    chunks = sorted({int(r["chunk_size"]) for r in rows})
+    alone = frozenset(int(r.get("prefill_first", 0)) for r in rows)
+    budget = f"engine steps of {', '.join(map(str, steps))} tokens"
+    how = {
+        frozenset({0}): f"prompts share {budget} with the decodes",
+        frozenset({1}): f"prompts run in {budget} of their own, before the decodes",
+    }.get(alone, f"prompts share {budget} with the decodes, or run in steps of their own before them")
+    kv = " / ".join(KV_POLICIES[p] for p in sorted({str(r.get("kv_policy", "reserve")) for r in rows}))
+    scheduling = f"{how} (chunk size {', '.join(str(c) if c else 'whole prompt' for c in chunks)}), {kv}"
+    return f"engine: {'; '.join(engines)} (configs/engines.yaml, docs/engines.md)", scheduling

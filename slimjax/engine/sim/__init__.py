@@ -34,7 +34,7 @@ from .pool import (
     simulate_candidates,
     simulate_round_robin,
 )
-from .state import GAP_BINS, GAP_RANGE_S, paged, prompt_units, reserving
+from .state import GAP_BINS, GAP_RANGE_S, lane_parts, paged, plain, prompt_units, with_parts
 
 __all__ = [
     "FIRST_SLOTS",
@@ -48,11 +48,12 @@ __all__ = [
     "engine_batch",
     "gap_edges",
     "gap_quantile",
+    "lane_parts",
     "paged",
     "pipeline_stages",
+    "plain",
     "prompt_units",
     "request_times",
-    "reserving",
     "round_robin_jobs",
     "run_lanes",
     "run_pool",
@@ -61,4 +62,5 @@ __all__ = [
     "summaries",
     "summary_name",
     "time_summaries",
+    "with_parts",
 ]

@@ -261,13 +261,14 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
     queue = queue_of(lane, stream, st)
     head, free, count, rows, blocked = one.admit(params, stream, queue, rows, head, free, count, t, go)
     held, stuck = count, jnp.zeros((), bool)
+    alone = one.prefill_only(params, rows, count, holding)
     if params.paging is not None:  # each decoding request's next block, preempting where there is none
-        rows, free, stuck = one.preempt(params, rows, count, free, t)
+        rows, free, stuck = one.preempt(params, rows, count, free, t, alone)
         held = one.held_count(rows, count)
     sl = unpack(rows)
     overflow = go & blocked
     go = go & ~blocked
-    plan = one.schedule(params, sl, count, holding)
+    plan = one.schedule(params, sl, count, holding, alone)
     tau = one.step_time(params, sl, plan)
     idle, release = jnp.zeros((), bool), inf
     if holding:  # nothing to run: wait, without a step, for the next release (the head may then fit)
@@ -298,17 +299,22 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
     return taken, overflow
 
 
-def complete(lane: Lane, stream: Stream, st: LaneState, k: Taken) -> LaneState:
+def complete(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: Taken) -> LaneState:
     """The step's completions written out (records, the step's inter-token gaps, a closed loop's next
     arrivals) and the replica's slots compacted."""
     n, dt = stream.arrival_s.shape[0], stream.arrival_s.dtype
     done, req, go = k.advanced.done, k.before.request, k.go
     st = st._replace(done=write_completions(st.done, k.advanced.slots, k.end, jnp.where(done, req, n)))
-    # every decoding request's last token came at this step's start (a replica holding requests steps back to
-    # back), so all d gaps of the step are τ
-    st = st._replace(
-        gaps=st.gaps.at[jnp.where(go, gap_bin(k.tau), GAP_BINS)].add(k.plan.decodes.astype(dt), mode="drop")
-    )
+    if params.prefill_first is None:
+        # every decoding request's last token came at this step's start (a replica holding requests steps back to
+        # back), so all d gaps of the step are τ
+        st = st._replace(
+            gaps=st.gaps.at[jnp.where(go, gap_bin(k.tau), GAP_BINS)].add(k.plan.decodes.astype(dt), mode="drop")
+        )
+    else:  # decodes may have waited out steps that ran prompt tokens alone: each gap from its own last token
+        gap = gap_bin(k.end - k.before.last_token_s)
+        at = jnp.where(go & k.plan.decode, gap, GAP_BINS)
+        st = st._replace(gaps=st.gaps.at[at].add(jnp.ones(at.shape, dt), mode="drop"))
     if k.advanced.again is not None:  # a token after a prefill again: its gap runs from the token before it
         again = go & k.advanced.again
         gap = gap_bin(k.end - k.before.last_token_s)
@@ -374,7 +380,7 @@ def account(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: Ta
 def step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> LaneState:
     """One engine step of the replica whose next step starts first, where ``go``; a no-op elsewhere."""
     taken, overflow = take_step(lane, params, stream, st, go)
-    st = account(lane, params, stream, complete(lane, stream, st, taken), taken)
+    st = account(lane, params, stream, complete(lane, params, stream, st, taken), taken)
     st = st._replace(overflow=st.overflow | overflow)
     if lane.stopping:
         st = st._replace(stop=count_late(params, stream, st.stop, taken))
@@ -441,9 +447,7 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
         held = jnp.sum(occ & (sl.parked == 0)).astype(count.dtype)
         at = jnp.minimum(held, lane.slots - 1)
         parked = held < count
-        tokens = jnp.where(
-            parked, sl.input_len[at] + sl.recompute[at], stream.input_len[jnp.clip(head, 0, n - 1)]
-        )
+        tokens = jnp.where(parked, sl.input_len[at] + sl.recompute[at], stream.input_len[jnp.clip(head, 0, n - 1)])
         fits = (parked | (head < n)) & (held < params.batch) & (pg.units(tokens) + pg.watermark_units <= free)
         head_t = jnp.where(fits, jnp.where(parked, -inf, arrival[jnp.minimum(head, n - 1)]), inf)
         context = (sl.input_len + j)[:, None] + ahead  # (slots, steps): each decode's context after each step
@@ -453,10 +457,16 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
     ok = go & (held > 0) & (d == held) & (ahead < left - 1.0) & (starts < head_t)
     if pg is not None:
         ok = ok & (grown <= free)
+    tracked = pg is not None or params.prefill_first is not None  # lanes that keep each request's last token
+    if params.prefill_first is not None:  # every gap of the stretch is a step's τ: each decode's last token now
+        ok = ok & jnp.all(jnp.where(dec, sl.last_token_s == st.clock[0], True))
     take = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
     k = jnp.sum(take).astype(jnp.int32)
     zero = jnp.zeros((), dt)
     slots = st.slots.at[0, :, SLOT_COLUMN["decoded"]].set(jnp.where(dec, j + k.astype(dt), j))
+    if tracked:
+        last = jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], st.clock[0])
+        slots = slots.at[0, :, SLOT_COLUMN["last_token_s"]].set(jnp.where(dec & (k > 0), last, sl.last_token_s))
     free_kv, kv_peak = st.free_kv, st.kv_peak_bytes
     if pg is not None:  # the blocks the stretch's tokens took (the most held at once: after its last step)
         last = jnp.maximum(k - 1, 0)

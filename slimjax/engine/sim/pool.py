@@ -18,7 +18,7 @@ from ...model.pipeline import engine_batch_limit
 from ..dispatch import compute_devices
 from .loop import advance_lanes, init_lanes
 from .outputs import PER_REPLICA, RECORDS, record_dtype, records, unset_fill
-from .state import paged, reserving, widen_rows
+from .state import lane_parts, widen_rows, with_parts
 
 # compiled loop shapes kept between pool runs: each holds ~250 of the process's memory maps (65,530 by default),
 # so a long study's shapes are dropped, and compiled again if met again, rather than run the kernel out of maps
@@ -67,18 +67,16 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     static = {"clients": 1, "closed": False, "router": "round_robin", **static}
     params = jax.tree_util.tree_map(np.asarray, params)
     stream = {k: np.asarray(v) for k, v in stream.items()}
-    if "kv_policy" in params:  # reserving and paged lanes run as loops of their own (a reserving one is §9's)
-        flags = paged(params)
-        if not flags.all():
-            if not flags.any():
-                params = reserving(params)
-            else:
-                parts = [np.flatnonzero(~flags), np.flatnonzero(flags)]
-                got = []
-                for at in parts:
-                    args, keywords = _lanes_of(params, stream, first, stop, at, shared_stream)
-                    got.append(run_pool(*args, **keywords, **static))
-                return {k: _merged([g[k] for g in got], parts) for k in got[0]}
+    parts = lane_parts(params)  # lanes with other optional parts run as loops of their own
+    kinds, kind_of = np.unique(parts, axis=0, return_inverse=True)
+    if len(kinds) > 1:
+        groups = [np.flatnonzero(kind_of.reshape(-1) == k) for k in range(len(kinds))]
+        got = []
+        for at in groups:
+            args, keywords = _lanes_of(params, stream, first, stop, at, shared_stream)
+            got.append(run_pool(*args, **keywords, **static))
+        return {k: _merged([g[k] for g in got], groups) for k in got[0]}
+    params = with_parts(params, kinds[0])
     lanes = len(params["batch"])
     need = _pow2(params["batch"])
     width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first)).astype(int)
@@ -188,11 +186,9 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
 
 
 def _lanes_of(params, stream, first, stop, at, shared_stream) -> tuple[tuple, dict]:
-    """(args, keywords) of :func:`run_pool` for lanes ``at`` only (a job's lanes share a candidate, so its KV
-    policy: they are all in or all out)."""
+    """(args, keywords) of :func:`run_pool` for lanes ``at`` only (a job's lanes share a candidate, so its optional
+    parts: they are all in or all out)."""
     sub = _take(params, at)
-    if not paged(sub).any():
-        sub = reserving(sub)
     lane_stream = stream if shared_stream else {k: v[at] for k, v in stream.items()}
     lane_first = first if first is None or np.ndim(first) == 0 else np.asarray(first)[at]
     lane_stop = None

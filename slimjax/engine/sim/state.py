@@ -72,15 +72,38 @@ def prompt_units(params: dict, input_len):
     return np.asarray(units), terms["watermark_units"], terms["pool_units"]
 
 
+# a lane's optional parts (docs/engines.md): the terms key that turns each on (> 0) and the terms only it reads; a
+# lane without a part runs the loop of before, so lanes are run in groups of the parts they have
+OPTIONAL_PARTS = {
+    "paging": ("kv_policy", tuple(PAGING_TERMS.values())),
+    "prefill_first": ("prefill_first", ()),
+}
+
+
+def lane_parts(params: dict) -> np.ndarray:
+    """(lanes, parts) bool: which of :data:`OPTIONAL_PARTS` each lane of a params mapping has."""
+    lanes = np.shape(params["pool"])  # every lane's (replica_terms)
+    return np.stack(
+        [np.asarray(params[key]) > 0 if key in params else np.zeros(lanes, bool) for key, _ in OPTIONAL_PARTS.values()],
+        axis=-1,
+    )
+
+
+def with_parts(params: dict, parts) -> dict:
+    """A params mapping of lanes that all have ``parts`` (one bool per :data:`OPTIONAL_PARTS`), without the terms of
+    the parts they lack."""
+    drop = {k for on, (key, terms) in zip(parts, OPTIONAL_PARTS.values(), strict=True) if not on for k in (key, *terms)}
+    return {k: v for k, v in params.items() if k not in drop}
+
+
+def plain(params: dict) -> dict:
+    """A params mapping without any optional part: §9 as written (KV reserved at admission, mixed steps)."""
+    return with_parts(params, [False] * len(OPTIONAL_PARTS))
+
+
 def paged(params: dict):
     """Per lane of a params mapping: whether its KV policy is paged (False where the terms have no policy)."""
-    policy = params.get("kv_policy")
-    return np.zeros(np.shape(params["batch"]), bool) if policy is None else np.asarray(policy) > 0
-
-
-def reserving(params: dict) -> dict:
-    """A params mapping of reserving lanes without the paged policy's terms (their loop is §9's as written)."""
-    return {k: v for k, v in params.items() if k != "kv_policy" and k not in PAGING_TERMS.values()}
+    return lane_parts(params)[..., list(OPTIONAL_PARTS).index("paging")]
 
 
 class LaneParams(NamedTuple):
@@ -99,6 +122,7 @@ class LaneParams(NamedTuple):
     footprint_bytes: Any  # (N,) footprint(I + O) of each request (§3)
     stop: StopParams | None = None
     paging: Paging | None = None
+    prefill_first: Any = None  # a step with prompt tokens to prefill runs them alone (docs/engines.md; None: mixed)
 
     @classmethod
     def of(cls, params: dict) -> LaneParams:
@@ -121,6 +145,7 @@ class LaneParams(NamedTuple):
             params["footprint"],
             stop,
             paging,
+            params.get("prefill_first"),
         )
 
 
@@ -156,7 +181,7 @@ class Slots(NamedTuple):
     parked: Any  # 1: preempted, waiting to be admitted again (paged)
     recompute: Any  # r: emitted tokens prefilled again with its prompt after a preemption (paged)
     preemptions: Any  # times it was preempted
-    last_token_s: Any  # when its last token came, as of its last preemption (paged)
+    last_token_s: Any  # when its last token came (paged or prefill-first lanes)
 
 
 SLOT_EMPTY = {"request": -1, "last_token_s": np.nan}  # an empty slot's value per field; 0 for fields not named

@@ -61,7 +61,6 @@ def admit(params: LaneParams, stream: Stream, queue: Queue, rows, head, free, co
     (:func:`admit_paged`) admits its preempted requests first."""
     if params.paging is not None:
         return admit_paged(params, stream, queue, rows, head, free, count, t, go)
-    in_len, out_len = stream.input_len, stream.output_len
     footprint = params.footprint_bytes
     n, S, batch = stream.arrival_s.shape[0], rows.shape[0], params.batch
 
@@ -99,7 +98,7 @@ def new_row(stream: Stream, queue: Queue, head, held_kv, t) -> Slots:
         parked=0.0,
         recompute=0.0,
         preemptions=0.0,
-        last_token_s=jnp.nan,
+        last_token_s=jnp.where(ready_made > 0, t, jnp.nan),  # a prompt prefilled elsewhere brought its first token
     )
 
 
@@ -150,13 +149,26 @@ def admit_paged(params: LaneParams, stream: Stream, queue: Queue, rows, head, fr
     return head, free, count, rows, blocked
 
 
-def preempt(params: LaneParams, rows, count, free, t):
+def prefill_only(params: LaneParams, rows, count, holding: bool):
+    """Whether the step runs prompt tokens alone (docs/engines.md, prefill first): the lane prefills first and a held
+    request has prompt tokens left; False for a lane that mixes them (its compiled step has no such test)."""
+    if params.prefill_first is None:
+        return jnp.zeros((), bool)
+    sl = unpack(rows)
+    occ = jnp.arange(sl.request.shape[0], dtype=jnp.int32) < count
+    held = occ if params.paging is None else occ & (sl.parked == 0)
+    live = held & (sl.decoded < sl.output_len) if holding else held
+    target = sl.input_len if params.paging is None else sl.input_len + sl.recompute
+    return (params.prefill_first > 0) & jnp.any(live & (sl.prefilled < target))
+
+
+def preempt(params: LaneParams, rows, count, free, t, alone=False):
     """docs/engines.md, growth: each decoding request takes the layer-blocks its token needs, u(I + j) −
     u(I + j − 1); where they are more than the free ones, victims — held requests other than the oldest, the most
     recently admitted first (recompute) or the fewest emitted tokens first, then the longest prompt, then the
     latest (retract) — give theirs back and wait ahead of earlier-preempted requests, in admission order, to be
     prefilled again over I + j tokens. (rows, free, stuck): ``stuck`` where even every other request would not
-    make room."""
+    make room. ``alone``: the step runs prompt tokens alone (:func:`prefill_only`), so nothing grows."""
     pg = params.paging
     sl = unpack(rows)
     S = sl.request.shape[0]
@@ -165,7 +177,7 @@ def preempt(params: LaneParams, rows, count, free, t):
     occ = pos < count
     held = occ & (sl.parked == 0)
     live = held & (sl.decoded < sl.output_len)  # a completed prefill holding KV for its transfer does not grow
-    dec = live & (sl.prefilled >= sl.input_len + sl.recompute)
+    dec = live & (sl.prefilled >= sl.input_len + sl.recompute) & ~alone
     context = sl.input_len + sl.decoded
     grow = jnp.where(dec, pg.units(context) - sl.held_kv, 0.0)
     short = jnp.sum(grow) - free  # > 0: blocks the step lacks
@@ -190,7 +202,6 @@ def preempt(params: LaneParams, rows, count, free, t):
         prefilled=jnp.where(victim, 0.0, sl.prefilled),
         recompute=jnp.where(victim, sl.decoded, sl.recompute),
         preemptions=sl.preemptions + victim,
-        last_token_s=jnp.where(victim & dec, t, sl.last_token_s),
     )
     # held ones stay first in their order, then this step's victims, then those preempted before
     group = jnp.where(held & ~victim, 0, jnp.where(victim, 1, jnp.where(occ, 2, 3)))
@@ -205,10 +216,11 @@ def preempt(params: LaneParams, rows, count, free, t):
     return rows, free.astype(dt), stuck
 
 
-def schedule(params: LaneParams, sl: Slots, count, holding: bool) -> Plan:
+def schedule(params: LaneParams, sl: Slots, count, holding: bool, alone=False) -> Plan:
     """The step's token budget (§9 step 2): every decoding request one token, then prefill chunks (at most s
     each) to the admitted prompts in admission order until N_tok tokens. A paged lane's preempted rows wait, and
-    a request preempted after r tokens prefills I + r (docs/engines.md)."""
+    a request preempted after r tokens prefills I + r; where the step runs prompt tokens ``alone`` (a lane that
+    prefills first, :func:`prefill_only`) the decodes wait (docs/engines.md)."""
     dt = sl.prefilled.dtype
     inf = jnp.asarray(jnp.inf, dt)
     chunk = jnp.where(params.chunk_size > 0, params.chunk_size, inf)
@@ -220,6 +232,8 @@ def schedule(params: LaneParams, sl: Slots, count, holding: bool) -> Plan:
         held, target = occ & (sl.parked == 0), i_len + sl.recompute
     live = held & (j < o_len) if holding else held
     dec = live & (p >= target)
+    if params.prefill_first is not None:
+        dec = dec & ~alone
     pre = live & (p < target)
     d = jnp.sum(dec)
     budget = jnp.maximum(params.step_tokens - d, 0.0)
@@ -259,7 +273,7 @@ def advance(params: LaneParams, sl: Slots, plan: Plan, end, go) -> Advanced:
     per decoding request, the first token where the prompt completes; done where the last token came. A paged
     request prefilled again over I + r emits its token r + 1 where it completes (docs/engines.md)."""
     p_new = sl.prefilled + plan.new_tokens
-    if params.paging is None:
+    if params.paging is None and params.prefill_first is None:
         first = plan.chunked & (p_new >= sl.input_len)
         j_new = jnp.where(plan.decode, sl.decoded + 1.0, jnp.where(first, 1.0, sl.decoded))
         t_first = jnp.where(first, end, sl.first_token_s)
@@ -270,8 +284,10 @@ def advance(params: LaneParams, sl: Slots, plan: Plan, end, go) -> Advanced:
     first, again = prompt_done & (r == 0), prompt_done & (r > 0)
     j_new = jnp.where(plan.decode, sl.decoded + 1.0, jnp.where(prompt_done, r + 1.0, sl.decoded))
     t_first = jnp.where(first, end, sl.first_token_s)
+    t_last = jnp.where(plan.decode | prompt_done, end, sl.last_token_s)  # a token's gap runs from the one before
     done = go & (plan.decode | prompt_done) & (j_new >= sl.output_len)
-    return Advanced(sl._replace(prefilled=p_new, decoded=j_new, first_token_s=t_first), first, done, again)
+    advanced = sl._replace(prefilled=p_new, decoded=j_new, first_token_s=t_first, last_token_s=t_last)
+    return Advanced(advanced, first, done, again)
 
 
 def coast_times(params: LaneParams, sl: Slots, decode, steps: int):

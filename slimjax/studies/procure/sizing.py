@@ -25,6 +25,7 @@ from ...engine.schema import Variable, base_attrs, table
 from ...model import procurement as proc
 from ...model.specs import ServingSpec
 from ..candidates import REASON_CODE, SIM_REASONS, candidate_inputs, flat_candidates, workload_stream
+from ..present import engine_assumptions
 
 SIZED = ("workload", "rate", "model", "gpu", "tp", "batch")
 CHOICE = ("workload", "rate", "model")
@@ -366,12 +367,12 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     out["feasible"].attrs = {**ds["feasible"].attrs, "long_name": "R_sim exists: the simulated fleet meets the SLOs"}
     for name in ("ttft_p_s", "e2e_mean_s", "utilization"):
         out[name].attrs = {**ds[name].attrs, "long_name": "screen: " + ds[name].attrs["long_name"] + " at R_screen"}
-    steps = sorted({int(row["step_tokens"]) for by_gpu in study.serving_table.values() for row in by_gpu.values()})
+    engine, scheduling = engine_assumptions(study.serving_table)
     said = [a for a in json.loads(ds.attrs.get("assumptions", "[]")) if not a.startswith("prefill (screen)")]
+    said.append(engine)
     said.append(
-        f"prefill (simulated): prompts share engine steps of {', '.join(map(str, steps))} tokens with the decodes "
-        f"(MODEL.md §9), round robin over replicas; Poisson streams seeded {study.sizing['seed']}, "
-        f"{study.sizing['requests']:,} requests"
+        f"prefill (simulated): {scheduling} (MODEL.md §9), round robin over replicas; Poisson streams seeded "
+        f"{study.sizing['seed']}, {study.sizing['requests']:,} requests"
     )
     out.attrs = {
         **ds.attrs,

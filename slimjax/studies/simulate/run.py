@@ -14,11 +14,11 @@ import numpy as np
 import xarray as xr
 
 from ..._version import __version__
-from ...constants import KV_POLICIES
 from ...engine import sim as engine
 from ...engine.dataset import declared
 from ...engine.schema import Variable, table
 from ..candidates import candidate_inputs, check_requests_fit, flat_candidates
+from ..present import engine_assumptions
 from .spec import Simulation
 
 CANDIDATE = ("model", "gpu", "tp", "pp", "batch")
@@ -244,14 +244,11 @@ def _disaggregated(sim: Simulation, data: dict, coords: dict) -> int:
 def simulation_assumptions(sim, closed: bool) -> list[str]:
     """What moves a simulation's answer, short: its table ends with it and its store keeps it."""
     rows = [r for by_gpu in sim.serving_table.values() for r in by_gpu.values()]
-    steps = sorted({int(r["step_tokens"]) for r in rows})
-    chunks = sorted({int(r["chunk_size"]) for r in rows})
     labels = sorted({str(r["efficiency"]).split(" (", 1)[0] for r in rows})
-    policies = sorted({str(r["kv_policy"]) for r in rows})
-    kv = " / ".join(KV_POLICIES[p] for p in policies)
+    engine, scheduling = engine_assumptions(sim.serving_table)
     return [
         f"stream: {sim.stream.description}" + ("; scored after the first C completions" if closed else ""),
-        f"scheduling: FCFS, prompts share engine steps of {', '.join(map(str, steps))} tokens with the decodes "
-        f"(chunk size {', '.join(str(c) if c else 'whole prompt' for c in chunks)}), {kv}; router {sim.router}",
+        engine,
+        f"scheduling: FCFS, {scheduling}; router {sim.router}",
         f"roofline constants: {', '.join(labels)}",
     ]
