@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 import slimjax
 from slimjax.cli import main
+from slimjax.inputs.traces import LAYOUT_REASONS
 from slimjax.studies import serving_check, simulate
 
 
@@ -27,7 +28,7 @@ def test_each_row_is_its_closed_loop_and_the_table_is_its_errors(shared_data):
             gpus=[r.gpu],
             tp=[int(r.n_gpu)],
             batch=[int(r.batch)],
-            serving={"efficiency": "calibrated"},
+            serving={"efficiency": "calibrated", "engine": r.framework},
             stream={
                 "closed_loop": {
                     "clients": [int(r.batch)],
@@ -41,13 +42,14 @@ def test_each_row_is_its_closed_loop_and_the_table_is_its_errors(shared_data):
     ds = simulate.run(sim).squeeze()
     assert r.sim_ttft_s == float(ds.ttft_mean_s) and r.sim_tpot_s == float(ds.tpot_mean_s)
     assert r.ttft_error == r.sim_ttft_s / r.ttft_s - 1
+    assert r.framework.startswith("trtllm")  # the row's engine profile: TensorRT-LLM's defaults
     table = serving_check.error_table(scored)
-    pooled = table[table.gpu == "all"].iloc[0]
+    pooled = table[table.dimension == "all"].iloc[0]
     assert pooled.rows == len(scored)
     np.testing.assert_allclose(pooled.ttft_mape_pct, 100 * np.mean(np.abs(scored.ttft_error)))
     np.testing.assert_allclose(pooled.tpot_bias_pct, 100 * np.mean(scored.tpot_error))
-    bands = set(table.band) - {"all"}
-    assert bands == {"5–16", "17–64"}  # concurrency 8 and 32
+    assert set(table[table.dimension == "band"].value) == {"5–16", "17–64"}  # concurrency 8 and 32
+    assert set(table[table.dimension == "engine"].value) == {"trtllm"}
     # a capacity planner's check: TPOT is at least one batch-1 decode step's weights ÷ bandwidth (TP n: n GPUs)
     assert (scored.sim_tpot_s > 16e9 / (scored.n_gpu * 3.35e12)).all()  # the weights split over n GPUs
 
@@ -83,3 +85,55 @@ def test_api_validate_serving_is_the_serving_check(shared_data, tmp_path):
     assert got.read[0].startswith(f"{path}: 1 rows kept of 1 read")
     with pytest.raises(slimjax.SlimjaxError, match="traces: .*nope.csv not found"):
         validate([tmp_path / "nope.csv"], serving=True)
+
+
+def test_each_row_runs_with_its_engine_profile(shared_data, tmp_path):
+    """A two-row file of the shared serving runs, one vLLM and one SGLang row: each is simulated with its engine's
+    profile (a vLLM row equals a simulation of `engine: vllm`, an SGLang row one of `engine: sglang`), and rows of
+    layouts that cannot be served yet are dropped at reading with why, never scored as another layout."""
+    raw = pd.read_csv(shared_data / "measured" / "serving_silicon_h100_h200.csv")
+    dense = raw[raw.model_path.str.contains("Llama-3.1-8B") & (raw["mode"] == "agg")].sort_values("batch_size")
+    two = pd.concat([dense[dense.backend == b].head(1) for b in ("vllm", "sglang")])  # the fewest clients
+    odd = raw[raw["mode"] == "disagg"].head(1)
+    path = tmp_path / "two.csv"
+    pd.concat([two, odd]).to_csv(path, index=False)
+    rows = slimjax.load_traces(path)
+    assert len(rows) == 2 and rows.attrs["dropped"] == {LAYOUT_REASONS["disaggregated"]: 1}
+    scored = serving_check.simulate_rows(rows, requests_per_client=2)
+    for _, r in scored.iterrows():
+        sim = simulate.parse(
+            dict(
+                models=[r.model],
+                gpus=[r.gpu],
+                tp=[int(r.n_gpu)],
+                batch=[int(r.batch)],
+                serving={
+                    "efficiency": "calibrated",
+                    "engine": r.framework.split()[0],
+                    "weight_dtype_bytes": float(r.weight_dtype_bytes),
+                },
+                stream={
+                    "closed_loop": {
+                        "clients": [int(r.batch)],
+                        "input_len": int(r.input_len),
+                        "output_len": int(r.output_len),
+                        "requests_per_client": 2,
+                    }
+                },
+            )
+        )
+        ds = simulate.run(sim).squeeze()
+        assert r.sim_ttft_s == float(ds.ttft_mean_s) and r.sim_tpot_s == float(ds.tpot_mean_s)
+    table = serving_check.error_table(scored)
+    assert set(table[table.dimension == "engine"].value) == {"vllm", "sglang"}
+
+
+def test_a_row_that_cannot_be_built_is_listed_not_fatal(shared_data):
+    rows = _rows(shared_data, n=1)
+    bad = rows.iloc[:1].assign(n_gpu=3)  # a TP degree that does not divide Llama-3.1-8B's 32 heads
+    scored = serving_check.simulate_rows(pd.concat([rows, bad], ignore_index=True), requests_per_client=2)
+    assert scored.sim_ttft_s.notna().sum() == len(rows)
+    table = serving_check.error_table(scored)
+    ((why, n),) = table.attrs["not_run"].items()
+    assert n == 1 and "cannot run" in why
+    assert f"not run: 1 rows: {why}" in serving_check.error_markdown(table)

@@ -85,10 +85,10 @@ def default_trace_paths() -> list[Path]:
 
 
 def default_serving_paths() -> list[Path]:
-    """The measured serving runs ``validate --serving`` scores by default: aiconfigurator's TRT-LLM silicon
-    sweep of Llama-3.1-8B on H100 and Splitwise's perf model (:func:`_measured_root`)."""
+    """The measured serving runs ``validate --serving`` scores by default: aiconfigurator's silicon runs of vLLM,
+    SGLang and TensorRT-LLM on H100 and H200 and Splitwise's perf model (:func:`_measured_root`)."""
     root = _measured_root()
-    return [root / "serving_h100_trtllm_llama31_8b.csv", root / "splitwise_perf_model.csv"]
+    return [root / "serving_silicon_h100_h200.csv", root / "splitwise_perf_model.csv"]
 
 
 def _roofline_e2e(rows: pd.DataFrame) -> np.ndarray:

@@ -45,6 +45,7 @@ CANONICAL = (
     "arrival_rate",
     "max_concurrency",
     "offline",
+    "layout",
 )
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
@@ -53,6 +54,15 @@ PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 # `batch` is the mean in flight by Little's law). With ttft_p90_s they let calibrate_roofline fit through §5's wait
 # quantile, at m = min(max_concurrency, max_seqs) slots.
 OPTIONAL = ("weight_dtype_bytes", "arrival_rate", "max_concurrency")  # NaN where a format has none
+# layout: why a row's deployment is not one tensor-parallel group slimjax can serve yet (empty: it is); such rows
+# are dropped at load with that reason, so that none is scored as another layout
+LAYOUT_REASONS = {
+    "disaggregated": "a disaggregated deployment (prefill and decode pools): scored once measured pools are read "
+    "(MoE as deployed)",
+    "dp_ep": "an attention data-parallel or expert-parallel layout (attention_dp_size or moe_ep_size > 1): not "
+    "expressible before MoE layouts land",
+    "pipeline": "pipeline stages (pp_size > 1): the serving check runs tensor-parallel groups only",
+}
 _SIGNATURES = {
     "llm_inference_bench": {
         "Hardware",
@@ -217,6 +227,15 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
     if "precision" in df:
         label = label.where(label.notna() & (label.astype(str).str.strip() != ""), df["precision"])
     weight_bytes = label.map(lambda v: _UNKNOWN_PRECISION if (b := precision_bytes(v)) is None else b)
+
+    def above_one(col):
+        return pd.to_numeric(df[col], errors="coerce").fillna(1) > 1 if col in df else False
+
+    layout = pd.Series("", index=df.index)
+    layout = layout.where(~(above_one("pp_size")), "pipeline")
+    layout = layout.where(~(above_one("attention_dp_size") | above_one("moe_ep_size")), "dp_ep")
+    if "mode" in df:
+        layout = layout.where(df["mode"].astype(str).str.strip().str.lower() != "disagg", "disaggregated")
     return pd.DataFrame(
         dict(
             weight_dtype_bytes=weight_bytes,
@@ -231,6 +250,7 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
             throughput=df["batch_size"] * (df["isl"] + df["osl"]) / e2e,
             ttft_s=ttft,
             itl_s=itl,
+            layout=layout,
         )
     )
 
@@ -647,6 +667,10 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
             df = df[~mask].reset_index(drop=True)
         return df  # a format's clean step goes on with the frame as the drop left it
 
+    layout = df["layout"].fillna("").astype(str)
+    for kind, reason in LAYOUT_REASONS.items():
+        drop(layout == kind, reason)
+        layout = df["layout"].fillna("").astype(str)
     unknown = df["weight_dtype_bytes"] == _UNKNOWN_PRECISION
     drop(unknown, "precision label not recognised (weights' bytes unknown; give a canonical weight_dtype_bytes column)")
     df["weight_dtype_bytes"] = df["weight_dtype_bytes"].astype(float)

@@ -43,6 +43,7 @@ from .state import (
     Stream,
     empty_rows,
     pack,
+    row_width,
     unpack,
 )
 
@@ -124,7 +125,7 @@ def init(lane: Lane, params: LaneParams, stream: Stream) -> LaneState:
         busy_s=jnp.zeros(R, dt),
         free_kv=jnp.full(R, params.pool_bytes if params.paging is None else params.paging.pool_units, dt),
         admitted=jnp.zeros(R, jnp.int32),
-        slots=empty_rows((R, S), dt),
+        slots=empty_rows((R, S), dt, width=row_width(params)),
         queue_peak=jnp.zeros(R, jnp.int32),
         held_peak=jnp.zeros(R, jnp.int32),
         kv_peak_bytes=jnp.zeros(R, dt),
@@ -325,7 +326,7 @@ def complete(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: T
         freed_time = routing.client_time.at[owner].set(k.end, mode="drop")
         inf = jnp.asarray(jnp.inf, dt)
         st = st._replace(routing=routing._replace(client_time=jnp.where(routing.client_next < n, freed_time, inf)))
-    packed = one.compact(pack(k.advanced.slots, dt), k.keep)
+    packed = one.compact(pack(k.advanced.slots, dt, st.slots.shape[-1]), k.keep)
     r = k.replica
     return st._replace(slots=st.slots.at[r].set(jnp.where(go, packed, st.slots[r])))
 

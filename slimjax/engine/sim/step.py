@@ -41,7 +41,7 @@ def compact(rows, keep):
     """Slot rows (S, F) with the kept ones moved to the front in their order and the rest emptied."""
     S = keep.shape[0]
     dest = jnp.where(keep, jnp.cumsum(keep) - 1, S)
-    return empty_rows((S,), rows.dtype).at[dest].set(rows, mode="drop")
+    return empty_rows((S,), rows.dtype, width=rows.shape[-1]).at[dest].set(rows, mode="drop")
 
 
 def release_transferred(rows, count, free, t):
@@ -72,7 +72,12 @@ def admit(params: LaneParams, stream: Stream, queue: Queue, rows, head, free, co
     def one(carry):
         head, free, count, rows = carry
         row = new_row(stream, queue, head, footprint[head], t)
-        return queue.next(head), free - footprint[head], count + 1, rows.at[count].set(pack(row, rows.dtype))
+        return (
+            queue.next(head),
+            free - footprint[head],
+            count + 1,
+            rows.at[count].set(pack(row, rows.dtype, rows.shape[-1])),
+        )
 
     head, free, count, rows = jax.lax.while_loop(can_admit, one, (head, free, count, rows))
     fp = footprint[jnp.clip(head, 0, n - 1)]
@@ -137,7 +142,7 @@ def admit_paged(params: LaneParams, stream: Stream, queue: Queue, rows, head, fr
         parked, units = need(carry)
         again = rows[jnp.minimum(held, S - 1)]
         again = again.at[column["parked"]].set(0.0).at[column["held_kv"]].set(units)
-        fresh = pack(new_row(stream, queue, jnp.clip(head, 0, n - 1), units, t), rows.dtype)
+        fresh = pack(new_row(stream, queue, jnp.clip(head, 0, n - 1), units, t), rows.dtype, rows.shape[-1])
         rows = rows.at[jnp.where(parked, held, count)].set(jnp.where(parked, again, fresh))
         head = jnp.where(parked, head, queue.next(jnp.clip(head, 0, n - 1)))
         return head, free - units, count + jnp.where(parked, 0, 1), rows, held + 1
@@ -212,7 +217,8 @@ def preempt(params: LaneParams, rows, count, free, t, alone=False):
         rank = jnp.where(mine, start + jnp.cumsum(mine) - 1, rank)
         start = start + jnp.sum(mine)
     dest = jnp.where(group < 3, rank, S)
-    rows = empty_rows((S,), rows.dtype).at[dest].set(pack(sl, rows.dtype), mode="drop")
+    width = rows.shape[-1]
+    rows = empty_rows((S,), rows.dtype, width=width).at[dest].set(pack(sl, rows.dtype, width), mode="drop")
     return rows, free.astype(dt), stuck
 
 
