@@ -18,28 +18,25 @@ def _rows(shared_data, n=3):
     return pick.groupby(["batch"]).head(n).reset_index(drop=True)
 
 
+def _row_simulation(r, per_client: int, serving: dict):
+    """A direct simulation of one measured row: C clients of its (I, O) on its TP degree."""
+    stream = {"clients": [int(r.batch)], "input_len": int(r.input_len), "output_len": int(r.output_len)}
+    spec = dict(
+        models=[r.model],
+        gpus=[r.gpu],
+        tp=[int(r.n_gpu)],
+        batch=[int(r.batch)],
+        serving=serving,
+        stream={"closed_loop": dict(stream, requests_per_client=per_client)},
+    )
+    return simulate.run(simulate.parse(spec)).squeeze()
+
+
 def test_each_row_is_its_closed_loop_and_the_table_is_its_errors(shared_data):
     rows = _rows(shared_data)
     scored = serving_check.simulate_rows(rows, requests_per_client=3)
     r = scored.iloc[0]
-    sim = simulate.parse(
-        dict(
-            models=[r.model],
-            gpus=[r.gpu],
-            tp=[int(r.n_gpu)],
-            batch=[int(r.batch)],
-            serving={"efficiency": "calibrated", "engine": r.framework},
-            stream={
-                "closed_loop": {
-                    "clients": [int(r.batch)],
-                    "input_len": int(r.input_len),
-                    "output_len": int(r.output_len),
-                    "requests_per_client": 3,
-                }
-            },
-        )
-    )
-    ds = simulate.run(sim).squeeze()
+    ds = _row_simulation(r, 3, {"efficiency": "calibrated", "engine": r.framework})
     assert r.sim_ttft_s == float(ds.ttft_mean_s) and r.sim_tpot_s == float(ds.tpot_mean_s)
     assert r.ttft_error == r.sim_ttft_s / r.ttft_s - 1
     assert r.framework.startswith("trtllm")  # the row's engine profile: TensorRT-LLM's defaults
@@ -101,28 +98,8 @@ def test_each_row_runs_with_its_engine_profile(shared_data, tmp_path):
     assert len(rows) == 2 and rows.attrs["dropped"] == {LAYOUT_REASONS["disaggregated"]: 1}
     scored = serving_check.simulate_rows(rows, requests_per_client=2)
     for _, r in scored.iterrows():
-        sim = simulate.parse(
-            dict(
-                models=[r.model],
-                gpus=[r.gpu],
-                tp=[int(r.n_gpu)],
-                batch=[int(r.batch)],
-                serving={
-                    "efficiency": "calibrated",
-                    "engine": r.framework.split()[0],
-                    "weight_dtype_bytes": float(r.weight_dtype_bytes),
-                },
-                stream={
-                    "closed_loop": {
-                        "clients": [int(r.batch)],
-                        "input_len": int(r.input_len),
-                        "output_len": int(r.output_len),
-                        "requests_per_client": 2,
-                    }
-                },
-            )
-        )
-        ds = simulate.run(sim).squeeze()
+        serving = {"efficiency": "calibrated", "engine": r.framework.split()[0]}
+        ds = _row_simulation(r, 2, dict(serving, weight_dtype_bytes=float(r.weight_dtype_bytes)))
         assert r.sim_ttft_s == float(ds.ttft_mean_s) and r.sim_tpot_s == float(ds.tpot_mean_s)
     table = serving_check.error_table(scored)
     assert set(table[table.dimension == "engine"].value) == {"vllm", "sglang"}
