@@ -96,10 +96,14 @@ def test_each_row_runs_with_its_engine_profile(shared_data, tmp_path):
     pd.concat([two, odd]).to_csv(path, index=False)
     rows = slimjax.load_traces(path)
     assert len(rows) == 2 and rows.attrs["dropped"] == {LAYOUT_REASONS["disaggregated"]: 1}
+    assert rows.attrs["assumed"] == {"with an fp8 KV cache (their precision is 8-bit or below)": 2}
     scored = serving_check.simulate_rows(rows, requests_per_client=2)
     for _, r in scored.iterrows():
         serving = {"efficiency": "calibrated", "engine": r.framework.split()[0]}
-        ds = _row_simulation(r, 2, dict(serving, weight_dtype_bytes=float(r.weight_dtype_bytes)))
+        serving["weight_dtype_bytes"] = float(r.weight_dtype_bytes)
+        if np.isfinite(r.kv_dtype_bytes):  # an fp8 run's KV cache is fp8 (its reading says so)
+            serving["kv_dtype_bytes"] = float(r.kv_dtype_bytes)
+        ds = _row_simulation(r, 2, serving)
         assert r.sim_ttft_s == float(ds.ttft_mean_s) and r.sim_tpot_s == float(ds.tpot_mean_s)
     table = serving_check.error_table(scored)
     assert set(table[table.dimension == "engine"].value) == {"vllm", "sglang"}

@@ -42,6 +42,7 @@ CANONICAL = (
     "ttft_p90_s",
     "itl_p90_s",
     "weight_dtype_bytes",
+    "kv_dtype_bytes",
     "arrival_rate",
     "max_concurrency",
     "offline",
@@ -53,7 +54,7 @@ PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 # (and for vLLM's request_rate inf, a burst). max_concurrency: the client's cap on requests in flight (NaN: none; then
 # `batch` is the mean in flight by Little's law). With ttft_p90_s they let calibrate_roofline fit through §5's wait
 # quantile, at m = min(max_concurrency, max_seqs) slots.
-OPTIONAL = ("weight_dtype_bytes", "arrival_rate", "max_concurrency")  # NaN where a format has none
+OPTIONAL = ("weight_dtype_bytes", "kv_dtype_bytes", "arrival_rate", "max_concurrency")  # NaN where a format has none
 # layout: why a row's deployment is not one tensor-parallel group slimjax can serve yet (empty: it is); such rows
 # are dropped at load with that reason, so that none is scored as another layout
 LAYOUT_REASONS = {
@@ -227,6 +228,11 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
     if "precision" in df:
         label = label.where(label.notna() & (label.astype(str).str.strip() != ""), df["precision"])
     weight_bytes = label.map(lambda v: _UNKNOWN_PRECISION if (b := precision_bytes(v)) is None else b)
+    # the KV cache of a run at 8-bit precision or below is fp8: a bf16 cache cannot hold what these runs serve
+    # (Llama-3.1-70B on one H200, 32 clients of 9,216 tokens: 94 GB of bf16 KV beside 70 GB of fp8 weights, yet
+    # TTFT 0.47 s and TPOT 38 ms, no queue), and fp8 is the smallest KV these engines keep on Hopper
+    run = df["precision"].map(precision_bytes) if "precision" in df else pd.Series(np.nan, index=df.index)
+    kv_bytes = run.map(lambda b: 1.0 if b is not None and np.isfinite(b) and b <= 1 else np.nan)
 
     def above_one(col):
         return pd.to_numeric(df[col], errors="coerce").fillna(1) > 1 if col in df else False
@@ -250,6 +256,7 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
             throughput=df["batch_size"] * (df["isl"] + df["osl"]) / e2e,
             ttft_s=ttft,
             itl_s=itl,
+            kv_dtype_bytes=kv_bytes,
             layout=layout,
         )
     )
@@ -720,6 +727,9 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
     unstated = int(df["weight_dtype_bytes"].isna().sum())
     # read at the checkpoint's own dtype (its config's torch_dtype): said, not silent
     df.attrs["assumed"] = {"no precision stated: weights at the checkpoint's own dtype": unstated} if unstated else {}
+    kv = int(df["kv_dtype_bytes"].notna().sum())
+    if kv:
+        df.attrs["assumed"]["with an fp8 KV cache (their precision is 8-bit or below)"] = kv
     df.attrs["format"] = fmt
     df.attrs["source"] = str(path)
     return df

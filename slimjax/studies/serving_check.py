@@ -41,8 +41,9 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int = 4, serving: dic
     group that cannot be simulated (its configuration cannot be built) keeps NaN and says why in ``not_run``."""
     need = rows.dropna(subset=["ttft_s", "itl_s"]).copy()
     need = need[(need.ttft_s > 0) & (need.itl_s > 0)]
-    if "weight_dtype_bytes" not in need:
-        need["weight_dtype_bytes"] = np.nan
+    for col in ("weight_dtype_bytes", "kv_dtype_bytes"):
+        if col not in need:
+            need[col] = np.nan
     if "framework" not in need:
         need["framework"] = "generic"
     need["framework"] = need["framework"].fillna("generic").astype(str)
@@ -51,13 +52,14 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int = 4, serving: dic
     need["sim_ttft_s"] = np.nan
     need["sim_tpot_s"] = np.nan
     need["not_run"] = ""
-    keys = ["model", "gpu", "framework", "input_len", "output_len", "batch", "weight_dtype_bytes"]
+    keys = ["model", "gpu", "framework", "input_len", "output_len", "batch", "weight_dtype_bytes", "kv_dtype_bytes"]
     for key, group in need.groupby(keys, dropna=False, sort=False):
-        model, gpu, framework, i_len, o_len, c, wbytes = key
+        model, gpu, framework, i_len, o_len, c, wbytes, kvbytes = key
         block = dict(serving or {"efficiency": "calibrated"})
         block.setdefault("engine", framework)
-        if np.isfinite(wbytes):
-            block["weight_dtype_bytes"] = float(wbytes)
+        for name, value in (("weight_dtype_bytes", wbytes), ("kv_dtype_bytes", kvbytes)):
+            if np.isfinite(value):
+                block.setdefault(name, float(value))
         tps = sorted({int(n) for n in group.n_gpu})
         try:
             sim = simulate.parse(
