@@ -7,6 +7,7 @@ import pytest
 import serving_reference as sref
 
 import slimjax
+from slimjax.constants import KV_POLICIES
 from slimjax.errors import SlimjaxError
 from slimjax.inputs import catalog
 from slimjax.studies import candidates
@@ -40,7 +41,8 @@ def sized(azure_slice):
 
 
 def _reference_meets(study, m, g, n, b, replicas, stream=None):
-    """The reference event loop's verdict on (model m, GPU g, TP index n, batch index b) at ``replicas``."""
+    """The reference event loop's verdict on (model m, GPU g, TP index n, batch index b) at ``replicas``, under the
+    study's KV policy and step order (docs/engines.md)."""
     if stream is None:
         stream = candidates.workload_stream(study.workloads[0], float(study.total_rate[0, 0]), study.sizing)
     sv = {k: float(np.asarray(v)[m, g, n]) for k, v in study.serving.fields().items()}
@@ -52,6 +54,9 @@ def _reference_meets(study, m, g, n, b, replicas, stream=None):
         [int(x) for x in stream["output_len"]],
         int(study.batch[b]),
         replicas,
+        policy=list(KV_POLICIES)[int(sv["kv_policy"])],
+        watermark=sv["kv_watermark"],
+        prefill_first=bool(sv["prefill_first"]),
     )
     ttft, e2e, o_len = np.asarray(out["ttft"]), np.asarray(out["e2e"]), stream["output_len"]
     tpot = np.where(o_len > 1, (e2e - ttft) / np.maximum(o_len - 1, 1), np.nan)
@@ -168,4 +173,32 @@ def test_a_fixed_length_workload_is_sized_on_a_seeded_poisson_stream():
     ds = slimjax.procure(study).squeeze()
     r = int(ds.replicas)
     assert float(ds.sim_ttft_p_s) <= 0.5 and float(ds.sim_tpot_p_s) <= 0.05
+    assert r == 1 or not _reference_meets(study, 0, 0, 0, 0, r - 1, stream=stream)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_procurement_is_sized_with_the_engine_the_study_names(engine):
+    """A study that names its engine is sized under that engine's profile (paged KV, its budget, prefill first for
+    SGLang): R_sim is the fewest replicas the event loop with the same rules accepts, and the store says which
+    engine it assumed."""
+    import json
+
+    spec = dict(
+        workloads=[dict(name="chat", input_len=1500, output_len=300)],
+        rates=[8.0],
+        models=["Llama-3.1-8B"],
+        gpus=["L40S"],
+        tp=[1],
+        batch=[32],
+        slo={"ttft_s": 1.0, "itl_s": 0.06},
+        serving={"engine": engine, "gpu_memory_utilization": 0.5},
+        sizing={"requests": 120, "seed": 5},
+    )
+    study = procurefile.parse(spec)
+    stream = candidates.workload_stream(study.workloads[0], 8.0, study.sizing)
+    ds = slimjax.procure(study)
+    said = json.loads(ds.attrs["assumptions"])
+    assert any(a.startswith("engine: " + ("vLLM" if engine == "vllm" else "SGLang")) for a in said)
+    r = int(ds.replicas.squeeze())
+    assert _reference_meets(study, 0, 0, 0, 0, r, stream=stream)
     assert r == 1 or not _reference_meets(study, 0, 0, 0, 0, r - 1, stream=stream)
