@@ -142,3 +142,22 @@ def test_a_closed_loop_with_waiting_clients_equals_the_event_loop():
     assert got[1].e2e_sim_s == pytest.approx(np.mean(want["e2e"][C:]), rel=1e-9)
     interval = got[1].e2e_sim_s / (C - 1)  # a completion every S/(C − 1) on average
     assert got[1].ttft_sim_s - got[0].ttft_sim_s > 0.5 * interval
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_fit_recovers_known_constants_with_each_engine_profile(engine):
+    """Rows a run of each engine would give (its profile: vLLM's paged cache and 8,192-token steps, SGLang's
+    prefill-first steps and retract, TensorRT-LLM's reservation and 32-token blocks), made by the forward model at
+    known constants, are recovered to 1e-3."""
+    rows = _rows((1, 2), (4, 24), ((512, 400), (3000, 128))).assign(
+        framework=engine, kv_dtype_bytes=np.nan, weight_dtype_bytes=np.nan
+    )
+    p = fit.predict_serving(rows, TRUTH)
+    rows = rows.assign(ttft_s=p.ttft_sim_s, itl_s=p.tpot_sim_s, e2e_s=np.nan)
+    profile = fit.row_profiles(rows)
+    assert (profile.engine == engine).all()
+    ds = fit.calibrate_serving(rows, iterations=15).sel(gpu="H100-SXM")
+    for q in fit.DEFAULT_FREE:
+        assert float(ds.coefficients.sel(param=q)) == pytest.approx(TRUTH[q], rel=1e-3), (engine, q)
+    assert bool(ds.converged)
+    assert "engine's profile" in ds.attrs["forward_model"]

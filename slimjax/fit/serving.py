@@ -28,9 +28,12 @@ import xarray as xr
 from ..config import uses_float64
 from ..engine import sim as engine
 from ..errors import SlimjaxError
+from ..inputs.catalog import resolve_gpu
+from ..inputs.engines import resolve_engine
 from ..inputs.physics import row_specs
-from ..inputs.serving import default_serving
+from ..inputs.serving import SERVING, default_serving
 from ..model import batching as floor
+from ..model.calculator import replicated_kv
 from .solver import coefficient_slopes, coefficients_from, parameters_from
 from .uncertainty import gauss_newton
 
@@ -65,20 +68,56 @@ AT_BOUND = 1e-3  # a fraction within this of 0 or 1 (a time below this many seco
 MEASURED = ("ttft_s", "itl_s", "e2e_s")  # the summaries a row may be scored on (NaN: not measured)
 
 
-def _lane_inputs(rows: pd.DataFrame, step_tokens: float) -> dict:
-    """Per-row specs and workload (host arrays). An offline row's batch is prefilled in one pass (its B prompts
-    together, as offline batched generation runs them); a closed-loop row's steps hold ``step_tokens``."""
+# serving keys a row's engine profile sets (configs/engines.yaml), in the forward model's per-row inputs
+PROFILE_KEYS = ("step_tokens", "chunk_size", "block_size", "kv_policy", "kv_watermark", "prefill_first")
+
+
+def row_profiles(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per row, the serving settings of its engine's profile on its GPU (its ``framework``, e.g. ``vllm 0.11.0``;
+    ``generic`` where it names none or one the catalog lacks): one column per :data:`PROFILE_KEYS`, in the
+    spec's units (a KV policy as its code), and ``engine``, the profile's catalog key."""
+    framework = (
+        rows["framework"].fillna("generic").astype(str)
+        if "framework" in rows
+        else pd.Series("generic", index=rows.index)
+    )
+    out = []
+    cache = {}
+    for f, g in zip(framework, rows["gpu"], strict=True):
+        if (f, g) not in cache:
+            profile = resolve_engine(f, "traces.framework")
+            defaults = {k: SERVING[k].default for k in PROFILE_KEYS}  # what a profile leaves out: §9's
+            settings = {**defaults, **profile.settings(g, resolve_gpu(g, "traces.gpu")[1])}
+            cache[f, g] = {"engine": profile.key, **{k: SERVING[k].to_base(settings[k]) for k in PROFILE_KEYS}}
+        out.append(cache[f, g])
+    return pd.DataFrame(out, index=rows.index)
+
+
+def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None) -> dict:
+    """Per-row specs, serving settings and workload of the forward model (host arrays): the model and GPU specs
+    (:func:`slimjax.inputs.physics.row_specs`), the row's engine profile (:func:`row_profiles`). An offline
+    row's batch is prefilled in one pass (its B prompts together, as offline batched generation runs them); a
+    closed-loop row's steps hold its engine's budget (``step_tokens``, where given, for every row)."""
     m, g = row_specs(rows)
     batch = rows["batch"].to_numpy(float)
     I = rows["input_len"].to_numpy(float)
+    profile = row_profiles(rows)
+    budget = profile["step_tokens"].to_numpy(float) if step_tokens is None else np.full(len(rows), float(step_tokens))
+    n = rows["n_gpu"].to_numpy(float)
+    settings = {k: profile[k].to_numpy(float) for k in PROFILE_KEYS if k != "step_tokens"}
+    offline = _offline(rows)
+    for k in ("kv_policy", "prefill_first"):  # an offline batch is one prefill pass, as §9 runs it
+        settings[k] = np.where(offline, 0.0, settings[k])
     return dict(
         model=m,
         gpu=g,
-        n_gpu=rows["n_gpu"].to_numpy(float),
+        n_gpu=n,
         clients=batch,
         input_len=I,
         output_len=rows["output_len"].to_numpy(float),
-        step_tokens=np.where(_offline(rows), batch * I, float(step_tokens)),
+        step_tokens=np.where(offline, batch * I, budget),
+        kv_replication=np.asarray(replicated_kv(n, np.asarray(m.n_kv_heads))),  # `auto`, as the studies run
+        **settings,
     )
 
 
@@ -86,8 +125,18 @@ def _offline(rows: pd.DataFrame) -> np.ndarray:
     return rows["offline"].to_numpy(bool) if "offline" in rows else np.zeros(len(rows), bool)
 
 
-@functools.partial(jax.jit, static_argnames=("clients", "per_client", "free", "offline", "waiting"))
-def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...], offline: bool = False, waiting: int = 0):
+@functools.partial(jax.jit, static_argnames=("clients", "per_client", "free", "offline", "waiting", "parts"))
+def _bucket(
+    z,
+    x,
+    *,
+    clients: int,
+    per_client: int,
+    free: tuple[int, ...],
+    offline: bool = False,
+    waiting: int = 0,
+    parts: tuple[bool, ...] = (False, False),
+):
     """(mean TTFT, mean TPOT, E2E) per lane and their Jacobian in the free z's: ``z`` (lanes, 6) unconstrained
     constants, ``x`` the lanes' specs and lengths. A closed loop of C clients × ``per_client`` requests on a replica
     admitting C − ``waiting`` of them at once is scored after its first C completions (E2E: their mean); an offline
@@ -101,8 +150,9 @@ def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...], offli
         named = {p: theta[:, k] for k, p in enumerate(SERVING_PARAMS)}
         link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}  # GPU fields, the rest serving
         gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
-        serving = default_serving(x["model"], n_gpu=x["n_gpu"], step_tokens=x["step_tokens"], **named)
-        terms = engine.plain(floor.replica_terms(x["model"], gpu, serving))  # §9 as written
+        given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication")}
+        serving = default_serving(x["model"], n_gpu=x["n_gpu"], **given, **named)
+        terms = engine.with_parts(floor.replica_terms(x["model"], gpu, serving), parts)  # the rows' engine
         I = jnp.broadcast_to(x["input_len"][:, None], (lanes, n))
         O = jnp.broadcast_to(x["output_len"][:, None], (lanes, n))
         footprint = floor.request_footprint_bytes(
@@ -129,13 +179,14 @@ def _bucket(z, x, *, clients: int, per_client: int, free: tuple[int, ...], offli
     return value, J
 
 
-def _buckets(rows: pd.DataFrame) -> dict[tuple[int, bool], np.ndarray]:
-    """Row indices per (concurrency, offline): one compiled loop each."""
+def _buckets(rows: pd.DataFrame, inputs: dict) -> dict[tuple, np.ndarray]:
+    """Row indices per (concurrency, offline, optional lane parts): one compiled loop each."""
     batch, offline = rows["batch"].to_numpy(int), _offline(rows)
-    return {
-        (int(c), bool(o)): np.flatnonzero((batch == c) & (offline == o))
-        for c, o in sorted({(int(c), bool(o)) for c, o in zip(batch, offline, strict=True)})
-    }
+    parts = engine.lane_parts(
+        {"pool": batch, "kv_policy": inputs["kv_policy"], "prefill_first": inputs["prefill_first"]}
+    )
+    keys = [(int(c), bool(o), tuple(bool(v) for v in p)) for c, o, p in zip(batch, offline, parts, strict=True)]
+    return {k: np.flatnonzero([key == k for key in keys]) for k in sorted(set(keys))}
 
 
 def _simulate(z_rows, inputs, buckets, per_client, free, waiting=0):
@@ -144,7 +195,7 @@ def _simulate(z_rows, inputs, buckets, per_client, free, waiting=0):
     rows = z_rows.shape[0]
     values = np.full((rows, len(MEASURED)), np.nan)
     J = np.full((rows, len(MEASURED), len(free)), np.nan)
-    for (c, offline), idx in buckets.items():
+    for (c, offline, parts), idx in buckets.items():
         padded = np.concatenate([idx, np.full(int(_pow2(len(idx))) - len(idx), idx[-1])])
         x = jax.tree_util.tree_map(lambda a, p=padded: jnp.asarray(np.asarray(a)[p]), inputs)
         v, j = _bucket(
@@ -155,6 +206,7 @@ def _simulate(z_rows, inputs, buckets, per_client, free, waiting=0):
             free=free,
             offline=offline,
             waiting=0 if offline else min(int(waiting), int(c) - 1),
+            parts=parts,
         )
         values[idx], J[idx] = np.asarray(v)[: len(idx)], np.asarray(j)[: len(idx)]
     return values, J
@@ -194,7 +246,7 @@ def calibrate_serving(
     start: dict | None = None,
     requests_per_client: int = 4,
     iterations: int = 20,
-    step_tokens: int = 2048,
+    step_tokens: int | None = None,
     waiting_clients: int = 0,
     start_by_group: pd.DataFrame | None = None,
 ) -> xr.Dataset:
@@ -231,8 +283,8 @@ def calibrate_serving(
         label = key[0] if isinstance(key, tuple) and len(key) == 1 else key
         if start_by_group is not None and label in start_by_group.index:
             z[g] = _unconstrained({**start, **start_by_group.loc[label].astype(float).to_dict()})
-    inputs = _lane_inputs(rows, step_tokens)
-    buckets = _buckets(rows)
+    inputs = lane_inputs(rows, step_tokens)
+    buckets = _buckets(rows, inputs)
     meas = rows[list(MEASURED)].to_numpy(float)
     scored = np.isfinite(meas)
     k = requests_per_client
@@ -311,7 +363,9 @@ def calibrate_serving(
         attrs={
             "kind": "serving_calibration",
             "forward_model": f"MODEL.md §9: closed loop, C clients × {k} requests, scored after the first C, "
-            f"{step_tokens} tokens per step, C − {waiting_clients} admitted at once; offline batch: B requests at 0, "
+            f"{step_tokens or 'the engine budget'} tokens per step (each row its engine's profile, "
+            "configs/engines.yaml), "
+            f"C − {waiting_clients} admitted at once; offline batch: B requests at 0, "
             "prefilled in one pass",
             "residual": "TTFT_sim/TTFT_meas - 1 and TPOT_sim/TPOT_meas - 1 (offline latency-only rows: E2E)",
             "group_by": group_by,
@@ -328,7 +382,7 @@ def predict_serving(
     constants: pd.DataFrame | dict,
     *,
     requests_per_client: int = 4,
-    step_tokens: int = 2048,
+    step_tokens: int | None = None,
     waiting_clients: int = 0,
 ) -> pd.DataFrame:
     """The §9 forward model of :func:`calibrate_serving` at given constants: ``rows`` (as :func:`measured_targets`
@@ -344,7 +398,8 @@ def predict_serving(
     bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
     t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))
     z = np.where(bounded, np.log(t) - np.log1p(-t), np.log(t))  # exact, a fraction of 1 included (to 1e-12)
-    v, _ = _simulate(z, _lane_inputs(rows, step_tokens), _buckets(rows), requests_per_client, (0,), waiting_clients)
+    inputs = lane_inputs(rows, step_tokens)
+    v, _ = _simulate(z, inputs, _buckets(rows, inputs), requests_per_client, (0,), waiting_clients)
     out = rows.copy()
     for k, (col, sim) in enumerate(zip(MEASURED, ("ttft_sim_s", "tpot_sim_s", "e2e_sim_s"), strict=True)):
         out[sim] = v[:, k]

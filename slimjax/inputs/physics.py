@@ -31,18 +31,20 @@ TOLERANCE = 0.10  # a row is impossible when it beats the 100 %-of-peak bound by
 
 def row_specs(traces: pd.DataFrame):
     """Per-row (ModelSpec, GPUSpec) (one catalog lookup per distinct name, gathered by integer codes), the
-    model's bytes per weight replaced by the row's ``weight_dtype_bytes`` where it has one (a quantized run)."""
+    model's bytes per weight and per KV element replaced by the row's ``weight_dtype_bytes`` and ``kv_dtype_bytes``
+    where it has them (a quantized run)."""
     m_codes, m_names = pd.factorize(traces["model"])
     g_codes, g_names = pd.factorize(traces["gpu"])
     m = jax.tree_util.tree_map(
         lambda x: x[m_codes], stack(ModelSpec, [resolve_model(x, "traces.model")[1] for x in m_names])
     )
     g = jax.tree_util.tree_map(lambda x: x[g_codes], stack(GPUSpec, [resolve_gpu(x, "traces.gpu")[1] for x in g_names]))
-    if "weight_dtype_bytes" in traces and traces["weight_dtype_bytes"].notna().any():
-        import equinox as eqx
+    import equinox as eqx
 
-        given = traces["weight_dtype_bytes"].to_numpy(float)
-        m = eqx.tree_at(lambda s: s.bytes_per_weight, m, np.where(np.isfinite(given), given, m.bytes_per_weight))
+    for column, field in (("weight_dtype_bytes", "bytes_per_weight"), ("kv_dtype_bytes", "kv_dtype_bytes")):
+        if column in traces and traces[column].notna().any():
+            given = traces[column].to_numpy(float)
+            m = eqx.tree_at(lambda s, f=field: getattr(s, f), m, np.where(np.isfinite(given), given, getattr(m, field)))
     return m, g
 
 

@@ -142,9 +142,10 @@ def _kv_policy(value, field: str) -> str:
     return name
 
 
-def kv_policy_code(value) -> float:
-    """The spec's value of a KV policy: its place in :data:`slimjax.constants.KV_POLICIES` (a code passes)."""
-    return float(list(KV_POLICIES).index(value)) if isinstance(value, str) else float(value)
+def kv_policy_code(value):
+    """The spec's value of a KV policy: its place in :data:`slimjax.constants.KV_POLICIES` (a code, or an array of
+    codes, passes as it is)."""
+    return float(list(KV_POLICIES).index(value)) if isinstance(value, str) else value
 
 
 _unit = number_rule(lambda v: 0 < v <= 1, "in (0, 1]")

@@ -1,23 +1,27 @@
 """The §9 simulation scored against measured serving runs (benchmark-client style: C concurrent clients, each
-sending its next request when the last completes): TTFT and TPOT MAPE and bias per GPU, TP degree, weight
-precision and concurrency band.
+sending its next request when the last completes): TTFT and TPOT MAPE and bias per engine, model, GPU, TP degree,
+precision, concurrency band and output length.
 
-Each measured row (model, GPU, TP n, concurrency C, prompt I, output O, mean TTFT, mean TPOT/ITL) becomes a
-closed loop of C clients × ``requests_per_client`` requests of (I, O) on one replica of n GPUs with batch limit
-B = C (the engine's max_num_seqs at that concurrency), the study's default serving (calibrated roofline
-efficiencies); the simulated mean TTFT and mean TPOT, after the first C completions, are compared with the
-measured means. Rows are grouped by (model, GPU, I, O, C, precision) so each group is one simulation over its TP
-degrees.
+Each measured row (model, GPU, TP n, concurrency C, prompt I, output O, mean TTFT, mean TPOT/ITL, its engine)
+becomes a closed loop of C clients × ``requests_per_client`` requests of (I, O) on one replica of n GPUs with batch
+limit B = C, run by the serving fit's forward model (:func:`slimjax.fit.serving.predict_serving`) with the row's
+engine profile at the calibrated constants of its GPU; the simulated mean TTFT and mean TPOT, after the first C
+completions, are compared with the measured means.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 
-from ..errors import SlimjaxError
+from ..config import float64_scope
+from ..engine import sim as engine
+from ..fit import serving as serving_fit
 from ..inputs.engines import resolve_engine
-from . import simulate
+from ..inputs.serving import calibrated_efficiency, calibrated_link, default_serving
+from .candidates import candidate_inputs
 
 CONCURRENCY_BANDS = ((1, 4), (5, 16), (17, 64), (65, 256), (257, np.inf))
 DIMENSIONS = ("engine", "model", "gpu", "n_gpu", "precision", "band", "output_len")  # the error table's cuts
@@ -34,62 +38,62 @@ def _precision(b) -> str:
     return "fp16/bf16" if not np.isfinite(b) or b == 2 else {1: "fp8/int8", 0.5: "fp4/int4"}.get(b, f"{b:g} B")
 
 
-def simulate_rows(rows: pd.DataFrame, requests_per_client: int = 4, serving: dict | None = None) -> pd.DataFrame:
-    """``rows`` (a :func:`slimjax.load_traces` frame with ttft_s and itl_s) with sim_ttft_s, sim_tpot_s and
-    their errors (sim/measured − 1) added; rows without both measured figures are left out. Each row runs with its
-    engine's profile (its ``framework``, e.g. ``vllm 0.11.0``: configs/engines.yaml; generic where unknown). A
-    group that cannot be simulated (its configuration cannot be built) keeps NaN and says why in ``not_run``."""
+def simulate_rows(rows: pd.DataFrame, requests_per_client: int = 4) -> pd.DataFrame:
+    """``rows`` (a :func:`slimjax.load_traces` frame with ttft_s and itl_s) with sim_ttft_s, sim_tpot_s and their
+    errors (sim/measured − 1) added; rows without both measured figures are left out. The forward model is the
+    serving fit's (:func:`slimjax.fit.serving.predict_serving`: a closed loop of C clients × ``requests_per_client``
+    at the row's concurrency, its engine's profile, scored after the first C completions) at the calibrated
+    constants of the row's GPU (configs/roofline/default.yaml), so validation and calibration cannot drift apart.
+    A row whose configuration cannot run keeps NaN and says why in ``not_run``."""
     need = rows.dropna(subset=["ttft_s", "itl_s"]).copy()
-    need = need[(need.ttft_s > 0) & (need.itl_s > 0)]
+    need = need[(need.ttft_s > 0) & (need.itl_s > 0)].reset_index(drop=True)
     for col in ("weight_dtype_bytes", "kv_dtype_bytes"):
         if col not in need:
             need[col] = np.nan
-    if "framework" not in need:
-        need["framework"] = "generic"
-    need["framework"] = need["framework"].fillna("generic").astype(str)
+    need["framework"] = need["framework"].fillna("generic").astype(str) if "framework" in need else "generic"
     need["precision"] = need.weight_dtype_bytes.map(_precision)
     need["band"] = need.batch.map(_band)
+    need["not_run"] = cannot_run(need)
+    runs = need[need.not_run == ""]
     need["sim_ttft_s"] = np.nan
     need["sim_tpot_s"] = np.nan
-    need["not_run"] = ""
-    keys = ["model", "gpu", "framework", "input_len", "output_len", "batch", "weight_dtype_bytes", "kv_dtype_bytes"]
-    for key, group in need.groupby(keys, dropna=False, sort=False):
-        model, gpu, framework, i_len, o_len, c, wbytes, kvbytes = key
-        block = dict(serving or {"efficiency": "calibrated"})
-        block.setdefault("engine", framework)
-        for name, value in (("weight_dtype_bytes", wbytes), ("kv_dtype_bytes", kvbytes)):
-            if np.isfinite(value):
-                block.setdefault(name, float(value))
-        tps = sorted({int(n) for n in group.n_gpu})
-        try:
-            sim = simulate.parse(
-                dict(
-                    models=[model],
-                    gpus=[gpu],
-                    tp=tps,
-                    batch=[int(c)],
-                    serving=block,
-                    stream={
-                        "closed_loop": {
-                            "clients": [int(c)],
-                            "input_len": int(i_len),
-                            "output_len": int(o_len),
-                            "requests_per_client": requests_per_client,
-                        }
-                    },
-                )
-            )
-            ds = simulate.run(sim).isel(model=0, gpu=0, pp=0, batch=0, replicas=0, clients=0)
-        except SlimjaxError as e:  # one configuration that cannot be built must not stop the others
-            need.loc[group.index, "not_run"] = str(e)
-            continue
-        for idx, row in group.iterrows():
-            at = ds.sel(tp=int(row.n_gpu))
-            need.loc[idx, "sim_ttft_s"] = float(at.ttft_mean_s)
-            need.loc[idx, "sim_tpot_s"] = float(at.tpot_mean_s)
+    if len(runs):
+        constants = pd.DataFrame([_calibrated(g) for g in runs.gpu], index=runs.index)
+        got = serving_fit.predict_serving(runs, constants, requests_per_client=requests_per_client)
+        need.loc[runs.index, "sim_ttft_s"] = got["ttft_sim_s"].to_numpy()
+        need.loc[runs.index, "sim_tpot_s"] = got["tpot_sim_s"].to_numpy()
     need["ttft_error"] = need.sim_ttft_s / need.ttft_s - 1
     need["tpot_error"] = need.sim_tpot_s / need.itl_s - 1
     return need
+
+
+def _calibrated(gpu: str) -> dict:
+    """The calibrated serving constants of a GPU (as the studies' ``efficiency: calibrated`` takes them)."""
+    values, _ = calibrated_efficiency(gpu)
+    return {**values, **calibrated_link(gpu)}
+
+
+def cannot_run(rows: pd.DataFrame) -> pd.Series:
+    """Per row, why its configuration cannot run ("" where it can), as the studies refuse a candidate: its TP
+    degree must divide the query heads, its weights leave a KV pool, and its request (I + O, and a paged prompt
+    with the watermark) fit an empty replica."""
+    with float64_scope():
+        x = serving_fit.lane_inputs(rows)
+        m, g = x["model"], x["gpu"]
+        given = {k: x[k] for k in (*serving_fit.PROFILE_KEYS, "kv_replication")}
+        serving = default_serving(m, n_gpu=x["n_gpu"], **given)
+        lengths = SimpleNamespace(input_len=x["input_len"], output_len=x["output_len"])
+        terms, footprint, fits = candidate_inputs(m, g, serving, lengths, np.float64)
+    n = len(rows)
+    own = np.arange(n)
+    fp = footprint[own, own]
+    why = np.where(fits, "", "its weights leave no KV pool, or its TP degree does not divide the query heads")
+    why = np.where((why == "") & (fp > terms["pool"]), "its request's footprint for I + O exceeds the KV pool", why)
+    if "kv_policy" in terms:
+        units, watermark, pool = engine.prompt_units(terms, x["input_len"])
+        short = engine.paged(terms) & (units[own, own] + watermark > pool)
+        why = np.where((why == "") & short, "its prompt's KV blocks and the admission watermark exceed the pool", why)
+    return pd.Series(why, index=rows.index, dtype=object)
 
 
 def error_table(scored: pd.DataFrame, by=DIMENSIONS) -> pd.DataFrame:
@@ -116,8 +120,8 @@ def error_table(scored: pd.DataFrame, by=DIMENSIONS) -> pd.DataFrame:
     table = pd.DataFrame(out)
     table["rows"] = table["rows"].astype(int)
     failed = scored.loc[scored.sim_ttft_s.isna() | scored.sim_tpot_s.isna()]
-    cannot = "the configuration cannot run: its weights leave no KV pool, or its TP degree does not divide the heads"
-    reasons = failed["not_run"].replace("", cannot) if "not_run" in failed else pd.Series(cannot, index=failed.index)
+    reasons = failed["not_run"] if "not_run" in failed else pd.Series("", index=failed.index)
+    reasons = reasons.replace("", "the simulation gave no time (a stuck or stopped run)")
     table.attrs["not_run"] = {str(k): int(v) for k, v in pd.Series(reasons).value_counts().items()}
     return table
 
