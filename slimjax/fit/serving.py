@@ -399,7 +399,7 @@ def predict_serving(
     t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))
     z = np.where(bounded, np.log(t) - np.log1p(-t), np.log(t))  # exact, a fraction of 1 included (to 1e-12)
     inputs = lane_inputs(rows, step_tokens)
-    v, _ = _simulate(z, inputs, _buckets(rows, inputs), requests_per_client, (0,), waiting_clients)
+    v, _ = _simulate(z, inputs, _buckets(rows, inputs), requests_per_client, (), waiting_clients)  # no tangent
     out = rows.copy()
     for k, (col, sim) in enumerate(zip(MEASURED, ("ttft_sim_s", "tpot_sim_s", "e2e_sim_s"), strict=True)):
         out[sim] = v[:, k]
