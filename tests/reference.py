@@ -171,13 +171,25 @@ def link_bytes_per_s(gpu, n):
     return gpu.get("link_efficiency", 1.0) * links * gpu.get("link_bytes_per_s", 0.0)
 
 
-def comm_seconds(tokens, ext):
-    """2·L·t_ar(tokens·D·2) (MODEL.md §4c) for ``ext`` = {n, L, D, link, tau}; 0 without."""
-    if not ext or ext.get("n", 1) <= 1 or not ext.get("link"):
+def allreduce_seconds(x, gpu, n, link, tau):
+    """t_ar of x bytes on n GPUs: the GPU's measured NCCL protocol lines at n where its entry has them
+    (docs/collectives.md: τ_s + x/B_s below the switch S, τ_l + x/B_l from it), else MODEL.md §4c's line
+    τ + 2(n − 1)/n·x/link; 0 on one GPU or without a link."""
+    key = f"allreduce_n{int(n)}_"
+    if n > 1 and gpu.get(key + "small_bytes_per_s", 0.0) > 0:
+        side = "small" if x < gpu[key + "switch_bytes"] else "large"
+        return gpu[f"{key}{side}_latency_s"] + x / gpu[f"{key}{side}_bytes_per_s"]
+    if n <= 1 or not link:
         return 0.0
-    n = ext["n"]
+    return tau + 2 * (n - 1) / n * x / link
+
+
+def comm_seconds(tokens, ext):
+    """2·L·t_ar(tokens·D·2) (MODEL.md §4c) for ``ext`` = {n, L, D, link, tau, gpu}; 0 without."""
+    if not ext:
+        return 0.0
     x = tokens * ext["D"] * 2.0
-    return 2 * ext["L"] * (ext["tau"] + 2 * (n - 1) / n * x / ext["link"])
+    return 2 * ext["L"] * allreduce_seconds(x, ext.get("gpu", {}), ext.get("n", 1), ext.get("link"), ext["tau"])
 
 
 def prefill_chunks(I, s, P, a, M_W, e_kv, L, L_s, W, F, BW, t_l, r=1.0, o=1.0, moe=None, comm=None):
@@ -262,6 +274,7 @@ def capacity_point(arch, gpu, serving, B, I, O, measured=None):
         D=arch["hidden"],
         link=link_bytes_per_s(gpu, sv["n_gpu"]),
         tau=gpu.get("allreduce_latency_s", 0.0),
+        gpu=gpu,
     )
     rest = (
         M_W,

@@ -9,7 +9,14 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from reference import footprint, kv_bytes_per_layer_token, link_bytes_per_s, moe_weight_bytes, peak_flops
+from reference import (
+    allreduce_seconds,
+    footprint,
+    kv_bytes_per_layer_token,
+    link_bytes_per_s,
+    moe_weight_bytes,
+    peak_flops,
+)
 
 
 def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
@@ -48,6 +55,7 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
         D=arch["hidden"],
         link=link,
         tau=gpu.get("allreduce_latency_s", 0.0),
+        gpu=gpu,
         pool=sv["memory_utilization"] * n * gpu["memory_bytes"] - M_W - sv["reserved_bytes"],
         block=int(sv["block_size"]),
         chunk=int(sv["chunk_size"]),
@@ -111,10 +119,7 @@ def step_seconds(decode_contexts, chunks, t):
     for n, p in chunks:
         ops += t["a_pre"] * (n * p + n * n / 2)
         byt += K(p, t)
-    comm = 0.0
-    if t["n"] > 1 and t["link"] > 0:
-        x = n_tok * t["D"] * 2.0
-        comm = 2 * t["L"] * (t["tau"] + 2 * (t["n"] - 1) / t["n"] * x / t["link"])
+    comm = 2 * t["L"] * allreduce_seconds(n_tok * t["D"] * 2.0, t["gpu"], t["n"], t["link"], t["tau"])
     return max(ops / t["F"], byt / t["BW"]) + t["t_l"] + t["t_step"] + comm
 
 

@@ -21,12 +21,13 @@ TRUTH = dict(
 )
 
 
-def _rows(tps, clients, lengths, truth=TRUTH, offline=False):
+def _rows(tps, clients, lengths, truth=TRUTH, offline=False, gpu="A100-SXM-80GB"):
     """Serving rows whose mean TTFT and TPOT (offline: TTFT, TPOT and the batch's latency) are the simulation's own
-    at ``truth``."""
+    at ``truth``, on a GPU whose link is §4c's line (an A100 node: no NCCL measurement in the catalog, so η_link and
+    τ time its all-reduce)."""
     rows = pd.DataFrame(
         [
-            dict(model="Llama-3.1-8B", gpu="H100-SXM", n_gpu=n, batch=c, input_len=i, output_len=o, offline=offline)
+            dict(model="Llama-3.1-8B", gpu=gpu, n_gpu=n, batch=c, input_len=i, output_len=o, offline=offline)
             for n in tps
             for c in clients
             for i, o in lengths
@@ -43,7 +44,7 @@ def test_fit_recovers_known_constants_with_a_step_floor_and_a_link_fraction():
     prefill = _rows((2,), (4,), ((1024, 64),), offline=True).assign(itl_s=np.nan)
     latency = _rows((4,), (4,), ((256, 256),), offline=True).assign(ttft_s=np.nan, itl_s=np.nan)
     rows = pd.concat([closed, prefill, latency], ignore_index=True)
-    ds = fit.calibrate_serving(rows, iterations=15).sel(gpu="H100-SXM")
+    ds = fit.calibrate_serving(rows, iterations=15).sel(gpu="A100-SXM-80GB")
     assert int(ds.n_rows) == len(rows) and int(ds.n_residuals) == 2 * len(closed) + 2
     for p in fit.DEFAULT_FREE:
         assert float(ds.coefficients.sel(param=p)) == pytest.approx(TRUTH[p], rel=1e-3), p
@@ -58,8 +59,8 @@ def test_a_warm_start_per_group_starts_there():
     """``start_by_group`` starts a group at its own constants (a refit continued from the shipped ones): started at
     the truth, two iterations leave it there; a column that is no constant is refused by name."""
     rows = _rows((1, 2), (8,), ((512, 128),))
-    warm = pd.DataFrame([TRUTH], index=["H100-SXM"])[list(fit.SERVING_PARAMS)]
-    ds = fit.calibrate_serving(rows, iterations=2, start_by_group=warm).sel(gpu="H100-SXM")
+    warm = pd.DataFrame([TRUTH], index=["A100-SXM-80GB"])[list(fit.SERVING_PARAMS)]
+    ds = fit.calibrate_serving(rows, iterations=2, start_by_group=warm).sel(gpu="A100-SXM-80GB")
     for p in fit.DEFAULT_FREE:
         assert float(ds.coefficients.sel(param=p)) == pytest.approx(TRUTH[p], rel=1e-6), p
     with pytest.raises(SlimjaxError, match="start_by_group: column 'e_F' is not a constant"):
@@ -70,7 +71,7 @@ def test_constants_the_rows_cannot_see_are_reported_unidentified():
     """One GPU alone (TP 1) says nothing of the link; short prompts at low concurrency never reach the compute
     roof, so e_F is unidentified; freed together, t_l and t_step are one per-step cost to the simulation (and
     with weights-bound steps, e_B joins them: W/(e_B·BW) + t_l + t_step). The fit still matches the rows."""
-    rows = _rows((1,), (1, 8), ((16, 64), (32, 128)))
+    rows = _rows((1,), (1, 8), ((16, 64), (32, 128)), gpu="H100-SXM")
     ds = fit.calibrate_serving(rows, free=fit.SERVING_PARAMS, iterations=8).sel(gpu="H100-SXM")
     ident = dict(zip(ds.param.values, ds.identified.values, strict=True))
     assert not ident["link_efficiency"] and not ident["allreduce_latency_s"]
@@ -156,7 +157,7 @@ def test_fit_recovers_known_constants_with_each_engine_profile(engine):
     rows = rows.assign(ttft_s=p.ttft_sim_s, itl_s=p.tpot_sim_s, e2e_s=np.nan)
     profile = fit.row_profiles(rows)
     assert (profile.engine == engine).all()
-    ds = fit.calibrate_serving(rows, iterations=15).sel(gpu="H100-SXM")
+    ds = fit.calibrate_serving(rows, iterations=15).sel(gpu="A100-SXM-80GB")
     for q in fit.DEFAULT_FREE:
         assert float(ds.coefficients.sel(param=q)) == pytest.approx(TRUTH[q], rel=1e-3), (engine, q)
     assert bool(ds.converged)

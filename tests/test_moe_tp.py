@@ -388,17 +388,24 @@ def test_calibrated_efficiency_preset_uses_the_shipped_fit_and_explicit_values_w
     tp4 = {
         **spec,
         "gpus": [
-            "H100-SXM",
+            "A100-SXM-80GB",
             dict(name="mine", tflops=989, bandwidth_tbs=3.35, memory_gib=80, interconnect_gbs=450, link_efficiency=0.5),
+            "H100-SXM",
         ],
     }
     cal4 = sweepfile.parse({**tp4, "serving": {"efficiency": "calibrated", "n_gpu": 4}})
     plain4 = sweepfile.parse({**tp4, "serving": {"n_gpu": 4}})
-    assert float(cal4.gpu.link_efficiency[0]) == h100["link_efficiency"]
-    assert float(cal4.gpu.allreduce_latency_s[0]) == h100["allreduce_latency_s"]
+    from slimjax.inputs.serving import calibrated_link
+
+    a100_fit = calibrated_link("A100-SXM-80GB")  # its own fit where its rows identified a constant, else the default's
+    assert float(cal4.gpu.link_efficiency[0]) == a100_fit["link_efficiency"]
+    assert float(cal4.gpu.allreduce_latency_s[0]) == a100_fit["allreduce_latency_s"]
     assert float(cal4.gpu.link_efficiency[1]) == 0.5  # given beats the preset
     assert float(plain4.gpu.link_efficiency[0]) == 1.0  # plain: MODEL.md's default
-    assert cal4.serving_table["Llama-3.1-8B"]["H100-SXM"]["link"].startswith("fitted: link_efficiency")
+    assert cal4.serving_table["Llama-3.1-8B"]["A100-SXM-80GB"]["link"].startswith("fitted: link_efficiency")
+    # an H100 node has NCCL's measured all-reduce at 4 GPUs (configs/gpus.yaml): that times its link, no fitted η, τ
+    assert cal4.serving_table["Llama-3.1-8B"]["H100-SXM"]["link"].startswith("measured: NCCL all-reduce at 4 GPUs")
+    assert float(cal4.gpu.link_efficiency[2]) == 1.0
     # where each (GPU, TP)'s constants come from
     from slimjax.inputs.serving import constants_source
 

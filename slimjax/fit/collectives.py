@@ -1,13 +1,13 @@
-"""Measured collectives fitted (docs/collectives.md): per (GPU, NCCL version, collective, GPUs, dtype) the algorithm
-bandwidth B and pipeline latency L of t(x) = (√(x/B) + √L)² (:mod:`slimjax.model.collectives`) on the measured
+"""Measured collectives fitted (docs/collectives.md): per (GPU, NCCL version, collective, GPUs, dtype) NCCL's two
+protocol lines and the size it switches at (:func:`slimjax.model.collectives.protocol_collective_s`) on the measured
 points of at least ``min_bytes``.
 
-The fit is the minimax one on relative error, where it matters to a planner (no point further off than the
-reported ``max_error``): √t = √x/√B + √L is linear in (1/√B, √L), so the least largest relative error of √t over
-the points is a small linear program, solved exactly for every group; B > 0 and L ≥ 0 are its bounds (a group whose
-L sits at 0 is latency-free in that range, reported as ``latency_at_bound``). The error of t itself is reported from
-the fitted curve. Bus bandwidth = :data:`~slimjax.model.collectives.BUS_FACTOR` · B, NCCL's figure comparable across
-GPU counts (in-switch reduction, NVLS, can take it above the link's per-direction bandwidth).
+Each line is the minimax one on relative error, where it matters to a planner (no point further off than the
+reported ``max_error``): t/t_i = τ/t_i + x_i/(B·t_i) is linear in (τ, 1/B), so the least largest relative error is a
+small linear program solved exactly; τ ≥ 0 and B ≤ 10 TB/s bound it. The switch is the measured size (two sizes at
+least on each side, or none: one line) whose two fits have the least largest error. Bus bandwidth =
+:data:`~slimjax.model.collectives.BUS_FACTOR` · B_l, NCCL's figure comparable across GPU counts (in-switch reduction,
+NVLS, can take it above the link's per-direction bandwidth).
 """
 
 from __future__ import annotations
@@ -16,69 +16,145 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import linprog
 
-from ..model.collectives import BUS_FACTOR, pipelined_collective_s
+from ..model.collectives import BUS_FACTOR, protocol_collective_s
 
 GROUP = ("gpu", "nccl_version", "op", "n_gpu", "dtype")
-MIN_BYTES = 2**20  # the range a tensor-parallel step's all-reduce lives in: 1 MiB is 64 decode tokens of D = 8192
+MIN_BYTES = 2**13  # a tensor-parallel step's smallest all-reduce: one decode token of a 4,096-wide model in bf16
+LINK_DEGREES = (2, 4, 8)  # the GPU counts a node's tensor-parallel group has, measured in ../shared/data
+MAX_BANDWIDTH = 10e12  # bytes/s, the bound of the fit (no NVLink carries more)
 
 
-def _minimax(x, t):
-    """(1/√B, √L) minimising max |(√x/√B + √L)/√t − 1| (a linear program in those two and the bound z)."""
-    s = np.sqrt(t)
-    u, v, one = np.sqrt(x) / s, 1.0 / s, np.ones_like(x)
-    a_ub = np.vstack([np.stack([u, v, -one], 1), np.stack([-u, -v, -one], 1)])
-    b_ub = np.concatenate([one, -one])
-    got = linprog([0.0, 0.0, 1.0], A_ub=a_ub, b_ub=b_ub, bounds=[(1e-12, None), (0.0, None), (0.0, None)])
-    return got.x[0], got.x[1]
+def _minimax_line(x, t):
+    """(τ, B, largest relative error) of the line τ + x/B minimising max |(τ + x/B)/t − 1| (solved in µs and MiB,
+    where the program is well scaled)."""
+    t_us, x_mib = t * 1e6, x / 2**20
+    one = np.ones_like(x)
+    a = np.stack([one / t_us, x_mib / t_us], 1)
+    a_ub = np.vstack([np.hstack([a, -one[:, None]]), np.hstack([-a, -one[:, None]])])
+    got = linprog(
+        [0.0, 0.0, 1.0],
+        A_ub=a_ub,
+        b_ub=np.concatenate([one, -one]),
+        bounds=[(0.0, None), (2**20 * 1e6 / MAX_BANDWIDTH, None), (0.0, None)],
+    )
+    return got.x[0] * 1e-6, 2**20 * 1e6 / got.x[1], got.x[2]
+
+
+def protocol_fit(x, t) -> dict:
+    """The two protocol lines and the switch with the least largest relative error over points (x bytes, t s)."""
+    sizes = np.unique(x)
+    best = None
+    for switch in (*sizes[2:-1], np.inf):  # two sizes at least below, two at or above; inf: one protocol
+        small, large = x < switch, x >= switch
+        lines = [_minimax_line(x[m], t[m]) for m in (small, large) if m.any()]
+        err = max(e for *_, e in lines)
+        if best is None or err < best[0] - 1e-12:
+            (ts, bs, _), (tl, bl, _) = lines[0], lines[-1]
+            best = (
+                err,
+                dict(
+                    small_latency_s=ts,
+                    small_bytes_per_s=bs,
+                    switch_bytes=switch,
+                    large_latency_s=tl,
+                    large_bytes_per_s=bl,
+                ),
+            )
+    return best[1]
 
 
 def fit_collectives(frame: pd.DataFrame, min_bytes: float = MIN_BYTES) -> pd.DataFrame:
-    """One row per group (:data:`GROUP`) with ``bandwidth_gbs`` (B), ``bus_gbs``, ``latency_us`` (L),
-    ``max_error`` (largest |t_fit/t − 1| over its points ≥ ``min_bytes``), a size where it is reached
-    (``worst_bytes``: a minimax fit reaches it at several),
-    ``points`` and ``latency_at_bound``. Groups with fewer than two such points are left out."""
+    """One row per group (:data:`GROUP`) with the protocol lines (``small_latency_us``, ``small_gbs``,
+    ``switch_mib``, ``large_latency_us``, ``large_gbs``, ``large_bus_gbs``), ``max_error`` (largest |t_fit/t − 1|
+    over its points ≥ ``min_bytes``), a size where it is reached (``worst_bytes``) and ``points``. Groups with
+    fewer than four distinct sizes are left out."""
     rows = []
     for key, g in frame[frame.message_bytes >= min_bytes].groupby(list(GROUP), sort=True):
         x, t = g.message_bytes.to_numpy(float), g.latency_s.to_numpy(float)
-        if len(np.unique(x)) < 2:
+        if len(np.unique(x)) < 4:
             continue
-        a, b = _minimax(x, t)
-        bandwidth, latency = 1.0 / a**2, b**2
-        err = np.asarray(pipelined_collective_s(x, bandwidth, latency)) / t - 1.0
+        p = protocol_fit(x, t)
+        err = np.asarray(protocol_collective_s(x, *p.values())) / t - 1.0
         worst = int(np.argmax(np.abs(err)))
         op, n = key[2], key[3]
         rows.append(
             dict(
                 zip(GROUP, key, strict=True),
-                bandwidth_gbs=bandwidth / 1e9,
-                bus_gbs=BUS_FACTOR[op](n) * bandwidth / 1e9 if op in BUS_FACTOR else np.nan,
-                latency_us=latency * 1e6,
+                small_latency_us=p["small_latency_s"] * 1e6,
+                small_gbs=p["small_bytes_per_s"] / 1e9,
+                switch_mib=p["switch_bytes"] / 2**20,
+                large_latency_us=p["large_latency_s"] * 1e6,
+                large_gbs=p["large_bytes_per_s"] / 1e9,
+                large_bus_gbs=BUS_FACTOR[op](n) * p["large_bytes_per_s"] / 1e9 if op in BUS_FACTOR else np.nan,
                 max_error=float(np.abs(err[worst])),
                 worst_bytes=float(x[worst]),
                 points=len(x),
-                latency_at_bound=bool(latency <= 1e-12),
             )
         )
     return pd.DataFrame(rows)
 
 
+def fitted_seconds(fitted_row, message_bytes):
+    """t(x) of one fitted row (:func:`fit_collectives`) at ``message_bytes``, seconds."""
+
+    def col(c):
+        return np.asarray(fitted_row[c], float)
+
+    return np.asarray(
+        protocol_collective_s(
+            np.asarray(message_bytes, float),
+            col("small_latency_us") * 1e-6,
+            col("small_gbs") * 1e9,
+            col("switch_mib") * 2**20,
+            col("large_latency_us") * 1e-6,
+            col("large_gbs") * 1e9,
+        )
+    )
+
+
 def collective_error(frame: pd.DataFrame, fitted: pd.DataFrame, min_bytes: float = MIN_BYTES) -> pd.DataFrame:
     """Each measured point ≥ ``min_bytes`` with its fitted time and relative error (``fit_s``, ``error``)."""
     at = frame[frame.message_bytes >= min_bytes].merge(fitted, on=list(GROUP))
-    x, bandwidth, latency = (at[c].to_numpy(float) for c in ("message_bytes", "bandwidth_gbs", "latency_us"))
-    fit = np.asarray(pipelined_collective_s(x, bandwidth * 1e9, latency * 1e-6))
+    fit = fitted_seconds(at, at.message_bytes.to_numpy(float))
     return at.assign(fit_s=fit, error=fit / at.latency_s - 1.0)
+
+
+def _version(v: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in str(v).split("."))
+
+
+def link_catalog(fitted: pd.DataFrame) -> dict:
+    """{GPU: {n: the bf16 all-reduce's protocol lines at NCCL's newest measured version, catalog units}, with
+    ``nccl``}: what configs/gpus.yaml's ``allreduce`` blocks hold (tests/test_collectives.py checks them)."""
+    ar = fitted[(fitted.op == "all_reduce") & (fitted.dtype == "half") & fitted.n_gpu.isin(LINK_DEGREES)]
+    out = {}
+    for gpu, g in ar.groupby("gpu", sort=True):
+        newest = max(g.nccl_version, key=_version)
+        at = g[g.nccl_version == newest]
+        block = {"nccl": str(newest)}
+        for _, r in at.sort_values("n_gpu").iterrows():
+            block[int(r.n_gpu)] = {
+                "small_us": round(float(r.small_latency_us), 2),
+                "small_gbs": round(float(r.small_gbs), 1),
+                "switch_mib": round(float(r.switch_mib), 4),
+                "large_us": round(float(r.large_latency_us), 2),
+                "large_gbs": round(float(r.large_gbs), 1),
+            }
+        out[str(gpu)] = block
+    return out
 
 
 def collectives_markdown(fitted: pd.DataFrame) -> str:
     """The fitted table as Markdown (docs/collectives.md shows it; the tests check it against a fresh fit)."""
     lines = [
-        "| GPU | NCCL | collective | n | dtype | B GB/s | bus GB/s | L µs | max error ≥ 1 MiB | points |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| GPU | NCCL | collective | n | dtype | small τ µs | small B GB/s | switch MiB | large τ µs | large B GB/s "
+        "| large bus GB/s | max error ≥ 8 KiB | points |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in fitted.iterrows():
         lines.append(
-            f"| {r.gpu} | {r.nccl_version} | {r.op} | {r.n_gpu} | {r['dtype']} | {r.bandwidth_gbs:.0f} "
-            f"| {r.bus_gbs:.0f} | {r.latency_us:.1f} | {100 * r.max_error:.1f} % | {r.points} |"
+            f"| {r.gpu} | {r.nccl_version} | {r.op} | {r.n_gpu} | {r['dtype']} | {r.small_latency_us:.1f} "
+            f"| {r.small_gbs:.0f} | {r.switch_mib:g} | {r.large_latency_us:.1f} | {r.large_gbs:.0f} "
+            f"| {r.large_bus_gbs:.0f} | {100 * r.max_error:.1f} % | {r.points} |"
         )
     return "\n".join(lines)

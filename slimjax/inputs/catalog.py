@@ -18,6 +18,7 @@ import yaml
 
 from .. import constants
 from ..errors import SlimjaxError, suggest
+from ..model.parallel import MEASURED_LINK_DEGREES, allreduce_field
 from .checks import checked_number, positive_number
 
 PRICE_DATE = constants.PRICE_DATE
@@ -663,8 +664,65 @@ for _row in (
     GPUField("network_latency_us", "network_latency_s", 1e-6, _network_latency, "latency τ_net per transfer, µs"),
 ):
     register_gpu_field(_row)
-# keys of an entry that are not specs of their own (link_gbs: a mesh's link figure, read as interconnect_gbs' field)
-_GPU_META = ("name", "aliases", "vendor", "source", "link_source", "link_gbs", "network_source")
+
+# NCCL's measured all-reduce per group size (docs/collectives.md): an entry's ``allreduce`` block, {n: {key: value}}
+# with these keys (catalog units), read into GPUSpec's allreduce_n{n}_* fields (0: not measured, §4c's line serves)
+ALLREDUCE_KEYS = {
+    "small_us": ("small_latency_s", 1e-6, "small-message protocol latency τ_s, µs"),
+    "small_gbs": ("small_bytes_per_s", 1e9, "small-message protocol algorithm bandwidth B_s, GB/s"),
+    "switch_mib": ("switch_bytes", 2.0**20, "message size S from which NCCL runs the large protocol, MiB"),
+    "large_us": ("large_latency_s", 1e-6, "large-message protocol latency τ_l, µs"),
+    "large_gbs": ("large_bytes_per_s", 1e9, "large-message protocol algorithm bandwidth B_l, GB/s"),
+}
+
+
+def _allreduce_block(row: Mapping, n: int, field: str) -> Mapping:
+    block = row.get("allreduce") or {}
+    if not isinstance(block, Mapping):
+        raise SlimjaxError(f"{field}.allreduce", f"must be a mapping of GPU counts to protocol lines, got {block!r}")
+    extra = [k for k in block if k not in ("nccl", "source") and str(k) not in map(str, MEASURED_LINK_DEGREES)]
+    if extra:
+        raise SlimjaxError(
+            f"{field}.allreduce.{extra[0]}",
+            f"GPU counts measured may be {', '.join(map(str, MEASURED_LINK_DEGREES))} (besides nccl, source)",
+        )
+    at = block.get(n, block.get(str(n)))
+    if at is None:
+        return {}
+    missing = [k for k in ALLREDUCE_KEYS if k not in at]
+    unknown = [k for k in at if k not in ALLREDUCE_KEYS]
+    if missing or unknown:
+        bad = (missing or unknown)[0]
+        raise SlimjaxError(
+            f"{field}.allreduce.{n}.{bad}",
+            f"{'missing' if missing else 'unknown key'}; a measured all-reduce gives {', '.join(ALLREDUCE_KEYS)}",
+        )
+    return at
+
+
+def _allreduce_reader(n: int, key: str) -> Callable[[Mapping, str, str], float]:
+    def read(row: Mapping, _key: str, field: str) -> float:
+        at = _allreduce_block(row, n, field)
+        return positive_number(at[key], f"{field}.allreduce.{n}.{key}") if at else 0.0
+
+    return read
+
+
+for _row in (
+    GPUField(
+        f"allreduce.{n}.{key}",
+        allreduce_field(n, part),
+        scale,
+        _allreduce_reader(n, key),
+        f"measured all-reduce on {n} GPUs: {words}",
+    )
+    for n in MEASURED_LINK_DEGREES
+    for key, (part, scale, words) in ALLREDUCE_KEYS.items()
+):
+    register_gpu_field(_row)
+# keys of an entry that are not specs of their own (link_gbs: a mesh's link figure, read as interconnect_gbs' field;
+# allreduce: the nested block the allreduce.* rows read)
+_GPU_META = ("name", "aliases", "vendor", "source", "link_source", "link_gbs", "network_source", "allreduce")
 
 
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:

@@ -26,6 +26,7 @@ from ..model.calculator import (
     smallest_fitting_pp,
     smallest_fitting_tp,
 )
+from ..model.parallel import MEASURED_LINK_DEGREES, PROTOCOL_PARTS, allreduce_field
 from ..model.pipeline import PP_DEGREES
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .catalog import config_yaml, dtype_bytes, gpu_catalog, require_network, resolve_model
@@ -373,18 +374,32 @@ def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
     """GPU rows (label, fields) with the fitted link constants where every model serves that GPU under the
     ``calibrated`` preset and the file's inline GPU entry (``entries`` as the file gave them) does not set them;
     ``table`` (serving_block's) records per (model, GPU) which link constants were used. A catalog entry's τ is
-    the nominal figure the plain roofline uses, so the fit replaces it (a user's own measured τ goes inline)."""
+    the nominal figure the plain roofline uses, so the fit replaces it (a user's own measured τ goes inline). Where
+    the GPU's ``allreduce`` block has NCCL's measured all-reduce at every group size the models use, that times the
+    link under the ``calibrated`` preset (docs/collectives.md) and no fitted η_link or τ is applied; under any other
+    preset the measurement is dropped (the plain roofline is the datasheet's: §4c's nominal line)."""
     out = []
     for (g, row), given in zip(gpus, entries, strict=True):
         raw = given if isinstance(given, Mapping) else {}
         presets = {str(table[m][g]["efficiency"]).split(" ", 1)[0] for m in table}
         fitted = calibrated_link(g) if presets == {"calibrated"} else {}
         fitted = {f: v for f, v in fitted.items() if LINK_KEYS[f] not in raw}
-        link = (
-            "fitted: " + ", ".join(f"{f} {v:.4g}" for f, v in fitted.items())
-            if fitted
-            else "catalog: " + ", ".join(f"{f} {row[f]:.4g}" for f in LINK_KEYS)
-        )
+        sizes = [n for m in table for n in table[m][g].get("tp", [table[m][g].get("n_gpu", 1)])]  # a study's tp axis
+        groups = sorted({int(n) for n in sizes if n > 1})  # (NaN: no group runs)
+        if presets != {"calibrated"}:  # the plain roofline is the datasheet's: §4c's nominal line, no measurement
+            row = {**row, **{allreduce_field(n, p): 0.0 for n in MEASURED_LINK_DEGREES for p in PROTOCOL_PARTS}}
+        measured = [n for n in groups if row.get(allreduce_field(n, "small_bytes_per_s"), 0.0) > 0]
+        if groups and measured == groups:  # NCCL's measured all-reduce times every group: η_link and τ time none
+            fitted = {}
+            link = f"measured: NCCL all-reduce at {', '.join(map(str, groups))} GPUs (configs/gpus.yaml allreduce)"
+        else:
+            link = (
+                "fitted: " + ", ".join(f"{f} {v:.4g}" for f, v in fitted.items())
+                if fitted
+                else "catalog: " + ", ".join(f"{f} {row[f]:.4g}" for f in LINK_KEYS)
+            )
+            if measured:
+                link += f"; NCCL's measured all-reduce at {', '.join(map(str, measured))} GPUs"
         for m in table:
             table[m][g]["link"] = link
             if fitted:  # said wherever the preset's label is shown (cards, attrs)

@@ -22,6 +22,7 @@ from .calculator import kv_capacity, roofline_terms
 from .experts import weights_read_bytes
 from .memory import kv_read_bytes, model_kv_bytes_per_layer_token, seq_footprint_bytes
 from .pipeline import stage_fraction
+from .roofline import comm_s
 
 
 def step_work(
@@ -51,7 +52,7 @@ def step_time(
     ops, read = step_work(
         n_tokens, decode_context_sum, decode_kv_bytes, chunk_attention_tokens, chunk_kv_bytes, roof, a_pre, a_dec
     )
-    comm = roof.comm_fixed_s + roof.comm_per_token_s * n_tokens
+    comm = comm_s(roof, n_tokens)
     return jnp.maximum(ops / roof.flops, read / roof.bandwidth) + roof.launch_overhead_s + step_overhead_s + comm
 
 

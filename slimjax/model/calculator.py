@@ -137,16 +137,11 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
     )
     if at_peak:  # (arrays shaped like the group's, so the terms vmap like any spec)
         zero = 0.0 * serving.n_gpu
-        e_f, e_b, launch, comm_fixed, comm_per_token = 1.0 + zero, 1.0 + zero, zero, zero, zero
+        e_f, e_b, launch = 1.0 + zero, 1.0 + zero, zero
+        comm = (zero, zero, jnp.inf + zero, zero, zero)
     else:
         e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
-        comm_fixed, comm_per_token = parallel.tp_comm_terms(
-            model.n_layers,
-            model.hidden,
-            serving.n_gpu,
-            parallel.link_bandwidth(serving.n_gpu, gpu.link_bytes_per_s, gpu.link_mesh, gpu.link_efficiency),
-            gpu.allreduce_latency_s,
-        )
+        comm = parallel.tp_comm_segments(model.n_layers, model.hidden, serving.n_gpu, gpu)
     roof = roofline.Roof(
         active_params=experts.active_params(
             model.n_params, model.n_moe_layers, model.n_experts, model.experts_per_token, p_e
@@ -161,8 +156,11 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         flops=serving.n_gpu * tensor_core_peak(gpu, serving.bytes_per_weight) * e_f,
         bandwidth=serving.n_gpu * gpu.bandwidth_bytes_per_s * e_b,
         launch_overhead_s=launch,
-        comm_fixed_s=comm_fixed,
-        comm_per_token_s=comm_per_token,
+        comm_fixed_s=comm[0],
+        comm_per_token_s=comm[1],
+        comm_switch_tokens=comm[2],
+        comm_large_fixed_s=comm[3],
+        comm_large_per_token_s=comm[4],
     )
     if not at_peak:  # n_pp stages: one engine's pass goes through every stage and the p2p hops between them (§10)
         roof = pipeline.pipeline_roof(

@@ -1,16 +1,15 @@
 """Measured collectives (slimjax's extension of MODEL.md §4c, docs/collectives.md): the time of one NCCL collective
-of x bytes on n GPUs as a pipelined transfer.
+of x bytes on n GPUs as NCCL's own cost model runs it.
 
-A collective that moves x bytes through S pipeline stages in chunks of c bytes, each stage costing a latency α plus
-c/B, takes (x/c + S)·(α + c/B); the chunk that minimises it (c* = √(x·α·B/S), which NCCL's channel and chunk tuning
-approaches) gives
+NCCL times each (algorithm, protocol) pair as a latency plus the message over a bandwidth and runs the one it predicts
+fastest (its tuner): the low-latency protocols (LL, LL128) for small messages, Simple for large ones, switching at a
+size threshold. Measured times follow two such lines with a step at the switch S:
 
-    t(x) = (√(x/B) + √L)²,        L = S·α
+    t(x) = τ_s + x/B_s   (x < S),        t(x) = τ_l + x/B_l   (x ≥ S)
 
-seconds (x bytes, B the collective's algorithm bandwidth x/t as x → ∞ in bytes/s, L the pipeline latency in s).
-It is latency-bound (t → L) for small x and bandwidth-bound (t → x/B) for large x, with the √x term between them
-that a constant-bandwidth line τ + x/B cannot follow. Bus bandwidth, NCCL's figure comparable across n, is
-``bus_factor``·B: 2(n − 1)/n for an all-reduce, (n − 1)/n for an all-gather, a reduce-scatter or an all-to-all.
+seconds (x bytes; τ the protocol's latency in s, B its algorithm bandwidth x/t in bytes/s). §4c's line
+τ + 2(n − 1)/n·x/(η_link·BW_link) is the one-protocol case. Bus bandwidth, NCCL's figure comparable across n, is
+``BUS_FACTOR``·B: 2(n − 1)/n for an all-reduce, (n − 1)/n for an all-gather, a reduce-scatter or an all-to-all.
 Pure functions of broadcastable arrays.
 """
 
@@ -28,6 +27,11 @@ BUS_FACTOR = {
 }
 
 
-def pipelined_collective_s(message_bytes, bandwidth_bytes_per_s, pipeline_latency_s):
-    """t(x) = (√(x/B) + √L)², seconds, of a collective of ``message_bytes`` (docstring of this module)."""
-    return (jnp.sqrt(message_bytes / bandwidth_bytes_per_s) + jnp.sqrt(pipeline_latency_s)) ** 2
+def protocol_collective_s(
+    message_bytes, small_latency_s, small_bytes_per_s, switch_bytes, large_latency_s, large_bytes_per_s
+):
+    """t(x) of a collective of ``message_bytes`` on two protocol lines switching at ``switch_bytes`` (module
+    docstring), seconds."""
+    small = small_latency_s + message_bytes / small_bytes_per_s
+    large = large_latency_s + message_bytes / large_bytes_per_s
+    return jnp.where(message_bytes < switch_bytes, small, large)

@@ -7,6 +7,11 @@ BW_link(n) from the link topology: the per-GPU figure on a switch or PCIe, (n �
 one link to each peer, the n − 1 of a group used by parallel rings), and η_link the achieved fraction. NCCL's
 ring all-reduce moves 2·(n − 1)/n of the buffer per GPU over its link (its "bus bandwidth" relation
 busbw = algbw·2(n − 1)/n). Not overlapped with compute (conservative). Seconds, bytes, bytes/s.
+
+Where the GPU carries NCCL's measured all-reduce at the group's n (its ``allreduce_n{n}_*`` fields, from
+the GPU catalog's ``allreduce`` block, docs/collectives.md), t_ar is that measurement's two protocol lines
+(:func:`slimjax.model.collectives.protocol_collective_s`) instead of the line above: a pass of n_tok tokens costs
+2·L·(τ_s + x/B_s) below the switch x < S and 2·L·(τ_l + x/B_l) from it, x = n_tok·D·b_a.
 """
 
 from __future__ import annotations
@@ -14,6 +19,26 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 ACTIVATION_BYTES = 2.0  # b_a, bf16 activations
+MEASURED_LINK_DEGREES = (2, 4, 8)  # the group sizes a GPU entry may give NCCL's measured all-reduce for
+# the measured all-reduce at one n: small protocol's latency and bandwidth, switch size, large protocol's
+PROTOCOL_PARTS = ("small_latency_s", "small_bytes_per_s", "switch_bytes", "large_latency_s", "large_bytes_per_s")
+
+
+def allreduce_field(n: int, part: str) -> str:
+    """The GPUSpec field holding ``part`` (:data:`PROTOCOL_PARTS`) of the measured all-reduce on n GPUs."""
+    return f"allreduce_n{n}_{part}"
+
+
+def measured_allreduce(gpu, n_gpu) -> dict:
+    """{part: value} of ``gpu``'s measured all-reduce at ``n_gpu`` (:data:`PROTOCOL_PARTS`), shaped like their
+    broadcast; ``small_bytes_per_s`` 0 where the GPU has none at that n."""
+    out = {
+        p: jnp.zeros(jnp.broadcast_shapes(jnp.shape(n_gpu), jnp.shape(gpu.link_bytes_per_s))) for p in PROTOCOL_PARTS
+    }
+    for n in MEASURED_LINK_DEGREES:
+        for p in PROTOCOL_PARTS:
+            out[p] = jnp.where(n_gpu == n, getattr(gpu, allreduce_field(n, p)), out[p])
+    return out
 
 
 def link_bandwidth(n_gpu, link_bytes_per_s, link_mesh, link_efficiency):
@@ -44,3 +69,33 @@ def tp_comm_terms(n_layers, hidden, n_gpu, link_bytes_per_s, latency_s):
         on, 2.0 * n_layers * 2.0 * (safe_n - 1.0) / safe_n * hidden * ACTIVATION_BYTES / safe_link, 0.0
     )
     return fixed, per_token
+
+
+def tp_comm_segments(n_layers, hidden, n_gpu, gpu) -> tuple:
+    """(fixed, per_token, switch_tokens, large_fixed, large_per_token) seconds: 2·L·t_ar(n_tok·D·b_a) =
+    fixed + per_token·n_tok below ``switch_tokens`` and large_fixed + large_per_token·n_tok from it, with the
+    GPU's measured all-reduce at n_gpu where it has one, else §4c's line at η_link·BW_link(n) and τ (then
+    switch_tokens = ∞ and the large line is 0)."""
+    line = tp_comm_terms(
+        n_layers,
+        hidden,
+        n_gpu,
+        link_bandwidth(n_gpu, gpu.link_bytes_per_s, gpu.link_mesh, gpu.link_efficiency),
+        gpu.allreduce_latency_s,
+    )
+    m = measured_allreduce(gpu, n_gpu)
+    has = m["small_bytes_per_s"] > 0
+    token_bytes = hidden * ACTIVATION_BYTES
+    passes = 2.0 * n_layers
+
+    def per_token(bw):
+        return passes * token_bytes / jnp.where(has, bw, 1.0)
+
+    zero = 0.0 * line[0]
+    return (
+        jnp.where(has, passes * m["small_latency_s"], line[0]),
+        jnp.where(has, per_token(m["small_bytes_per_s"]), line[1]),
+        jnp.where(has, m["switch_bytes"] / token_bytes, jnp.inf + zero),
+        jnp.where(has, passes * m["large_latency_s"], zero),
+        jnp.where(has, per_token(m["large_bytes_per_s"]), zero),
+    )

@@ -81,6 +81,8 @@ def pipeline_roof(roof, n_layers, hidden, pipeline_stages, network_bytes_per_s, 
         launch_overhead_s=pipeline_stages * roof.launch_overhead_s,
         comm_fixed_s=g * roof.comm_fixed_s + fixed,
         comm_per_token_s=g * roof.comm_per_token_s + per_token,
+        comm_large_fixed_s=g * roof.comm_large_fixed_s + fixed,
+        comm_large_per_token_s=g * roof.comm_large_per_token_s + per_token,
     )
 
 

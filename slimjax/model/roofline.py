@@ -35,6 +35,20 @@ class Roof(NamedTuple):
     launch_overhead_s: Any
     comm_fixed_s: Any = 0.0
     comm_per_token_s: Any = 0.0
+    # a measured link's second protocol (slimjax.model.parallel.tp_comm_segments): from this many tokens on
+    comm_switch_tokens: Any = float("inf")
+    comm_large_fixed_s: Any = 0.0
+    comm_large_per_token_s: Any = 0.0
+
+
+def comm_s(roof: Roof, tokens):
+    """2·L·t_ar(tokens·D·b_a) (+ a pipeline's hops) of one pass of ``tokens`` tokens, seconds: ``comm_fixed_s`` +
+    ``comm_per_token_s``·tokens, or the large protocol's line from ``comm_switch_tokens`` on (§4c, measured link)."""
+    return jnp.where(
+        tokens < roof.comm_switch_tokens,
+        roof.comm_fixed_s + roof.comm_per_token_s * tokens,
+        roof.comm_large_fixed_s + roof.comm_large_per_token_s * tokens,
+    )
 
 
 def _series(a, b, lo, hi):
@@ -104,7 +118,7 @@ def prefill_time(input_len, chunk_size, roof: Roof, attn):
     active_params, weights, flops, bandwidth = roof.active_params, roof.weights, roof.flops, roof.bandwidth
     routed_expert_bytes, n_experts, experts_per_token = roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
     kv_per_token_full, kv_per_token_sliding, window = roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window
-    launch_overhead_s, comm_fixed_s, comm_per_token_s = roof.launch_overhead_s, roof.comm_fixed_s, roof.comm_per_token_s
+    launch_overhead_s = roof.launch_overhead_s
     k_c, s = chunk_count(input_len, chunk_size)
     last = k_c - 1.0
     w_full = weights_read_bytes(s, weights, routed_expert_bytes, n_experts, experts_per_token)
@@ -119,7 +133,7 @@ def prefill_time(input_len, chunk_size, roof: Roof, attn):
     k_window = jnp.floor(window / s)  # chunks whose prefix fits the window: k·s ≤ W
     in_hi = jnp.minimum(last - 1.0, k_window)
     out_lo = jnp.clip(k_window + 1.0, 0.0, last)  # = last (an empty range) when W = inf
-    comm_full = comm_fixed_s + comm_per_token_s * s
+    comm_full = comm_s(roof, s)
     total = (
         sum_max_linear(a1, b1, a2, b2, 0.0, in_hi)
         + sum_max_linear(a1, b1, a3, b3, out_lo, last - 1.0)
@@ -135,7 +149,7 @@ def prefill_time(input_len, chunk_size, roof: Roof, attn):
     ops = 2.0 * active_params * n + attn * (n * p + n * n / 2.0)
     kv = kv_read_bytes(p, kv_per_token_full, kv_per_token_sliding, window)
     w_last = weights_read_bytes(n, weights, routed_expert_bytes, n_experts, experts_per_token)
-    t_last = jnp.maximum(ops / flops, (w_last + kv) / bandwidth) + (comm_fixed_s + comm_per_token_s * n)
+    t_last = jnp.maximum(ops / flops, (w_last + kv) / bandwidth) + comm_s(roof, n)
     t_pre = total + t_last + k_c * launch_overhead_s
     t_chunk_max = jnp.maximum(longest, t_last) + launch_overhead_s
     return t_pre, t_chunk_max, k_c
@@ -151,7 +165,7 @@ def decode_itl(batch, input_len, output_len, roof: Roof, attn):
     active_params, weights, flops, bandwidth = roof.active_params, roof.weights, roof.flops, roof.bandwidth
     routed_expert_bytes, n_experts, experts_per_token = roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
     kv_per_token_full, kv_per_token_sliding, window = roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window
-    launch_overhead_s, comm_fixed_s, comm_per_token_s = roof.launch_overhead_s, roof.comm_fixed_s, roof.comm_per_token_s
+    launch_overhead_s = roof.launch_overhead_s
     steps = output_len - 1.0
     w_step = weights_read_bytes(batch, weights, routed_expert_bytes, n_experts, experts_per_token)
     a1 = batch * (2.0 * active_params + attn * input_len) / flops
@@ -166,7 +180,7 @@ def decode_itl(batch, input_len, output_len, roof: Roof, attn):
     total = sum_max_linear(a1, b1, a2, b2, 1.0, jnp.minimum(steps, j_window)) + sum_max_linear(
         a1, b1, a3, b3, jnp.clip(j_window + 1.0, 1.0, jnp.maximum(steps + 1.0, 1.0)), steps
     )
-    comm = comm_fixed_s + comm_per_token_s * batch
+    comm = comm_s(roof, batch)
     return jnp.where(steps > 0, total / jnp.where(steps > 0, steps, 1.0) + launch_overhead_s + comm, jnp.nan)
 
 
