@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import numpy as np
 from reference import (
     allreduce_seconds,
     footprint,
@@ -450,3 +451,9 @@ def simulate_disaggregated(tp_: dict, td: dict, arrivals, inputs, outputs, R_p, 
             for k, i in enumerate(mine):
                 e2e[i] = got["end"][k] - arrivals[i]
     return dict(ttft=ttft, e2e=e2e, first=first)
+
+
+def study_gpu(sim, j: int = 0) -> dict:
+    """GPU ``j`` of a parsed simulation study as the study resolved it (catalog fields, the calibrated link where its
+    preset takes it; the plain roofline without the measured all-reduce), base units: the reference's GPU input."""
+    return {k: float(np.asarray(v).reshape(-1)[j]) for k, v in sim.gpu.fields().items()}

@@ -42,7 +42,7 @@ def _spec(model, gpu, batch, *, tp=1, pp=1, replicas=1, **serving):
 
 def _terms(sim, pp):
     arch = catalog.resolve_model(sim.models[0])[1]
-    gpu = catalog.resolve_gpu(sim.gpus[0])[1]
+    gpu = sref.study_gpu(sim)
     sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
     return sref.stage_terms(arch, gpu, sv, pp), arch
 

@@ -41,7 +41,7 @@ def _spec(model, gpu, batch, *, tp=1, replicas=1, router="round_robin", stream=N
 
 def _reference(sim, batch, replicas, router, clients=None):
     arch = catalog.resolve_model(sim.models[0])[1]
-    gpu = catalog.resolve_gpu(sim.gpus[0])[1]
+    gpu = sref.study_gpu(sim)
     sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
     terms = sref.replica_terms(arch, gpu, sv)
     st = sim.stream
@@ -181,7 +181,7 @@ def test_lone_request_is_section_4(kv_policy):
         spec = _spec(model, gpu, 4, tp=tp, stream=stream, chunk_size=1024, step_tokens=4096, kv_policy=kv_policy)
         sim = simulate.parse(spec)
         ds = simulate.run(sim).squeeze()
-        arch, g = catalog.resolve_model(model)[1], catalog.resolve_gpu(gpu)[1]
+        arch, g = catalog.resolve_model(model)[1], sref.study_gpu(sim)
         sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
         point, _, _ = ref.capacity_point(arch, g, sv, 1, 3000, 200)
         np.testing.assert_allclose(float(ds.ttft_s), point["prefill_s"], rtol=1e-12)
@@ -198,7 +198,7 @@ def test_saturated_closed_loop_reaches_steady_decode_throughput():
     stream = {"closed_loop": {"clients": [C], "input_len": I, "output_len": O, "requests_per_client": 6}}
     sim = simulate.parse(_spec("Llama-3.1-8B", "H100-SXM", C, stream=stream))
     ds = simulate.run(sim).squeeze()
-    arch, g = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
+    arch, g = catalog.resolve_model("Llama-3.1-8B")[1], sref.study_gpu(sim)
     sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
     point, _, _ = ref.capacity_point(arch, g, sv, C, I, O)
     steady = C * O / (point["prefill_s"] + (O - 1) * point["itl_s"])  # each client: its prefill, then O − 1 steps
@@ -213,7 +213,7 @@ def test_low_load_poisson_ttft_is_the_prefill():
     stream = {"poisson": 0.05, "input_len": 1500, "output_len": 20, "requests": 12, "seed": 3}
     sim = simulate.parse(_spec("Llama-3.1-8B", "H100-SXM", 8, stream=stream))
     ds = simulate.run(sim).squeeze()
-    arch, g = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
+    arch, g = catalog.resolve_model("Llama-3.1-8B")[1], sref.study_gpu(sim)
     sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
     point, _, _ = ref.capacity_point(arch, g, sv, 1, 1500, 20)
     np.testing.assert_allclose(float(ds.ttft_p50_s), point["prefill_s"], rtol=1e-9)
