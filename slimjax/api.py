@@ -552,7 +552,7 @@ def validate(
     methods: Sequence[str] | None = None,
     scenarios: Sequence[str] | None = None,
     exclude: Sequence[str] = (),
-    requests_per_client: int = 4,
+    requests_per_client: int | None = None,
     said=None,
 ) -> Validation:
     """The SLIM paper's generalization study on measured ``traces`` (default: LLM-Inference-Bench and its TTFT

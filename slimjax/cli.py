@@ -580,7 +580,12 @@ def calibrate(traces, fmt, group_by, solver, variant, loss, bootstrap, intervals
     help="Score the §9 serving simulation (closed loop at each row's concurrency) against measured TTFT and "
     "TPOT instead (default traces: the shared serving runs).",
 )
-@click.option("--requests-per-client", default=4, show_default=True, type=int, help="With --serving.")
+@click.option(
+    "--requests-per-client",
+    default=None,
+    type=int,
+    help="With --serving: requests per client for every row (default: each row's harness, configs/harnesses.yaml).",
+)
 @_reports_errors()
 def validate(traces, fmt, methods, scenarios, exclude, out, serving, requests_per_client) -> None:
     """The SLIM paper's generalization study on measured TRACES (default: llm_inference_bench.csv and

@@ -109,3 +109,13 @@ def test_docs_show_the_engine_table():
     begin, end = "<!-- engines:begin", "<!-- engines:end -->"
     table = text.split(begin)[1].split("\n", 1)[1].split(end)[0].strip()
     assert table == engine_table_markdown()
+
+
+def test_docs_show_the_harness_table():
+    """docs/engines.md's harness table is configs/harnesses.yaml's (generated; cannot go stale)."""
+    from slimjax.inputs.harnesses import harness_table_markdown
+
+    text = DOCS.read_text()
+    begin, end = "<!-- harnesses:begin", "<!-- harnesses:end -->"
+    table = text.split(begin)[1].split("\n", 1)[1].split(end)[0].strip()
+    assert table == harness_table_markdown()

@@ -30,6 +30,8 @@ from ..engine import sim as engine
 from ..errors import SlimjaxError
 from ..inputs.catalog import resolve_gpu
 from ..inputs.engines import resolve_engine
+from ..inputs.harnesses import DEFAULT as DEFAULT_HARNESS
+from ..inputs.harnesses import harnesses, request_lengths
 from ..inputs.physics import row_specs
 from ..inputs.serving import SERVING, default_serving
 from ..model import batching as floor
@@ -93,11 +95,34 @@ def row_profiles(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, index=rows.index)
 
 
-def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None) -> dict:
+def row_harnesses(rows: pd.DataFrame, requests_per_client: int | None = None) -> pd.DataFrame:
+    """Per row, how its client ran (its ``harness`` column, configs/harnesses.yaml; the default where it has none):
+    ``requests_per_client`` (``requests_per_client``, where given, for every row), ``range_ratio`` and
+    ``score_all``."""
+    table = harnesses()
+    keys = rows["harness"].fillna(DEFAULT_HARNESS).astype(str) if "harness" in rows else None
+    unknown = sorted(set(keys) - set(table)) if keys is not None else []
+    if unknown:
+        raise SlimjaxError("traces.harness", f"{unknown[0]!r} is not a harness; add it to configs/harnesses.yaml")
+    chosen = [table[k] for k in keys] if keys is not None else [table[DEFAULT_HARNESS]] * len(rows)
+    return pd.DataFrame(
+        dict(
+            requests_per_client=[
+                h.requests_per_client if requests_per_client is None else requests_per_client for h in chosen
+            ],
+            range_ratio=[h.range_ratio for h in chosen],
+            score_all=[h.score_all for h in chosen],
+        ),
+        index=rows.index,
+    )
+
+
+def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_per_client: int | None = None) -> dict:
     """Per-row specs, serving settings and workload of the forward model (host arrays): the model and GPU specs
-    (:func:`slimjax.inputs.physics.row_specs`), the row's engine profile (:func:`row_profiles`). An offline
-    row's batch is prefilled in one pass (its B prompts together, as offline batched generation runs them); a
-    closed-loop row's steps hold its engine's budget (``step_tokens``, where given, for every row)."""
+    (:func:`slimjax.inputs.physics.row_specs`), the row's engine profile (:func:`row_profiles`) and harness
+    (:func:`row_harnesses`). An offline row's batch is prefilled in one pass (its B prompts together, as offline
+    batched generation runs them); a closed-loop row's steps hold its engine's budget (``step_tokens``, where given,
+    for every row)."""
     m, g = row_specs(rows)
     batch = rows["batch"].to_numpy(float)
     I = rows["input_len"].to_numpy(float)
@@ -118,6 +143,7 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None) -> dict:
         step_tokens=np.where(offline, batch * I, budget),
         kv_replication=np.asarray(replicated_kv(n, np.asarray(m.n_kv_heads))),  # `auto`, as the studies run
         **settings,
+        **{k: v.to_numpy() for k, v in row_harnesses(rows, requests_per_client).items()},
     )
 
 
@@ -125,7 +151,9 @@ def _offline(rows: pd.DataFrame) -> np.ndarray:
     return rows["offline"].to_numpy(bool) if "offline" in rows else np.zeros(len(rows), bool)
 
 
-@functools.partial(jax.jit, static_argnames=("clients", "per_client", "free", "offline", "waiting", "parts"))
+@functools.partial(
+    jax.jit, static_argnames=("clients", "per_client", "free", "offline", "waiting", "parts", "score_all")
+)
 def _bucket(
     z,
     x,
@@ -136,11 +164,13 @@ def _bucket(
     offline: bool = False,
     waiting: int = 0,
     parts: tuple[bool, ...] = (False, False),
+    score_all: bool = False,
 ):
     """(mean TTFT, mean TPOT, E2E) per lane and their Jacobian in the free z's: ``z`` (lanes, 6) unconstrained
-    constants, ``x`` the lanes' specs and lengths. A closed loop of C clients × ``per_client`` requests on a replica
-    admitting C − ``waiting`` of them at once is scored after its first C completions (E2E: their mean); an offline
-    batch is its C requests at time 0, all scored (E2E: the batch's, its last completion)."""
+    constants, ``x`` the lanes' specs and their requests' lengths (``input_lens``, ``output_lens``: lanes × n). A
+    closed loop of C clients × ``per_client`` requests on a replica admitting C − ``waiting`` of them at once is
+    scored after its first C completions (``score_all``: over every request; E2E: their mean); an offline batch is
+    its C requests at time 0, all scored (E2E: the batch's, its last completion)."""
     n = clients if offline else clients * per_client
     lanes = z.shape[0]
     slots = int(2 ** np.ceil(np.log2(max(clients, 1))))
@@ -153,8 +183,7 @@ def _bucket(
         given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication")}
         serving = default_serving(x["model"], n_gpu=x["n_gpu"], **given, **named)
         terms = engine.with_parts(floor.replica_terms(x["model"], gpu, serving), parts)  # the rows' engine
-        I = jnp.broadcast_to(x["input_len"][:, None], (lanes, n))
-        O = jnp.broadcast_to(x["output_len"][:, None], (lanes, n))
+        I, O = x["input_lens"], x["output_lens"]
         footprint = floor.request_footprint_bytes(
             jax.tree_util.tree_map(lambda a: a[:, None], x["model"]),
             jax.tree_util.tree_map(lambda a: a[:, None], serving),
@@ -166,7 +195,7 @@ def _bucket(
         rec = engine.run_lanes(
             params, stream, replicas=1, slots=slots, clients=clients, closed=not offline, shared_stream=False
         )
-        scored = slice(0, None) if offline else slice(clients, None)
+        scored = slice(0, None) if offline or score_all else slice(clients, None)
         ttft = (rec["first_token_s"] - rec["arrival_s"])[:, scored]
         tpot = ((rec["end_s"] - rec["first_token_s"]) / jnp.maximum(O - 1.0, 1.0))[:, scored]
         end = (rec["end_s"] - rec["arrival_s"])[:, scored]
@@ -180,33 +209,44 @@ def _bucket(
 
 
 def _buckets(rows: pd.DataFrame, inputs: dict) -> dict[tuple, np.ndarray]:
-    """Row indices per (concurrency, offline, optional lane parts): one compiled loop each."""
+    """Row indices per (concurrency, offline, optional lane parts, requests per client, scored over all): one
+    compiled loop each."""
     batch, offline = rows["batch"].to_numpy(int), _offline(rows)
     parts = engine.lane_parts(
         {"pool": batch, "kv_policy": inputs["kv_policy"], "prefill_first": inputs["prefill_first"]}
     )
-    keys = [(int(c), bool(o), tuple(bool(v) for v in p)) for c, o, p in zip(batch, offline, parts, strict=True)]
+    keys = [
+        (int(c), bool(o), tuple(bool(v) for v in p), int(k), bool(a))
+        for c, o, p, k, a in zip(batch, offline, parts, inputs["requests_per_client"], inputs["score_all"], strict=True)
+    ]
     return {k: np.flatnonzero([key == k for key in keys]) for k in sorted(set(keys))}
 
 
-def _simulate(z_rows, inputs, buckets, per_client, free, waiting=0):
+def _simulate(z_rows, inputs, buckets, free, waiting=0):
     """(values (rows, 3), J (rows, 3, free)) over every bucket. A bucket's lanes are padded to a power of two
-    (its last row repeated), so fits on other subsets of the same rows reuse the compiled loops."""
+    (its last row repeated), so fits on other subsets of the same rows reuse the compiled loops; its requests'
+    lengths are drawn as each row's harness draws them (:func:`slimjax.inputs.harnesses.request_lengths`)."""
     rows = z_rows.shape[0]
     values = np.full((rows, len(MEASURED)), np.nan)
     J = np.full((rows, len(MEASURED), len(free)), np.nan)
-    for (c, offline, parts), idx in buckets.items():
+    lanewise = [k for k in inputs if k not in ("requests_per_client", "range_ratio", "score_all")]
+    for (c, offline, parts, per_client, score_all), idx in buckets.items():
         padded = np.concatenate([idx, np.full(int(_pow2(len(idx))) - len(idx), idx[-1])])
-        x = jax.tree_util.tree_map(lambda a, p=padded: jnp.asarray(np.asarray(a)[p]), inputs)
+        x = {k: jax.tree_util.tree_map(lambda a, p=padded: jnp.asarray(np.asarray(a)[p]), inputs[k]) for k in lanewise}
+        n = c if offline else c * per_client
+        ratio = np.where(offline, 1.0, inputs["range_ratio"][padded])  # an offline batch: its B requests of (I, O)
+        x["input_lens"] = jnp.asarray(request_lengths(inputs["input_len"][padded], n, ratio))
+        x["output_lens"] = jnp.asarray(request_lengths(inputs["output_len"][padded], n, ratio))
         v, j = _bucket(
             jnp.asarray(z_rows[padded]),
             x,
             clients=int(c),
-            per_client=per_client,
+            per_client=int(per_client),
             free=free,
             offline=offline,
             waiting=0 if offline else min(int(waiting), int(c) - 1),
             parts=parts,
+            score_all=bool(score_all) and not offline,
         )
         values[idx], J[idx] = np.asarray(v)[: len(idx)], np.asarray(j)[: len(idx)]
     return values, J
@@ -244,7 +284,7 @@ def calibrate_serving(
     *,
     free=DEFAULT_FREE,
     start: dict | None = None,
-    requests_per_client: int = 4,
+    requests_per_client: int | None = None,
     iterations: int = 20,
     step_tokens: int | None = None,
     waiting_clients: int = 0,
@@ -283,14 +323,13 @@ def calibrate_serving(
         label = key[0] if isinstance(key, tuple) and len(key) == 1 else key
         if start_by_group is not None and label in start_by_group.index:
             z[g] = _unconstrained({**start, **start_by_group.loc[label].astype(float).to_dict()})
-    inputs = lane_inputs(rows, step_tokens)
+    inputs = lane_inputs(rows, step_tokens, requests_per_client)
     buckets = _buckets(rows, inputs)
     meas = rows[list(MEASURED)].to_numpy(float)
     scored = np.isfinite(meas)
-    k = requests_per_client
 
     def residuals(z_groups):
-        v, J = _simulate(z_groups[group_of], inputs, buckets, k, free_idx, waiting_clients)
+        v, J = _simulate(z_groups[group_of], inputs, buckets, free_idx, waiting_clients)
         r = np.where(scored, v / np.where(scored, meas, 1.0) - 1.0, 0.0)
         return r, np.where(scored[:, :, None], J / np.where(scored, meas, 1.0)[:, :, None], 0.0)
 
@@ -381,7 +420,7 @@ def predict_serving(
     rows: pd.DataFrame,
     constants: pd.DataFrame | dict,
     *,
-    requests_per_client: int = 4,
+    requests_per_client: int | None = None,
     step_tokens: int | None = None,
     waiting_clients: int = 0,
 ) -> pd.DataFrame:
@@ -398,8 +437,8 @@ def predict_serving(
     bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
     t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))
     z = np.where(bounded, np.log(t) - np.log1p(-t), np.log(t))  # exact, a fraction of 1 included (to 1e-12)
-    inputs = lane_inputs(rows, step_tokens)
-    v, _ = _simulate(z, inputs, _buckets(rows, inputs), requests_per_client, (), waiting_clients)  # no tangent
+    inputs = lane_inputs(rows, step_tokens, requests_per_client)
+    v, _ = _simulate(z, inputs, _buckets(rows, inputs), (), waiting_clients)  # no tangent
     out = rows.copy()
     for k, (col, sim) in enumerate(zip(MEASURED, ("ttft_sim_s", "tpot_sim_s", "e2e_sim_s"), strict=True)):
         out[sim] = v[:, k]

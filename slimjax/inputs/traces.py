@@ -26,6 +26,8 @@ import yaml
 
 from ..errors import SlimjaxError
 from . import catalog
+from .harnesses import DEFAULT as DEFAULT_HARNESS
+from .harnesses import harness_of
 
 CANONICAL = (
     "model",
@@ -47,6 +49,7 @@ CANONICAL = (
     "max_concurrency",
     "offline",
     "layout",
+    "harness",
 )
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
@@ -258,6 +261,8 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
             itl_s=itl,
             kv_dtype_bytes=kv_bytes,
             layout=layout,
+            # how its client ran (configs/harnesses.yaml), recognised from its source
+            harness=df["silicon_data_source"].map(harness_of) if "silicon_data_source" in df else DEFAULT_HARNESS,
         )
     )
 

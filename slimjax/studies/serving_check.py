@@ -3,10 +3,10 @@ sending its next request when the last completes): TTFT and TPOT MAPE and bias p
 precision, concurrency band and output length.
 
 Each measured row (model, GPU, TP n, concurrency C, prompt I, output O, mean TTFT, mean TPOT/ITL, its engine)
-becomes a closed loop of C clients × ``requests_per_client`` requests of (I, O) on one replica of n GPUs with batch
-limit B = C, run by the serving fit's forward model (:func:`slimjax.fit.serving.predict_serving`) with the row's
-engine profile at the calibrated constants of its GPU; the simulated mean TTFT and mean TPOT, after the first C
-completions, are compared with the measured means.
+becomes a closed loop of C clients on one replica of n GPUs with batch limit B = C, run as the row's benchmark
+harness ran it (configs/harnesses.yaml: requests per client, request lengths, which requests are scored) by the
+serving fit's forward model (:func:`slimjax.fit.serving.predict_serving`) with the row's engine profile at the
+calibrated constants of its GPU; the simulated mean TTFT and mean TPOT are compared with the measured means.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def _precision(b) -> str:
     return "fp16/bf16" if not np.isfinite(b) or b == 2 else {1: "fp8/int8", 0.5: "fp4/int4"}.get(b, f"{b:g} B")
 
 
-def simulate_rows(rows: pd.DataFrame, requests_per_client: int = 4) -> pd.DataFrame:
+def simulate_rows(rows: pd.DataFrame, requests_per_client: int | None = None) -> pd.DataFrame:
     """``rows`` (a :func:`slimjax.load_traces` frame with ttft_s and itl_s) with sim_ttft_s, sim_tpot_s and their
     errors (sim/measured − 1) added; rows without both measured figures are left out. The forward model is the
-    serving fit's (:func:`slimjax.fit.serving.predict_serving`: a closed loop of C clients × ``requests_per_client``
-    at the row's concurrency, its engine's profile, scored after the first C completions) at the calibrated
+    serving fit's (:func:`slimjax.fit.serving.predict_serving`: a closed loop of C clients run as the row's harness
+    ran it, ``requests_per_client`` where given for every row, with its engine's profile) at the calibrated
     constants of the row's GPU (configs/roofline/default.yaml), so validation and calibration cannot drift apart.
     A row whose configuration cannot run keeps NaN and says why in ``not_run``."""
     need = rows.dropna(subset=["ttft_s", "itl_s"]).copy()
