@@ -322,6 +322,8 @@ def report(parts: Path, t: pd.DataFrame) -> None:
             "clients "
             f"× {PER_CLIENT} requests for serving rows, offline batches prefilled in one pass), Levenberg–Marquardt "
             "with forward-mode Jacobians through the jitted loop; e_F, e_B, η_link in (0, 1), t_l, τ > 0; "
+            "the tensor-parallel all-reduce of GPUs with NCCL's measured one at the group's size is that measurement "
+            "(configs/gpus.yaml allreduce; η_link and τ then time nothing, unidentified); "
             "bench/fit_default_roofline.py",
             "data": [f"../shared/data/measured/{f}" for f in (SERVING_FILE, SPLITWISE_FILE, LIB_FILE)],
             "fitted": datetime.date.today().isoformat(),
@@ -344,6 +346,9 @@ def report(parts: Path, t: pd.DataFrame) -> None:
         "default": entry(shipped["default"], "default"),
         "gpus": {g: entry(c, g) for g, c in sorted(shipped["gpus"].items())},
     }
+    kept = yaml.safe_load((REPO / "configs" / "roofline" / "default.yaml").read_text())
+    if "request_overhead_s" in kept:  # fitted apart, on the serving check's rows (bench/fit_request_overhead.py)
+        doc["request_overhead_s"] = kept["request_overhead_s"]
     with open(REPO / "configs" / "roofline" / "default.yaml", "w") as f:
         f.write(
             "# Calibrated roofline constants (serving: {efficiency: calibrated});\n"

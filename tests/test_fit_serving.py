@@ -162,3 +162,21 @@ def test_fit_recovers_known_constants_with_each_engine_profile(engine):
         assert float(ds.coefficients.sel(param=q)) == pytest.approx(TRUTH[q], rel=1e-3), (engine, q)
     assert bool(ds.converged)
     assert "engine's profile" in ds.attrs["forward_model"]
+
+
+def test_request_overhead_is_the_closed_form_least_squares_and_stays_physical():
+    """δ minimising Σ((s_i + δ)/m_i − 1)² in closed form equals a numerical minimiser's; a fit that wants a negative
+    or an over-100-ms overhead is pinned at the bound and says so; rows missing a figure are left out."""
+    from scipy.optimize import minimize_scalar
+
+    rng = np.random.default_rng(1)
+    m = rng.uniform(0.05, 2.0, 200)
+    s = m * rng.uniform(0.6, 1.1, 200) - 0.02
+    got, at_bound = fit.fit_request_overhead(s, m)
+    want = minimize_scalar(lambda d: np.sum(((s + d) / m - 1) ** 2), bounds=(-1, 1), method="bounded").x
+    assert got == pytest.approx(want, abs=1e-7) and 0 < got < 0.1 and not at_bound
+    assert fit.fit_request_overhead(m * 1.5, m) == (0.0, True)  # the engine alone is already slower: no overhead
+    assert fit.fit_request_overhead(m * 0.1, m + 1.0) == (0.1, True)  # would need over 100 ms
+    assert fit.fit_request_overhead([np.nan, 0.1], [0.2, np.nan]) == (0.0, True)
+    with_nan = fit.fit_request_overhead(np.append(s, np.nan), np.append(m, 1.0))
+    assert with_nan[0] == pytest.approx(got, rel=1e-12)

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 import slimjax
 from slimjax.cli import main
+from slimjax.inputs.serving import calibrated_request_overhead
 from slimjax.inputs.traces import LAYOUT_REASONS
 from slimjax.studies import serving_check, simulate
 
@@ -39,8 +40,12 @@ def test_each_row_is_its_closed_loop_and_the_table_is_its_errors(shared_data):
     scored = serving_check.simulate_rows(rows, requests_per_client=3)
     r = scored.iloc[0]
     ds = _row_simulation(r, 3, {"efficiency": "calibrated", "engine": r.framework})
-    np.testing.assert_allclose([r.sim_ttft_s, r.sim_tpot_s], [ds.ttft_mean_s, ds.tpot_mean_s], rtol=1e-9)
+    np.testing.assert_allclose(
+        [r.sim_ttft_s - r.request_overhead_s, r.sim_tpot_s], [ds.ttft_mean_s, ds.tpot_mean_s], rtol=1e-9
+    )
     assert r.ttft_error == r.sim_ttft_s / r.ttft_s - 1
+    # the client-side overhead of the row's engine API (fitted, configs/roofline/default.yaml) on top of the engine's
+    assert r.request_overhead_s == calibrated_request_overhead("trtllm") and 0 <= r.request_overhead_s <= 0.1
     assert r.framework.startswith("trtllm")  # the row's engine profile: TensorRT-LLM's defaults
     table = serving_check.error_table(scored)
     pooled = table[table.dimension == "all"].iloc[0]
@@ -106,7 +111,9 @@ def test_each_row_runs_with_its_engine_profile(shared_data, tmp_path):
         if np.isfinite(r.kv_dtype_bytes):  # an fp8 run's KV cache is fp8 (its reading says so)
             serving["kv_dtype_bytes"] = float(r.kv_dtype_bytes)
         ds = _row_simulation(r, 2, serving)  # the study's own simulation: one forward model, two code paths
-        np.testing.assert_allclose([r.sim_ttft_s, r.sim_tpot_s], [ds.ttft_mean_s, ds.tpot_mean_s], rtol=1e-9)
+        np.testing.assert_allclose(
+            [r.sim_ttft_s - r.request_overhead_s, r.sim_tpot_s], [ds.ttft_mean_s, ds.tpot_mean_s], rtol=1e-9
+        )
     table = serving_check.error_table(scored)
     assert set(table[table.dimension == "engine"].value) == {"vllm", "sglang"}
 

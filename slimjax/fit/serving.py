@@ -68,6 +68,23 @@ AT_BOUND = 1e-3  # a fraction within this of 0 or 1 (a time below this many seco
 
 
 MEASURED = ("ttft_s", "itl_s", "e2e_s")  # the summaries a row may be scored on (NaN: not measured)
+# a request's client-side overhead (HTTP, tokenisation, scheduling, streaming back), seconds: its physical range
+REQUEST_OVERHEAD_BOUNDS = (0.0, 0.1)
+
+
+def fit_request_overhead(sim_ttft_s, measured_ttft_s) -> tuple[float, bool]:
+    """(δ, at_bound): the client-side overhead δ every request's TTFT carries beyond the engine's (the simulation's
+    TTFT), least squares on relative error, Σ((s_i + δ)/m_i − 1)², in closed form δ = Σ(1 − s_i/m_i)/m_i ÷ Σ1/m_i²
+    (TTFT is linear in δ: the engine never sees it), clipped to :data:`REQUEST_OVERHEAD_BOUNDS` (``at_bound`` then).
+    Rows with either figure missing are left out; none left: (0, True)."""
+    s, m = np.asarray(sim_ttft_s, float), np.asarray(measured_ttft_s, float)
+    ok = np.isfinite(s) & np.isfinite(m) & (m > 0)
+    if not ok.any():
+        return 0.0, True
+    s, m = s[ok], m[ok]
+    delta = float(np.sum((1.0 - s / m) / m) / np.sum(1.0 / m**2))
+    lo, hi = REQUEST_OVERHEAD_BOUNDS
+    return float(np.clip(delta, lo, hi)), not lo < delta < hi
 
 
 # serving keys a row's engine profile sets (configs/engines.yaml), in the forward model's per-row inputs

@@ -370,6 +370,14 @@ def calibrated_link(gpu: str) -> dict[str, float]:
     return {field: float(row[field]) for field in LINK_KEYS if field in row}
 
 
+def calibrated_request_overhead(engine: str) -> float:
+    """The fitted client-side overhead of a request (seconds) of an engine's serving API (configs/roofline/default.yaml
+    ``request_overhead_s``, by engine profile key; its ``default`` for another engine; 0 where none was fitted)."""
+    fitted = _roofline_fit().get("request_overhead_s") or {}
+    values = fitted.get("engines") or {}
+    return float(values.get(engine, fitted.get("default", 0.0)))
+
+
 def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
     """GPU rows (label, fields) with the fitted link constants where every model serves that GPU under the
     ``calibrated`` preset and the file's inline GPU entry (``entries`` as the file gave them) does not set them;

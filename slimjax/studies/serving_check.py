@@ -6,7 +6,9 @@ Each measured row (model, GPU, TP n, concurrency C, prompt I, output O, mean TTF
 becomes a closed loop of C clients on one replica of n GPUs with batch limit B = C, run as the row's benchmark
 harness ran it (configs/harnesses.yaml: requests per client, request lengths, which requests are scored) by the
 serving fit's forward model (:func:`slimjax.fit.serving.predict_serving`) with the row's engine profile at the
-calibrated constants of its GPU; the simulated mean TTFT and mean TPOT are compared with the measured means.
+calibrated constants of its GPU; the simulated mean TTFT, plus the fitted client-side overhead of a request to its
+engine's API (``request_overhead_s``, configs/roofline/default.yaml), and mean TPOT are compared with the measured
+means.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..config import float64_scope
 from ..engine import sim as engine
 from ..fit import serving as serving_fit
 from ..inputs.engines import resolve_engine
-from ..inputs.serving import calibrated_efficiency, calibrated_link, default_serving
+from ..inputs.serving import calibrated_efficiency, calibrated_link, calibrated_request_overhead, default_serving
 from .candidates import candidate_inputs
 
 CONCURRENCY_BANDS = ((1, 4), (5, 16), (17, 64), (65, 256), (257, np.inf))
@@ -57,10 +59,20 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int | None = None) ->
     runs = need[need.not_run == ""]
     need["sim_ttft_s"] = np.nan
     need["sim_tpot_s"] = np.nan
+    need["request_overhead_s"] = np.nan
     if len(runs):
         constants = pd.DataFrame([_calibrated(g) for g in runs.gpu], index=runs.index)
         got = serving_fit.predict_serving(runs, constants, requests_per_client=requests_per_client)
-        need.loc[runs.index, "sim_ttft_s"] = got["ttft_sim_s"].to_numpy()
+        # what the client adds to each request's TTFT beyond the engine (the fitted overhead of its engine's API;
+        # an offline batch has no client)
+        engines = serving_fit.row_profiles(runs)["engine"]
+        overhead = np.where(
+            runs["offline"].to_numpy(bool) if "offline" in runs else False,
+            0.0,
+            [calibrated_request_overhead(e) for e in engines],
+        )
+        need.loc[runs.index, "request_overhead_s"] = overhead
+        need.loc[runs.index, "sim_ttft_s"] = got["ttft_sim_s"].to_numpy() + overhead
         need.loc[runs.index, "sim_tpot_s"] = got["tpot_sim_s"].to_numpy()
     need["ttft_error"] = need.sim_ttft_s / need.ttft_s - 1
     need["tpot_error"] = need.sim_tpot_s / need.itl_s - 1
