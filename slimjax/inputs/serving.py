@@ -397,9 +397,11 @@ def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
         if presets != {"calibrated"}:  # the plain roofline is the datasheet's: §4c's nominal line, no measurement
             row = {**row, **{allreduce_field(n, p): 0.0 for n in MEASURED_LINK_DEGREES for p in PROTOCOL_PARTS}}
         measured = [n for n in groups if row.get(allreduce_field(n, "small_bytes_per_s"), 0.0) > 0]
-        if groups and measured == groups:  # NCCL's measured all-reduce times every group: η_link and τ time none
+        has = [n for n in MEASURED_LINK_DEGREES if row.get(allreduce_field(n, "small_bytes_per_s"), 0.0) > 0]
+        if measured == groups and (groups or has):  # NCCL's measurement times every group: η_link and τ time none
             fitted = {}
-            link = f"measured: NCCL all-reduce at {', '.join(map(str, groups))} GPUs (configs/gpus.yaml allreduce)"
+            at = ", ".join(map(str, groups or has))
+            link = f"measured: NCCL all-reduce at {at} GPUs (configs/gpus.yaml allreduce)"
         else:
             link = (
                 "fitted: " + ", ".join(f"{f} {v:.4g}" for f, v in fitted.items())
@@ -410,7 +412,7 @@ def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
                 link += f"; NCCL's measured all-reduce at {', '.join(map(str, measured))} GPUs"
         for m in table:
             table[m][g]["link"] = link
-            if fitted:  # said wherever the preset's label is shown (cards, attrs)
+            if fitted or link.startswith("measured"):  # said wherever the preset's label is shown (cards, attrs)
                 table[m][g]["efficiency"] = f"{table[m][g]['efficiency']}; TP link {link}"
         out.append((g, {**row, **fitted}))
     return out
