@@ -117,11 +117,12 @@ def row_harnesses(rows: pd.DataFrame, requests_per_client: int | None = None) ->
     ``requests_per_client`` (``requests_per_client``, where given, for every row), ``range_ratio`` and
     ``score_all``."""
     table = harnesses()
-    keys = rows["harness"].fillna(DEFAULT_HARNESS).astype(str) if "harness" in rows else None
-    unknown = sorted(set(keys) - set(table)) if keys is not None else []
+    given = rows["harness"] if "harness" in rows else pd.Series(DEFAULT_HARNESS, index=rows.index)
+    keys = given.fillna(DEFAULT_HARNESS).astype(str)
+    unknown = sorted(set(keys) - set(table))
     if unknown:
         raise SlimjaxError("traces.harness", f"{unknown[0]!r} is not a harness; add it to configs/harnesses.yaml")
-    chosen = [table[k] for k in keys] if keys is not None else [table[DEFAULT_HARNESS]] * len(rows)
+    chosen = [table[k] for k in keys]
     return pd.DataFrame(
         dict(
             requests_per_client=[
@@ -147,7 +148,7 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_p
     budget = profile["step_tokens"].to_numpy(float) if step_tokens is None else np.full(len(rows), float(step_tokens))
     n = rows["n_gpu"].to_numpy(float)
     settings = {k: profile[k].to_numpy(float) for k in PROFILE_KEYS if k != "step_tokens"}
-    offline = _offline(rows)
+    offline = offline_rows(rows)
     for k in ("kv_policy", "prefill_first"):  # an offline batch is one prefill pass, as §9 runs it
         settings[k] = np.where(offline, 0.0, settings[k])
     return dict(
@@ -164,7 +165,8 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_p
     )
 
 
-def _offline(rows: pd.DataFrame) -> np.ndarray:
+def offline_rows(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, whether it is an offline batch (its ``offline`` column; none: every row is a client's)."""
     return rows["offline"].to_numpy(bool) if "offline" in rows else np.zeros(len(rows), bool)
 
 
@@ -228,7 +230,7 @@ def _bucket(
 def _buckets(rows: pd.DataFrame, inputs: dict) -> dict[tuple, np.ndarray]:
     """Row indices per (concurrency, offline, optional lane parts, requests per client, scored over all): one
     compiled loop each."""
-    batch, offline = rows["batch"].to_numpy(int), _offline(rows)
+    batch, offline = rows["batch"].to_numpy(int), offline_rows(rows)
     parts = engine.lane_parts(
         {"pool": batch, "kv_policy": inputs["kv_policy"], "prefill_first": inputs["prefill_first"]}
     )
@@ -282,7 +284,7 @@ def measured_targets(traces: pd.DataFrame) -> pd.DataFrame:
     for col in MEASURED:
         v = rows[col].astype(float) if col in rows else pd.Series(np.nan, index=rows.index)
         rows[col] = v.where(v > 0)
-    latency_only = _offline(rows) & rows["ttft_s"].isna().to_numpy() & rows["itl_s"].isna().to_numpy()
+    latency_only = offline_rows(rows) & rows["ttft_s"].isna().to_numpy() & rows["itl_s"].isna().to_numpy()
     rows["e2e_s"] = rows["e2e_s"].where(latency_only)
     return rows[rows[list(MEASURED)].notna().any(axis=1)].reset_index(drop=True)
 

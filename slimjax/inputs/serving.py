@@ -396,8 +396,8 @@ def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
         groups = sorted({int(n) for n in sizes if n > 1})  # (NaN: no group runs)
         if presets != {"calibrated"}:  # the plain roofline is the datasheet's: §4c's nominal line, no measurement
             row = {**row, **{allreduce_field(n, p): 0.0 for n in MEASURED_LINK_DEGREES for p in PROTOCOL_PARTS}}
-        measured = [n for n in groups if row.get(allreduce_field(n, "small_bytes_per_s"), 0.0) > 0]
         has = [n for n in MEASURED_LINK_DEGREES if row.get(allreduce_field(n, "small_bytes_per_s"), 0.0) > 0]
+        measured = [n for n in groups if n in has]
         if measured == groups and (groups or has):  # NCCL's measurement times every group: η_link and τ time none
             fitted = {}
             at = ", ".join(map(str, groups or has))

@@ -66,11 +66,7 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int | None = None) ->
         # what the client adds to each request's TTFT beyond the engine (the fitted overhead of its engine's API;
         # an offline batch has no client)
         engines = serving_fit.row_profiles(runs)["engine"]
-        overhead = np.where(
-            runs["offline"].to_numpy(bool) if "offline" in runs else False,
-            0.0,
-            [calibrated_request_overhead(e) for e in engines],
-        )
+        overhead = np.where(serving_fit.offline_rows(runs), 0.0, [calibrated_request_overhead(e) for e in engines])
         need.loc[runs.index, "request_overhead_s"] = overhead
         need.loc[runs.index, "sim_ttft_s"] = got["ttft_sim_s"].to_numpy() + overhead
         need.loc[runs.index, "sim_tpot_s"] = got["tpot_sim_s"].to_numpy()
