@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
+
+import yaml
 
 
 class Discard:
@@ -21,3 +24,26 @@ def timed(fn, repeats: int):
         out = fn()
         best = min(best, time.perf_counter() - t)
     return best, out
+
+
+ROOFLINE_YAML = Path(__file__).resolve().parent.parent / "configs" / "roofline" / "default.yaml"
+# configs/roofline/default.yaml's blocks fitted apart from the per-GPU constants (each by its own bench script),
+# kept when bench/fit_default_roofline.py rewrites the file
+ROOFLINE_BLOCKS_APART = ("request_overhead_s", "compute_efficiency_fp8")
+
+
+def write_roofline_yaml(doc: dict, header: str | None = None) -> None:
+    """configs/roofline/default.yaml as ``doc`` under ``header`` (its comment lines; None: the file's own)."""
+    if header is None:
+        header = "\n".join(line for line in ROOFLINE_YAML.read_text().split("\n")[:5] if line.startswith("#")) + "\n"
+    with open(ROOFLINE_YAML, "w") as f:
+        f.write(header)
+        yaml.safe_dump(doc, f, sort_keys=False, width=200)
+    print(f"wrote {ROOFLINE_YAML}")
+
+
+def write_roofline_block(key: str, block: dict) -> None:
+    """One of :data:`ROOFLINE_BLOCKS_APART` written into configs/roofline/default.yaml, the rest kept."""
+    doc = yaml.safe_load(ROOFLINE_YAML.read_text())
+    doc[key] = block
+    write_roofline_yaml(doc)

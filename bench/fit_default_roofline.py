@@ -42,6 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from common import ROOFLINE_BLOCKS_APART, ROOFLINE_YAML, write_roofline_yaml
 
 import slimjax
 from slimjax.fit import serving as fit
@@ -98,7 +99,9 @@ def calibrate(t: pd.DataFrame, group_by, warm: dict | None = None, iterations: i
         requests_per_client=PER_CLIENT,
         iterations=iterations,
         waiting_clients=WAITING,
-        start_by_group=None if warm is None else pd.DataFrame(warm).T[list(fit.SERVING_PARAMS)].astype(float),
+        start_by_group=None
+        if warm is None
+        else pd.DataFrame(warm).T.reindex(columns=list(fit.SERVING_PARAMS)).astype(float),
     )
     coef = ds.coefficients
     fitted = [
@@ -110,7 +113,7 @@ def calibrate(t: pd.DataFrame, group_by, warm: dict | None = None, iterations: i
     for g in ds[group_by[0]].values:
         one = ds.sel({group_by[0]: g})
         out[str(g)] = {
-            **{p: float(one.coefficients.sel(param=p)) for p in fit.SERVING_PARAMS},
+            **{p: float(one.coefficients.sel(param=p)) for p in fit.SERVING_PARAMS if p in (*FREE, *START)},
             "identified": [p for p in FREE if bool(one.identified.sel(param=p))],
             "at_bound": [p for p in FREE if bool(one.at_bound.sel(param=p))],
             "converged": bool(one.converged),
@@ -123,7 +126,9 @@ def calibrate(t: pd.DataFrame, group_by, warm: dict | None = None, iterations: i
 def predict(t: pd.DataFrame, constants: dict, key: str) -> pd.DataFrame:
     """Rows of ``t`` at the constants of their ``key`` column's entry, errors per measure (TTFT reported too)."""
     frame = pd.DataFrame([constants[str(k)] for k in t[key]], index=t.index)
-    p = fit.predict_serving(t, frame[list(fit.SERVING_PARAMS)], requests_per_client=PER_CLIENT, waiting_clients=WAITING)
+    p = fit.predict_serving(
+        t, frame.reindex(columns=list(fit.SERVING_PARAMS)), requests_per_client=PER_CLIENT, waiting_clients=WAITING
+    )
     p["ttft_report_error"] = p["ttft_sim_s"] / p["ttft_report_s"] - 1.0
     return p
 
@@ -346,17 +351,14 @@ def report(parts: Path, t: pd.DataFrame) -> None:
         "default": entry(shipped["default"], "default"),
         "gpus": {g: entry(c, g) for g, c in sorted(shipped["gpus"].items())},
     }
-    kept = yaml.safe_load((REPO / "configs" / "roofline" / "default.yaml").read_text())
-    if "request_overhead_s" in kept:  # fitted apart, on the serving check's rows (bench/fit_request_overhead.py)
-        doc["request_overhead_s"] = kept["request_overhead_s"]
-    with open(REPO / "configs" / "roofline" / "default.yaml", "w") as f:
-        f.write(
-            "# Calibrated roofline constants (serving: {efficiency: calibrated});\n"
-            "# written by bench/fit_default_roofline.py.\n"
-            "# The plain roofline (e_F = e_B = η_link = 1, t_l = 0, τ the catalog's) is MODEL.md's default.\n"
-        )
-        yaml.safe_dump(doc, f, sort_keys=False, width=200)
-    print("\nwrote configs/roofline/default.yaml")
+    kept = yaml.safe_load(ROOFLINE_YAML.read_text())
+    doc.update({k: kept[k] for k in ROOFLINE_BLOCKS_APART if k in kept})  # fitted apart, each by its own script
+    write_roofline_yaml(
+        doc,
+        "# Calibrated roofline constants (serving: {efficiency: calibrated});\n"
+        "# written by bench/fit_default_roofline.py.\n"
+        "# The plain roofline (e_F = e_B = η_link = 1, t_l = 0, τ the catalog's) is MODEL.md's default.\n",
+    )
 
 
 def main() -> None:

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
+from common import write_roofline_block
 
 from slimjax.fit.serving import fit_request_overhead
 from slimjax.inputs.engines import resolve_engine
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def rows(path: str) -> pd.DataFrame:
@@ -65,29 +62,24 @@ def main() -> None:
     print("pooled (ms):", round(1e3 * pooled[0], 1))
     print(table.round(1).to_string())
     if a.write:
-        path = REPO / "configs" / "roofline" / "default.yaml"
-        doc = yaml.safe_load(path.read_text())
-        doc["request_overhead_s"] = {
-            "method": "bench/fit_request_overhead.py: per engine profile, the closed-form least-squares (relative "
-            "error) overhead every request's measured TTFT carries beyond the §9 simulation's, bounded [0, 0.1 s], "
-            "at the shipped roofline constants",
-            "data": "slimjax validate --serving (the shared serving runs' closed-loop rows, each run as its harness "
-            "ran)",
-            "fitted": datetime.date.today().isoformat(),
-            "engines": {e: float(f"{d:.4g}") for e, (d, _) in sorted(fitted.items())},
-            "at_bound": sorted(e for e, (_, b) in fitted.items() if b),
-            "default": float(f"{pooled[0]:.4g}"),
-            "ttft_leave_one_model_out": {
-                k: {"rows": int(r.rows), "mape": round(float(r.mape), 1), "bias": round(float(r.bias), 1)}
-                for k, r in lomo.iterrows()
+        write_roofline_block(
+            "request_overhead_s",
+            {
+                "method": "bench/fit_request_overhead.py: per engine profile, the closed-form least-squares (relative "
+                "error) overhead every request's measured TTFT carries beyond the §9 simulation's, bounded [0, 0.1 s], "
+                "at the shipped roofline constants",
+                "data": "slimjax validate --serving (the shared serving runs' closed-loop rows, each run as its "
+                "harness ran)",
+                "fitted": datetime.date.today().isoformat(),
+                "engines": {e: float(f"{d:.4g}") for e, (d, _) in sorted(fitted.items())},
+                "at_bound": sorted(e for e, (_, b) in fitted.items() if b),
+                "default": float(f"{pooled[0]:.4g}"),
+                "ttft_leave_one_model_out": {
+                    k: {"rows": int(r.rows), "mape": round(float(r.mape), 1), "bias": round(float(r.bias), 1)}
+                    for k, r in lomo.iterrows()
+                },
             },
-        }
-        text = path.read_text().split("\n")
-        header = [line for line in text[:5] if line.startswith("#")]
-        with open(path, "w") as f:
-            f.write("\n".join(header) + "\n")
-            yaml.safe_dump(doc, f, sort_keys=False, width=200)
-        print(f"wrote {path}")
+        )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,13 @@ from reference import (
 )
 
 
+def compute_efficiency(gpu, sv):
+    """e_F, or e_F8 where 8-bit weights run at the GPU's FP8 peak and e_F8 is set (not NaN)."""
+    e8 = sv.get("compute_efficiency_fp8", math.nan)
+    fp8 = 0.6 < sv["bytes_per_weight"] <= 1.01 and gpu.get("flops_fp8_per_s", 0) > 0
+    return e8 if fp8 and not math.isnan(e8) else sv["compute_efficiency"]
+
+
 def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
     """The §3/§4/§4b/§4c scalars of one replica group, by the contract's own arithmetic (serving in base
     units, plus step_tokens and step_overhead_s)."""
@@ -48,7 +55,7 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
         W=arch["window"],
         r=sv["kv_replication"],
         o=sv["kv_overhead"],
-        F=n * peak_flops(gpu, sv["bytes_per_weight"]) * sv["compute_efficiency"],
+        F=n * peak_flops(gpu, sv["bytes_per_weight"]) * compute_efficiency(gpu, sv),
         BW=n * gpu["bandwidth_bytes_per_s"] * sv["bandwidth_efficiency"],
         t_l=sv["launch_overhead_s"],
         t_step=sv.get("step_overhead_s", 0.0),

@@ -59,7 +59,7 @@ def test_a_warm_start_per_group_starts_there():
     """``start_by_group`` starts a group at its own constants (a refit continued from the shipped ones): started at
     the truth, two iterations leave it there; a column that is no constant is refused by name."""
     rows = _rows((1, 2), (8,), ((512, 128),))
-    warm = pd.DataFrame([TRUTH], index=["A100-SXM-80GB"])[list(fit.SERVING_PARAMS)]
+    warm = pd.DataFrame([TRUTH], index=["A100-SXM-80GB"]).reindex(columns=list(fit.SERVING_PARAMS))  # e_F8 NaN: e_F
     ds = fit.calibrate_serving(rows, iterations=2, start_by_group=warm).sel(gpu="A100-SXM-80GB")
     for p in fit.DEFAULT_FREE:
         assert float(ds.coefficients.sel(param=p)) == pytest.approx(TRUTH[p], rel=1e-6), p
@@ -133,7 +133,7 @@ def test_a_closed_loop_with_waiting_clients_equals_the_event_loop():
     arch = resolve_model("Llama-3.1-8B")[1]
     gpu = {**resolve_gpu("H100-SXM")[1], **{p: consts[p] for p in ("link_efficiency", "allreduce_latency_s")}}
     sv = {r.field: r.to_base(r.default) if r.default is not None else arch[r.model_field] for r in SERVING.values()}
-    sv.update(n_gpu=n, kv_replication=1.0, **{p: consts[p] for p in fit.SERVING_PARAMS if p in sv})
+    sv.update(n_gpu=n, kv_replication=1.0, **{p: consts[p] for p in fit.SERVING_PARAMS if p in sv and p in consts})
     terms = sref.replica_terms(arch, gpu, sv)
     want = sref.simulate(terms, None, [I] * (C * k), [O] * (C * k), C - 1, clients=C)
     ttft = np.mean(want["ttft"][C:])

@@ -41,13 +41,19 @@ from .uncertainty import gauss_newton
 
 SERVING_PARAMS = (
     "compute_efficiency",
+    "compute_efficiency_fp8",
     "bandwidth_efficiency",
     "launch_overhead_s",
     "step_overhead_s",
     "link_efficiency",
     "allreduce_latency_s",
 )
-SERVING_BOUNDED = ("compute_efficiency", "bandwidth_efficiency", "link_efficiency")  # fractions of a peak
+SERVING_BOUNDED = (
+    "compute_efficiency",
+    "compute_efficiency_fp8",
+    "bandwidth_efficiency",
+    "link_efficiency",
+)  # of a peak
 # t_l stays as the closed forms fitted it unless freed: to the simulation it is one per-step cost with t_step
 DEFAULT_FREE = (
     "compute_efficiency",
@@ -58,6 +64,7 @@ DEFAULT_FREE = (
 )
 DEFAULT_START = dict(
     compute_efficiency=0.7,
+    compute_efficiency_fp8=0.7,  # a start or constants without it: compute_efficiency's (one fraction of either peak)
     bandwidth_efficiency=0.7,
     launch_overhead_s=0.0,
     step_overhead_s=1e-3,
@@ -289,6 +296,14 @@ def measured_targets(traces: pd.DataFrame) -> pd.DataFrame:
     return rows[rows[list(MEASURED)].notna().any(axis=1)].reset_index(drop=True)
 
 
+def _with_fp8_efficiency(values: dict, given) -> dict:
+    """``values`` with e_F8 = e_F where ``given`` (the caller's constants) leaves e_F8 out: one fraction of either
+    peak, as the roofline takes an unset e_F8."""
+    if "compute_efficiency_fp8" in given:
+        return values
+    return {**values, "compute_efficiency_fp8": values["compute_efficiency"]}
+
+
 def _unconstrained(values: dict) -> np.ndarray:
     """:data:`SERVING_PARAMS` at ``values`` in the fit's unconstrained coordinates (a time held at 0: exp(−30) s)."""
     with np.errstate(divide="ignore"):
@@ -325,7 +340,7 @@ def calibrate_serving(
     odd = [c for c in (start_by_group.columns if start_by_group is not None else ()) if c not in SERVING_PARAMS]
     if odd:
         raise SlimjaxError("start_by_group", f"column {odd[0]!r} is not a constant; one of {', '.join(SERVING_PARAMS)}")
-    start = {**DEFAULT_START, **(start or {})}
+    start = _with_fp8_efficiency({**DEFAULT_START, **(start or {})}, start or {})
     rows = measured_targets(traces)
     if rows.empty:
         raise SlimjaxError("traces", "no rows with a positive ttft_s, itl_s or (offline) e2e_s at a concurrency")
@@ -341,7 +356,8 @@ def calibrate_serving(
     for g, key in enumerate(keys):  # a warm start per group (a refit from the constants shipped before)
         label = key[0] if isinstance(key, tuple) and len(key) == 1 else key
         if start_by_group is not None and label in start_by_group.index:
-            z[g] = _unconstrained({**start, **start_by_group.loc[label].astype(float).to_dict()})
+            given = start_by_group.loc[label].astype(float).dropna().to_dict()
+            z[g] = _unconstrained(_with_fp8_efficiency({**start, **given}, given))
     inputs = lane_inputs(rows, step_tokens, requests_per_client)
     buckets = _buckets(rows, inputs)
     meas = rows[list(MEASURED)].to_numpy(float)
@@ -446,13 +462,15 @@ def predict_serving(
     """The §9 forward model of :func:`calibrate_serving` at given constants: ``rows`` (as :func:`measured_targets`
     keeps them) with ttft_sim_s, tpot_sim_s, e2e_sim_s and the relative errors ttft_error, tpot_error, e2e_error
     (sim/measured − 1; NaN where not measured). ``constants``: one value per :data:`SERVING_PARAMS` name, or a
-    frame of them row by row (a name left out: :data:`DEFAULT_START`)."""
+    frame of them row by row (a name left out: :data:`DEFAULT_START`; e_F8 left out or NaN: e_F)."""
     rows = measured_targets(rows)
     given = pd.DataFrame(constants, index=rows.index) if isinstance(constants, dict) else constants
-    theta = np.stack(
-        [given[p].to_numpy(float) if p in given else np.full(len(rows), DEFAULT_START[p]) for p in SERVING_PARAMS],
-        axis=1,
-    )
+    columns = {
+        p: given[p].to_numpy(float) if p in given else np.full(len(rows), DEFAULT_START[p]) for p in SERVING_PARAMS
+    }
+    e_f8 = columns["compute_efficiency_fp8"] if "compute_efficiency_fp8" in given else np.full(len(rows), np.nan)
+    columns["compute_efficiency_fp8"] = np.where(np.isnan(e_f8), columns["compute_efficiency"], e_f8)  # unset: e_F
+    theta = np.stack([columns[p] for p in SERVING_PARAMS], axis=1)
     bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
     t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))
     z = np.where(bounded, np.log(t) - np.log1p(-t), np.log(t))  # exact, a fraction of 1 included (to 1e-12)

@@ -253,6 +253,13 @@ SERVING: dict[str, ServingKey] = {
         ServingKey("compute_efficiency", "compute_efficiency", 1.0, _unit, "roofline compute efficiency e_F"),
         ServingKey("bandwidth_efficiency", "bandwidth_efficiency", 1.0, _unit, "roofline bandwidth efficiency e_B"),
         ServingKey(
+            "compute_efficiency_fp8",
+            "compute_efficiency_fp8",
+            math.nan,  # unset: e_F (the same fraction of either peak)
+            _unit,
+            "roofline compute efficiency at the FP8 peak, where 8-bit weights run there (unset: compute_efficiency)",
+        ),
+        ServingKey(
             "kv_dtype_bytes",
             "kv_dtype_bytes",
             None,
@@ -360,7 +367,25 @@ def calibrated_efficiency(gpu: str) -> tuple[dict[str, float], str]:
     row, which = _fit_entry(gpu)
     values = {k: float(row[k]) for k in EFFICIENCY_KEYS}
     values["step_overhead_s"] = float(row.get("step_overhead_s", 0.0))
+    fp8, fp8_which = calibrated_fp8_efficiency(gpu)
+    if fp8_which:
+        values["compute_efficiency_fp8"] = fp8
+        which = f"{which}; e_F8 {fp8_which}"
     return values, f"configs/roofline/default.yaml: {which}"
+
+
+def calibrated_fp8_efficiency(gpu: str) -> tuple[float, str]:
+    """e_F8, the compute efficiency at the FP8 peak, for ``gpu`` from configs/roofline/default.yaml's
+    ``compute_efficiency_fp8`` block (fitted on measured FP8 serving rows, bench/fit_fp8_efficiency.py): the GPU's
+    own fit where its rows identified it, else the block's ``default``; (NaN, "") where no block is shipped (e_F8
+    is then e_F)."""
+    block = _roofline_fit().get("compute_efficiency_fp8")
+    if not block:
+        return math.nan, ""
+    own = (block.get("gpus") or {}).get(gpu)
+    if own is not None and own.get("identified", True):
+        return float(own["value"]), gpu
+    return float(block["default"]), "default"
 
 
 def calibrated_link(gpu: str) -> dict[str, float]:

@@ -52,13 +52,26 @@ def kv_capacity(model, gpu, serving, input_len, output_len):
     )
 
 
+def runs_at_fp8_peak(gpu, bytes_per_weight):
+    """Whether 8-bit weights (> 0.6 and ≤ 1.01 bytes with scales) run at the GPU's dense FP8 peak (it has one)."""
+    return (bytes_per_weight > 0.6) & (bytes_per_weight <= 1.01) & (gpu.flops_fp8_per_s > 0)
+
+
 def tensor_core_peak(gpu, bytes_per_weight):
     """F_max for the checkpoint's weights: the dense FP4 peak for 4-bit weights (≤ 0.6 bytes with
     scales) and the FP8 peak for 8-bit ones (≤ 1.01 bytes) where the GPU has that peak; the dense bf16
     peak otherwise (§0), as kernels that dequantize to bf16 do."""
     fp4 = (bytes_per_weight <= 0.6) & (gpu.flops_fp4_per_s > 0)
-    fp8 = (bytes_per_weight > 0.6) & (bytes_per_weight <= 1.01) & (gpu.flops_fp8_per_s > 0)
+    fp8 = runs_at_fp8_peak(gpu, bytes_per_weight)
     return jnp.where(fp4, gpu.flops_fp4_per_s, jnp.where(fp8, gpu.flops_fp8_per_s, gpu.flops_per_s))
+
+
+def achieved_flops_per_s(gpu, bytes_per_weight, e_f, e_f8):
+    """F_max · e_F, FLOP/s of one GPU (§0), with its own efficiency e_F8 at the FP8 peak where 8-bit weights run
+    there: FP8 GEMMs (and the bf16 attention and activation quantisation around them) reach a smaller fraction of
+    their peak than bf16 ones of theirs. e_F8 NaN (unset): e_F, the same fraction of either peak."""
+    fp8 = runs_at_fp8_peak(gpu, bytes_per_weight) & ~jnp.isnan(e_f8)
+    return tensor_core_peak(gpu, bytes_per_weight) * jnp.where(fp8, e_f8, e_f)
 
 
 TP_DEGREES = (1.0, 2.0, 4.0, 8.0)  # the tensor-parallel degrees `n_gpu: auto` considers (§4c)
@@ -138,9 +151,11 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
     if at_peak:  # (arrays shaped like the group's, so the terms vmap like any spec)
         zero = 0.0 * serving.n_gpu
         e_f, e_b, launch = 1.0 + zero, 1.0 + zero, zero
+        e_f8 = e_f
         comm = (zero, zero, jnp.inf + zero, zero, zero)
     else:
         e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
+        e_f8 = serving.compute_efficiency_fp8
         comm = parallel.tp_comm_segments(model.n_layers, model.hidden, serving.n_gpu, gpu)
     roof = roofline.Roof(
         active_params=experts.active_params(
@@ -153,7 +168,7 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         kv_per_token_full=per_token * (model.n_layers - model.n_sliding_layers),
         kv_per_token_sliding=per_token * model.n_sliding_layers,
         window=model.window,
-        flops=serving.n_gpu * tensor_core_peak(gpu, serving.bytes_per_weight) * e_f,
+        flops=serving.n_gpu * achieved_flops_per_s(gpu, serving.bytes_per_weight, e_f, e_f8),
         bandwidth=serving.n_gpu * gpu.bandwidth_bytes_per_s * e_b,
         launch_overhead_s=launch,
         comm_fixed_s=comm[0],
