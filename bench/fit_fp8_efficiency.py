@@ -16,8 +16,10 @@ attention, norms and activation quantisation around them still run in bf16: a co
 Rows: ../shared/data/measured/serving_silicon_h100_h200.csv (and the aiconfigurator silicon rows), dense models
 (MoE is the expert-parallel issue's) whose 8-bit weights run at the GPU's FP8 peak, that the studies can run; each
 run as its harness ran it (configs/harnesses.yaml) with its engine's profile (configs/engines.yaml), every other
-constant at the shipped calibrated values of its GPU. Fitted on rows of C ≤ 32 clients (TTFT there is a prefill
-and a step or two: what e_F8 times), scored on TTFT and TPOT; predicted at every C. Per GPU; ``default`` (GPUs
+constant at the shipped calibrated values of its GPU. Fitted on the rows of a documented client (InferenceMAX's;
+aiconfigurator's collector rows run as the default closed loop, which their TTFT does not follow: scored only) with
+C ≤ 32 clients and outputs ≤ 2,048 tokens (TTFT there is a prefill and a step or two: what e_F8 times; longer
+outputs add steps, not prefills), scored on TTFT and TPOT; predicted on every row. Per GPU; ``default`` (GPUs
 with an FP8 peak and no FP8 rows) is the row-weighted mean of the GPUs' fits. Held out: leave one model out and
 leave one engine out and leave one GPU out (fits on the other models' / engines' / GPUs' rows, per GPU; a GPU left
 without rows takes the others' row-weighted mean; where no other rows identify e_F8 it stays unset, e_F).
@@ -38,6 +40,11 @@ from common import write_roofline_block
 import slimjax
 
 FIT_MAX_CLIENTS = 32
+FIT_MAX_OUTPUT = 2048  # an 8,192-token output adds steps, not prefills: its TTFT is the shorter rows' (cost)
+# rows whose client is documented (configs/harnesses.yaml cites its source); aiconfigurator's collector rows take
+# the default closed loop, which their TTFT does not follow (it grows with the output length at a fixed prompt and
+# concurrency): scored, not fitted
+FIT_HARNESSES = ("inferencemax",)
 ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 10))
 KEY = "compute_efficiency_fp8"
 
@@ -78,7 +85,7 @@ def fit_per_gpu(t: pd.DataFrame) -> dict:
     """e_F8 per GPU on ``t``'s rows of C ≤ FIT_MAX_CLIENTS (the GPU's other constants held at the shipped ones)."""
     from slimjax.fit import serving as fit
 
-    rows = t[t.batch <= FIT_MAX_CLIENTS]
+    rows = t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
     start = shipped_constants(sorted(rows.gpu.unique()))
     start[KEY] = start["compute_efficiency"] * 0.7  # from below the bf16 fraction (FP8's is smaller)
     ds = fit.calibrate_serving(rows, group_by=("gpu",), free=(KEY,), iterations=ITERATIONS, start_by_group=start)
@@ -176,7 +183,8 @@ def report(parts: Path, write: bool) -> None:
         "method": "bench/fit_fp8_efficiency.py: slimjax.calibrate_serving with e_F8 alone free per GPU (the "
         "MODEL.md §9 simulation as forward model, each row run as its harness ran it with its engine's profile, the "
         "GPU's other constants at the shipped ones), on rows of C <= "
-        f"{FIT_MAX_CLIENTS}; default: the GPUs' row-weighted mean",
+        f"{FIT_MAX_CLIENTS} and O <= {FIT_MAX_OUTPUT} of the harnesses {', '.join(FIT_HARNESSES)}; default: the GPUs' "
+        "row-weighted mean",
         "data": "../shared/data/measured/serving_silicon_h100_h200.csv (and the aiconfigurator silicon rows): dense "
         "models with 8-bit weights at the GPU's FP8 peak",
         "fitted": datetime.date.today().isoformat(),

@@ -258,6 +258,15 @@ def test_a_configuration_that_does_not_fit_is_nan():
             "stream.closed_loop.requests_per_client",
         ),
         ({"replica": [1]}, "replica"),
+        ({"settings": [{"step_tokens": 256}, {"chunk": 64}]}, "settings[1].chunk"),
+        ({"settings": [{"step_tokens": 0}]}, "settings[0].step_tokens"),
+        ({"settings": [{"kv_policy": "evict"}]}, "settings[0].kv_policy"),
+        ({"settings": [{"step_tokens": 256}, {"step_tokens": 256}]}, "settings[1]"),
+        ({"settings": []}, "settings"),
+        (
+            {"settings": [{"step_tokens": 256}], "serving": {"Llama-3.1-8B": {"step_tokens": 512}}},
+            "settings[0].step_tokens",
+        ),
     ],
 )
 def test_bad_input_names_the_field(patch, field):
@@ -348,3 +357,27 @@ def test_one_trace_reader_counts_duration_on_the_clock_it_is_served_at(tmp_path)
     assert study.workloads[0].trace.n_requests == 4 and study.workloads[0].trace.source.endswith("first 4.5 s")
     with pytest.raises(slimjax.SlimjaxError, match=r"stream.trace: trace file .*nope.csv' not found"):
         read_trace_entry({"trace": str(tmp_path / "nope.csv")}, "stream", None)
+
+
+def test_engine_settings_are_a_candidate_axis_equal_to_separate_runs():
+    """``settings`` (issue 36, item 5): each engine configuration is a candidate along dim ``setting``, and its
+    results equal a simulation whose serving block sets those keys, bit for bit, per request and summary; a run
+    without settings has no such dim."""
+    settings = [{"step_tokens": 2048}, {"step_tokens": 256, "chunk_size": 256}, {"kv_policy": "recompute"}]
+    base = {
+        **_spec("Llama-3.1-8B", "H100-SXM", 8),
+        "batch": [4, 16],
+        "stream": {"poisson": 6.0, "input_len": 1500, "output_len": 60, "requests": 60, "seed": 3},
+    }
+    swept = slimjax.simulate({**base, "settings": settings})
+    labels = ["step_tokens 2048", "step_tokens 256, chunk_size 256", "kv_policy recompute"]
+    assert list(swept.setting.values) == labels and "setting" in swept.ttft_s.dims
+    assert "engine settings swept as candidates" in swept.attrs["assumptions"]
+    for label, keys in zip(labels, settings, strict=True):
+        alone = slimjax.simulate({**base, "serving": {**base.get("serving", {}), **keys}})
+        assert "setting" not in alone.ttft_s.dims
+        got = swept.sel(setting=label)
+        for name in ("ttft_s", "tpot_s", "preemptions", "ttft_p90_s", "utilization", "fits"):
+            np.testing.assert_array_equal(got[name].values, alone[name].values, err_msg=f"{label}: {name}")
+    short = swept.sel(setting=labels[1]).ttft_p90_s.values
+    assert not np.array_equal(short, swept.sel(setting=labels[0]).ttft_p90_s.values)  # the axis moves the answer

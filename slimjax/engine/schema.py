@@ -42,6 +42,7 @@ DIMS: dict[str, Dim] = {
         Dim("class", {"long_name": "length class k of the workload (MODEL.md §8)"}, False),
         # the simulation's (MODEL.md §9, §10): not blocked, a simulation is not a grid
         Dim("pp", {"units": "stages", "long_name": "pipeline stages n_pp of the replica group"}, False),
+        Dim("setting", {"long_name": "engine setting: step budget, chunk size, KV policy … (docs/engines.md)"}, False),
         Dim("replicas", {"units": "replica groups", "long_name": "replicas R of the fleet"}, False),
         Dim("clients", {"long_name": "clients C of a closed loop"}, False),
         Dim("deployment", {"long_name": "a disaggregated deployment (prefill and decode pools, MODEL.md §10)"}, False),

@@ -29,7 +29,7 @@ from ..config import uses_float64
 from ..engine import sim as engine
 from ..errors import SlimjaxError
 from ..inputs.catalog import resolve_gpu
-from ..inputs.engines import resolve_engine
+from ..inputs.engines import ENGINE_SETTING_KEYS, resolve_engine
 from ..inputs.harnesses import DEFAULT as DEFAULT_HARNESS
 from ..inputs.harnesses import harnesses, request_lengths
 from ..inputs.physics import row_specs
@@ -95,7 +95,7 @@ def fit_request_overhead(sim_ttft_s, measured_ttft_s) -> tuple[float, bool]:
 
 
 # serving keys a row's engine profile sets (configs/engines.yaml), in the forward model's per-row inputs
-PROFILE_KEYS = ("step_tokens", "chunk_size", "block_size", "kv_policy", "kv_watermark", "prefill_first")
+PROFILE_KEYS = ENGINE_SETTING_KEYS
 
 
 def row_profiles(rows: pd.DataFrame) -> pd.DataFrame:

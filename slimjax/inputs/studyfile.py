@@ -14,7 +14,7 @@ from ..errors import SlimjaxError, suggest
 from ..model.calculator import replicated_kv
 from ..model.specs import ServingSpec
 from . import catalog
-from .serving import check_group_shape, constants_source, resolve_study_model, serving_block
+from .serving import check_group_shape, check_serving_value, constants_source, resolve_study_model, serving_block
 from .sweepfile import load_spec
 
 # a study's serving defaults where a sweep's differ: calibrated constants, KV replicated where TP exceeds H_kv
@@ -98,3 +98,41 @@ def serving_per_group(
         for g in table[m]:
             table[m][g]["pp"] = [int(x) for x in pp]
     return ServingSpec(**out), table
+
+
+def serving_per_setting(
+    value: Any,
+    models,
+    gpus,
+    tp: np.ndarray,
+    pp: np.ndarray,
+    max_tokens: float,
+    settings: tuple = (),
+    calibrated: bool = True,
+) -> tuple[ServingSpec, dict]:
+    """:func:`serving_per_group` once per engine setting (``settings``: (label, keys) pairs of
+    :func:`slimjax.inputs.engines.engine_settings`), stacked on a last axis: leaves (M, G, N, P, S). A setting's keys
+    replace the serving block's top-level ones; a key the block sets under a model or GPU name as well is an error
+    (one place decides it). Without settings: :func:`serving_per_group`'s (M, G, N, P). The table is the serving
+    block's own, with ``settings`` (the labels) per (model, GPU)."""
+    if not settings:
+        return serving_per_group(value, models, gpus, tp, pp, max_tokens, calibrated)
+    block = dict(value or {})
+    names = {label for label, _ in (*models, *gpus)}
+    specs = []
+    for i, (_, keys) in enumerate(settings):
+        for key, v in keys.items():
+            for name in names:
+                if isinstance(block.get(name), Mapping) and key in block[name]:
+                    raise SlimjaxError(
+                        f"settings[{i}].{key}", f"serving.{name}.{key} sets it too: give it in one place"
+                    )
+            check_serving_value(key, v, f"settings[{i}].{key}")
+        spec, _ = serving_per_group({**block, **keys}, models, gpus, tp, pp, max_tokens, calibrated)
+        specs.append(spec.fields())
+    _, table = serving_per_group(block, models, gpus, tp, pp, max_tokens, calibrated)
+    for m in table:
+        for g in table[m]:
+            table[m][g]["settings"] = [label for label, _ in settings]
+    stacked = {k: np.stack([np.asarray(s[k], float) for s in specs], axis=-1) for k in specs[0]}
+    return ServingSpec(**stacked), table

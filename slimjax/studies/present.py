@@ -121,4 +121,7 @@ def engine_assumptions(serving_table: dict) -> tuple[str, str]:
     }.get(alone, f"prompts share {budget} with the decodes, or run in steps of their own before them")
     kv = " / ".join(KV_POLICIES[p] for p in sorted({str(r.get("kv_policy", "reserve")) for r in rows}))
     scheduling = f"{how} (chunk size {', '.join(str(c) if c else 'whole prompt' for c in chunks)}), {kv}"
+    swept = list(dict.fromkeys(s for r in rows for s in r.get("settings", ())))
+    if swept:
+        scheduling += f" in the serving block; engine settings swept as candidates (dim setting): {'; '.join(swept)}"
     return f"engine: {'; '.join(engines)} (configs/engines.yaml, docs/engines.md)", scheduling

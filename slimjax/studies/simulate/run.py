@@ -1,7 +1,7 @@
 """What a real stream does to each candidate replica fleet (MODEL.md §9), as an xarray Dataset.
 
-Candidates are (model, GPU, TP degree, pipeline stages, batch limit B) × replicas (× clients for a closed loop); every
-candidate runs the same request stream through :func:`slimjax.engine.sim.simulate_candidates`. Per
+Candidates are (model, GPU, TP degree, pipeline stages, [engine setting,] batch limit B) × replicas (× clients for a
+closed loop); every candidate runs the same request stream through :func:`slimjax.engine.sim.simulate_candidates`. Per
 request: TTFT, E2E, TPOT (dim ``request``, stream order); per candidate the §9 summaries.
 """
 
@@ -21,7 +21,7 @@ from ..candidates import candidate_inputs, check_requests_fit, flat_candidates
 from ..present import engine_assumptions
 from .spec import Simulation
 
-CANDIDATE = ("model", "gpu", "tp", "pp", "batch")
+CANDIDATE = ("model", "gpu", "tp", "pp", "setting", "batch")  # a run without engine settings has no setting dim
 RUN = (*CANDIDATE, "replicas", "clients")  # an open stream's runs have no clients dim
 DEPLOYMENT = ("model", "deployment")
 _SIM = "simulation"
@@ -110,8 +110,10 @@ SUMMARIES = tuple(v.name for v in SIMULATION.values() if v.dims == RUN)
 
 
 def broadcast_candidates(sim: Simulation):
-    """The simulation's candidates flattened (:func:`flat_candidates`), and their (M, G, N, P, B) shape."""
-    shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.pp), len(sim.batch))
+    """The simulation's candidates flattened (:func:`flat_candidates`), and their (M, G, N, P[, S], B) shape (S: its
+    engine settings, where it sweeps them)."""
+    settings = (len(sim.settings),) if sim.settings else ()
+    shape = (len(sim.models), len(sim.gpus), len(sim.tp), len(sim.pp), *settings, len(sim.batch))
     return (*flat_candidates(sim.model, sim.gpu, sim.serving, sim.batch, shape), shape)
 
 
@@ -123,8 +125,9 @@ def run(sim: Simulation) -> xr.Dataset:
     terms, footprint, fits = candidate_inputs(model, gpu, serving, stream, dtype)
 
     def labels(k):
-        m, g, n, p, b = np.unravel_index(k, shape)
-        return f"{sim.models[m]} on {sim.gpus[g]} (tp {sim.tp[n]:g}, pp {sim.pp[p]:g}, batch {sim.batch[b]:g})"
+        m, g, n, p, *s, b = np.unravel_index(k, shape)
+        setting = f", {sim.settings[s[0]]}" if s else ""
+        return f"{sim.models[m]} on {sim.gpus[g]} (tp {sim.tp[n]:g}, pp {sim.pp[p]:g}{setting}, batch {sim.batch[b]:g})"
 
     # a virtual engine admits ⌊B/n_pp⌋ requests (§10): a batch limit below the stages runs nothing
     fits = fits & (batch >= np.asarray(serving.pipeline_stages))
@@ -175,18 +178,19 @@ def run(sim: Simulation) -> xr.Dataset:
     def shaped(x, tail=()):
         x = x.reshape(*full, *tail)
         x = np.where(fits.reshape(*shape, *(1,) * (x.ndim - len(shape))), x, np.nan)
-        return x if closed else x[:, :, :, :, :, :, 0]
+        return x if closed else np.take(x, 0, axis=len(shape) + 1)  # an open stream: no clients axis
 
-    without = () if closed else ("clients",)
+    without = (*(() if closed else ("clients",)), *(() if sim.settings else ("setting",)))
     data = {name: declared(SIMULATION[name], shaped(per_request[name], (n_req,)), without) for name in PER_REQUEST}
     data.update({name: declared(SIMULATION[name], shaped(summary[name]), without) for name in SUMMARIES})
-    data["fits"] = declared(SIMULATION["fits"], fits.reshape(shape))
+    data["fits"] = declared(SIMULATION["fits"], fits.reshape(shape), without)
     coords = {
         "model": np.asarray(sim.models, dtype=str),
         "gpu": np.asarray(sim.gpus, dtype=str),
         "tp": sim.tp.astype(np.int64),
         "pp": sim.pp.astype(np.int64),
         "batch": sim.batch.astype(np.int64),
+        **({"setting": np.asarray(sim.settings, dtype=str)} if sim.settings else {}),
         "replicas": sim.replicas.astype(np.int64),
         "request": np.arange(n_req),
         "input_len": ("request", stream.input_len.astype(np.int64)),

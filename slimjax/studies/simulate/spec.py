@@ -2,7 +2,9 @@
 
 Keys: ``models``, ``gpus``, ``tp`` (default [1]), ``batch`` (max_num_seqs B, a list), ``replicas`` (default
 [1]), ``router`` (``round_robin`` | ``least_loaded``), ``serving`` (the sweep file's block, with
-``step_tokens`` and ``step_overhead_s``; kv_replication defaults to auto per TP degree), ``precision``
+``step_tokens`` and ``step_overhead_s``; kv_replication defaults to auto per TP degree), ``settings`` (optional: a
+list of engine configurations, each a mapping of engine setting keys — step budget, chunk size, block size, KV policy
+and watermark, prefill order — over the serving block; a candidate axis ``setting``), ``precision``
 (float32 | float64) and ``stream``, one of::
 
     {requests: {arrival_s: [...], input_len: [...], output_len: [...]}}
@@ -28,12 +30,26 @@ from ...errors import SlimjaxError, suggest
 from ...inputs.axes import parse_axis
 from ...inputs.checks import checked_number, positive_number
 from ...inputs.disaggregated import parse_deployments
+from ...inputs.engines import engine_settings
 from ...inputs.requests import read_trace_entry
 from ...inputs.serving import with_calibrated_links
-from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group
+from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group, serving_per_setting
 from ...model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 
-KEYS = ("models", "gpus", "tp", "pp", "batch", "replicas", "disaggregated", "router", "serving", "precision", "stream")
+KEYS = (
+    "models",
+    "gpus",
+    "tp",
+    "pp",
+    "batch",
+    "replicas",
+    "disaggregated",
+    "router",
+    "serving",
+    "settings",
+    "precision",
+    "stream",
+)
 REQUIRED = ("models", "gpus", "batch", "stream")
 PRECISIONS = ("float32", "float64")
 STREAM_KINDS = ("requests", "trace", "poisson", "closed_loop")
@@ -78,6 +94,7 @@ class Simulation:
     source: str
     spec: dict
     deployments: tuple = ()  # disaggregated prefill/decode candidates (MODEL.md §10)
+    settings: tuple[str, ...] = ()  # engine settings swept (dim ``setting``; serving leaves (M, G, N, P, S))
 
     @property
     def dtype(self) -> np.dtype:
@@ -239,7 +256,8 @@ def parse(spec: str | os.PathLike | Mapping) -> Simulation:
     stream = _stream(data["stream"], base_dir)
     max_tokens = float(np.max(stream.input_len + stream.output_len))
     serving_value = dict(data.get("serving") or {})
-    serving, table = serving_per_group(serving_value, models, gpus, tp, pp, max_tokens, calibrated=False)
+    settings = engine_settings(data.get("settings"))
+    serving, table = serving_per_setting(serving_value, models, gpus, tp, pp, max_tokens, settings, calibrated=False)
     gpus = with_calibrated_links(gpus, data["gpus"], table)
     deployments = parse_deployments(
         data.get("disaggregated"),
@@ -267,4 +285,5 @@ def parse(spec: str | os.PathLike | Mapping) -> Simulation:
         source=source,
         spec=data,
         deployments=tuple(deployments),
+        settings=tuple(label for label, _ in settings),
     )
