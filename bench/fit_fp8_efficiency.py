@@ -86,6 +86,8 @@ def fit_per_gpu(t: pd.DataFrame) -> dict:
     from slimjax.fit import serving as fit
 
     rows = t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
+    if rows.empty:  # nothing left to identify it: unset (e_F)
+        return {}
     start = shipped_constants(sorted(rows.gpu.unique()))
     start[KEY] = start["compute_efficiency"] * 0.7  # from below the bf16 fraction (FP8's is smaller)
     ds = fit.calibrate_serving(rows, group_by=("gpu",), free=(KEY,), iterations=ITERATIONS, start_by_group=start)

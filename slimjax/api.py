@@ -266,6 +266,24 @@ def procure(
         store.check_target(out, options.overwrite, options.resume)
     with float64_scope():
         study = spec if isinstance(spec, procurement.Study) else procurement.parse(spec)
+    if not study.variants:
+        return _procured(study, out, options)
+    # engine settings as candidates (docs/engines.md): the study once per setting, along dim ``setting``
+    for flag, given in (("resume", options.resume), ("scheduler", options.scheduler == "dask")):
+        if given:
+            raise SlimjaxError(flag, "applies to a study without engine settings: remove settings, or run without it")
+    from .studies.procure import variants
+
+    target = store.check_target(out, options.overwrite) if out is not None else None
+    parts = [_procured(variant, None, options) for _, variant in study.variants]
+    ds = variants.combine(parts, [label for label, _ in study.variants])
+    if target is not None:
+        store.write_dataset(ds, target)
+    return ds
+
+
+def _procured(study, out, options) -> xr.Dataset:
+    """One procurement study (no engine settings to sweep) run and, where ``out`` is given, stored."""
     if study.sizing["method"] == "screen":
         return _evaluate(study, None, out, options)
     for flag, given in (("resume", options.resume), ("scheduler", options.scheduler == "dask")):

@@ -202,3 +202,49 @@ def test_procurement_is_sized_with_the_engine_the_study_names(engine):
     r = int(ds.replicas.squeeze())
     assert _reference_meets(study, 0, 0, 0, 0, r, stream=stream)
     assert r == 1 or not _reference_meets(study, 0, 0, 0, 0, r - 1, stream=stream)
+
+
+def test_engine_settings_are_procurement_candidates_each_its_own_study(tmp_path):
+    """``settings`` (issue 36, item 5): the study once per engine setting, along dim ``setting``, each equal to the
+    study whose serving block sets those keys (replicas, cost and choice, bit for bit); ``best_setting`` is the
+    cheapest setting's label; the tables print each setting and compare them; the store keeps each setting's
+    assumptions; a bad setting is named; resume is refused."""
+    import json
+
+    base = dict(
+        workloads=[dict(name="long", input_len=4000, output_len=120)],
+        rates=[6.0],
+        models=["Llama-3.1-8B"],
+        gpus=["H100-SXM"],
+        tp=[1],
+        batch=[16],
+        slo={"ttft_s": 1.0, "itl_s": 0.03},
+        sizing={"requests": 120, "seed": 2, "max_replicas": 8},
+    )
+    settings = [{"step_tokens": 8192}, {"step_tokens": 512, "chunk_size": 512}]
+    out = tmp_path / "settings.zarr"
+    ds = slimjax.procure({**base, "settings": settings}, out)
+    labels = ["step_tokens 8192", "step_tokens 512, chunk_size 512"]
+    assert list(ds.setting.values) == labels and "setting" not in ds.total_rate.dims
+    costs = []
+    for label, keys in zip(labels, settings, strict=True):
+        alone = slimjax.procure({**base, "serving": keys})
+        got = ds.sel(setting=label)
+        for name in ("replicas", "cost_per_hour", "best_cost_per_hour", "best_replicas", "sim_ttft_p_s"):
+            np.testing.assert_array_equal(got[name].values, alone[name].values, err_msg=f"{label}: {name}")
+        costs.append(float(alone.best_cost_per_hour.squeeze()))
+    assert str(ds.best_setting.squeeze().values) == labels[int(np.argmin(costs))]
+    text = slimjax.procure_tables(ds)
+    assert text.count("######## engine setting:") == 2 and "engine settings compared" in text and "← cheapest" in text
+    assert "engine steps of 512 tokens" in text and "engine steps of 8192 tokens" in text  # each its own assumptions
+    import xarray as xr
+
+    stored = xr.open_zarr(out)
+    np.testing.assert_array_equal(stored.replicas.values, ds.replicas.values)
+    assert json.loads(stored.attrs["settings"]) == labels
+    with pytest.raises(SlimjaxError) as e:
+        procurefile.parse({**base, "settings": [{"step_tokens": 256}, {"chunk_size": -1}]})
+    assert e.value.field == "settings[1].chunk_size"
+    with pytest.raises(SlimjaxError) as e:
+        slimjax.procure({**base, "settings": settings}, tmp_path / "again.zarr", resume=True)
+    assert e.value.field == "resume"

@@ -118,8 +118,24 @@ def serving_per_setting(
     if not settings:
         return serving_per_group(value, models, gpus, tp, pp, max_tokens, calibrated)
     block = dict(value or {})
-    names = {label for label, _ in (*models, *gpus)}
     specs = []
+    for merged in setting_blocks(block, settings, [label for label, _ in (*models, *gpus)]):
+        spec, _ = serving_per_group(merged, models, gpus, tp, pp, max_tokens, calibrated)
+        specs.append(spec.fields())
+    _, table = serving_per_group(block, models, gpus, tp, pp, max_tokens, calibrated)
+    for m in table:
+        for g in table[m]:
+            table[m][g]["settings"] = [label for label, _ in settings]
+    stacked = {k: np.stack([np.asarray(s[k], float) for s in specs], axis=-1) for k in specs[0]}
+    return ServingSpec(**stacked), table
+
+
+def setting_blocks(value: Any, settings: tuple, names) -> list[dict]:
+    """The serving block once per engine setting, the setting's keys over its top level; a key the block also sets
+    under one of ``names`` (the study's models and GPUs) is refused, and values are checked, naming
+    ``settings[i].key``."""
+    block = dict(value or {})
+    out = []
     for i, (_, keys) in enumerate(settings):
         for key, v in keys.items():
             for name in names:
@@ -128,11 +144,5 @@ def serving_per_setting(
                         f"settings[{i}].{key}", f"serving.{name}.{key} sets it too: give it in one place"
                     )
             check_serving_value(key, v, f"settings[{i}].{key}")
-        spec, _ = serving_per_group({**block, **keys}, models, gpus, tp, pp, max_tokens, calibrated)
-        specs.append(spec.fields())
-    _, table = serving_per_group(block, models, gpus, tp, pp, max_tokens, calibrated)
-    for m in table:
-        for g in table[m]:
-            table[m][g]["settings"] = [label for label, _ in settings]
-    stacked = {k: np.stack([np.asarray(s[k], float) for s in specs], axis=-1) for k in specs[0]}
-    return ServingSpec(**stacked), table
+        out.append({**block, **keys})
+    return out

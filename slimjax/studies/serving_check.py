@@ -26,7 +26,8 @@ from ..inputs.serving import calibrated_efficiency, calibrated_link, calibrated_
 from .candidates import candidate_inputs
 
 CONCURRENCY_BANDS = ((1, 4), (5, 16), (17, 64), (65, 256), (257, np.inf))
-DIMENSIONS = ("engine", "model", "gpu", "n_gpu", "precision", "band", "output_len")  # the error table's cuts
+# the error table's cuts (harness: how the row's client ran, configs/harnesses.yaml)
+DIMENSIONS = ("engine", "harness", "model", "gpu", "n_gpu", "precision", "band", "output_len")
 
 
 def _band(c: float) -> str:
@@ -105,9 +106,9 @@ def cannot_run(rows: pd.DataFrame) -> pd.Series:
 
 
 def error_table(scored: pd.DataFrame, by=DIMENSIONS) -> pd.DataFrame:
-    """MAPE and bias (mean signed error), %, of TTFT and TPOT per value of each dimension in ``by`` (engine, GPU, TP,
-    concurrency band, output length), then pooled (dimension ``all``). Rows whose simulation did not run are
-    counted apart: ``attrs['not_run']`` {reason: rows}."""
+    """MAPE and bias (mean signed error), %, of TTFT and TPOT per value of each dimension in ``by`` (engine, harness,
+    model, GPU, TP, precision, concurrency band, output length), then pooled (dimension ``all``). Rows whose
+    simulation did not run are counted apart: ``attrs['not_run']`` {reason: rows}."""
     ran = scored.dropna(subset=["sim_ttft_s", "sim_tpot_s"]).copy()
     ran["engine"] = ran["framework"].map(lambda f: resolve_engine(str(f)).key) if "framework" in ran else "generic"
 
@@ -121,7 +122,7 @@ def error_table(scored: pd.DataFrame, by=DIMENSIONS) -> pd.DataFrame:
         }
 
     out = []
-    for dim in by:
+    for dim in (d for d in by if d in ran):  # (a frame without a harness column has one harness: the default)
         for value, g in ran.groupby(dim, sort=True):
             out.append({"dimension": dim, "value": _shown(value), **stats(g)})
     out.append({"dimension": "all", "value": "all", **stats(ran)})

@@ -3,11 +3,14 @@ sizing by simulation changed, aggregated against disaggregated serving, and the 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from ..present import PALETTE, Figure, grid, spans_decades
+from .variants import setting_view
 
 REASON_WORDS = {1: "TP does not divide heads", 2: "does not fit", 3: "ITL", 4: "TTFT", 5: "E2E", 6: "unbounded queue"}
 
@@ -17,6 +20,8 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     feasible highlighted, infeasible groups greyed with their reason."""
     if ds.attrs.get("kind") != "procurement":
         return []
+    if "setting" in ds.dims:  # engine settings as candidates: each setting's figures
+        return per_setting(ds, procurement_figures)
     out = []
     for wl in ds["workload"].values:
         w = ds.sel(workload=wl)
@@ -225,7 +230,22 @@ def procurement_table(ds: xr.Dataset) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def per_setting(ds: xr.Dataset, figures) -> list[Figure]:
+    """``figures`` of each engine setting's study (dim ``setting``), keyed and titled by the setting."""
+    out = []
+    for i, s in enumerate(ds["setting"].values):
+        for f in figures(setting_view(ds, s)):
+            out.append(dataclasses.replace(f, key=f"{f.key}_setting{i}", title=f"{f.title} — engine setting {s}"))
+    return out
+
+
 def report_tables(ds: xr.Dataset) -> list[tuple[str, pd.DataFrame]]:
+    if "setting" in ds.dims:
+        return [
+            (f"{title} — engine setting {s}", table)
+            for s in ds["setting"].values
+            for title, table in report_tables(setting_view(ds, s))
+        ]
     tables = [("Chosen fleet", procurement_table(ds))]
     if "deployment" in ds.dims:
         tables.append(("Disaggregated pools beside the aggregated fleet", disaggregated_table(ds)))

@@ -20,6 +20,7 @@ from ...errors import SlimjaxError, suggest
 from ...inputs import catalog
 from ...inputs.axes import parse_axis
 from ...inputs.checks import checked_number, positive_number
+from ...inputs.engines import engine_settings
 from ...inputs.measured import MEASURED_KEYS, measured_block
 from ...inputs.requests import (
     LengthClasses,
@@ -32,7 +33,7 @@ from ...inputs.serving import (
     check_group_shape,
     with_calibrated_links,
 )
-from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group, serving_per_tp
+from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group, serving_per_tp, setting_blocks
 from ...model.calculator import TP_DEGREES
 from ...model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
 
@@ -51,6 +52,7 @@ KEYS = (
     "prices",
     "sizing",
     "disaggregated",
+    "settings",
 )
 REQUIRED = ("workloads", "models", "gpus", "slo")
 SLO_KEYS = ("ttft_s", "quantile", "itl_s", "e2e_s")
@@ -99,6 +101,9 @@ class Study:
     spec: dict
     sizing: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_SIZING))
     deployments: tuple = ()  # disaggregated prefill/decode pairs (MODEL.md §10), sized by simulation
+    # engine settings as candidates (docs/engines.md): one study per setting, its keys over the serving block, each
+    # labelled; () without ``settings``
+    variants: tuple = ()
 
     @property
     def n_classes(self) -> int:
@@ -274,10 +279,26 @@ def _measured(value: Any, models: list[str], gpus: list[str], tp: np.ndarray) ->
 
 
 def parse(spec: str | os.PathLike | Mapping) -> Study:
-    """Validate a procurement file (path) or mapping into a :class:`Study`; errors name the field."""
+    """Validate a procurement file (path) or mapping into a :class:`Study`; errors name the field. With
+    ``settings`` (a list of engine configurations, docs/engines.md) the study holds one variant per setting, each
+    the study with that setting's keys over its serving block (``variants``: (label, Study) pairs)."""
     data, source, base_dir = read_file(
         spec, KEYS, REQUIRED, f"a study needs {', '.join(REQUIRED)} and rates and/or rate_scale", ("workloads",)
     )
+    settings = engine_settings(data.get("settings"))
+    study = _study(data, source, base_dir)
+    if not settings:
+        return study
+    blocks = setting_blocks(data.get("serving"), settings, [*study.models, *study.gpus])
+    variants = tuple(
+        (label, _study({**data, "serving": block}, source, base_dir))
+        for (label, _), block in zip(settings, blocks, strict=True)
+    )
+    return dataclasses.replace(study, variants=variants)
+
+
+def _study(data: dict, source: str, base_dir: Path | None) -> Study:
+    """The study of a read file's ``data`` (its ``settings`` aside)."""
     workloads = [_workload(w, i, base_dir) for i, w in enumerate(data["workloads"])]
     names = [w.name for w in workloads]
     for i, n in enumerate(names):

@@ -12,6 +12,7 @@ from ...inputs.serving import CONSTANTS_SOURCES
 from ..candidates import SIM_REASONS
 from ..present import assumption_lines, ms
 from .screen import REASONS
+from .variants import setting_view
 
 REASON_TEXT = {
     "tp_does_not_divide_heads": "TP degree does not divide the query heads",
@@ -66,7 +67,44 @@ def _why(ds: xr.Dataset, at: xr.Dataset, slo: dict, sized: xr.Dataset | None = N
 def ranked_tables(ds: xr.Dataset, top: int = 5, infeasible: int = 3) -> str:
     """One ranked table per workload, rate and model: the ``top`` cheapest feasible (GPU, TP) groups,
     each at its own cheapest batch limit (§8 tie order), then why the cheapest infeasible groups fail,
-    then the per-class mix. Prices are marked illustrative with their date."""
+    then the per-class mix. Prices are marked illustrative with their date. A study of engine settings (dim
+    ``setting``) prints each setting's tables, then the settings compared."""
+    if "setting" in ds.dims:
+        lines = []
+        for s in ds["setting"].values:
+            lines += ["", f"######## engine setting: {s}", _ranked(setting_view(ds, s), top, infeasible)]
+        return "\n".join([*lines, *settings_compared(ds)])
+    return _ranked(ds, top, infeasible)
+
+
+def settings_compared(ds: xr.Dataset) -> list[str]:
+    """Per (workload, rate, model): each engine setting's cheapest choice ($/hour, GPUs) and the one that wins."""
+    labels = [str(s) for s in ds["setting"].values]
+    width = max(len(s) for s in labels)
+    lines = ["", "== engine settings compared: each setting's cheapest choice (illustrative $/hour)"]
+    for wl in ds["workload"].values:
+        for rate in ds["rate"].values:
+            if not np.isfinite(float(ds["total_rate"].sel(workload=wl, rate=rate))):
+                continue
+            for model in ds["model"].values:
+                at = ds.sel(workload=wl, rate=rate, model=model)
+                lines.append(f"{wl} at {rate} — {model}:")
+                for s in labels:
+                    c = at.sel(setting=s)
+                    cost = float(c["best_cost_per_hour"])
+                    shown = "no feasible choice"
+                    if np.isfinite(cost):
+                        shown = (
+                            f"{_money(cost)}/hour, {int(c['best_gpus'])} GPU{'s' * (int(c['best_gpus']) != 1)} "
+                            f"({c['best_gpu'].item()} TP "
+                            f"{int(c['best_tp'])}, batch {int(c['best_batch'])}, ×{int(c['best_replicas'])})"
+                        )
+                    mark = "  ← cheapest" if str(at["best_setting"].item()) == s else ""
+                    lines.append(f"  {s:<{width}}  {shown}{mark}")
+    return lines
+
+
+def _ranked(ds: xr.Dataset, top: int, infeasible: int) -> str:
     import pandas as pd
 
     slo = {k: (np.inf if v is None else v) for k, v in json.loads(ds.attrs["slo"]).items()}
