@@ -116,6 +116,7 @@ def test_each_row_runs_with_its_engine_profile(shared_data, tmp_path):
         )
     table = serving_check.error_table(scored)
     assert set(table[table.dimension == "engine"].value) == {"vllm", "sglang"}
+    assert set(table[table.dimension == "harness"].value) == {"closed_loop"}  # aiconfigurator's: the default
 
 
 def test_a_row_that_cannot_be_built_is_listed_not_fatal(shared_data):
