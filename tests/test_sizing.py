@@ -248,3 +248,20 @@ def test_engine_settings_are_procurement_candidates_each_its_own_study(tmp_path)
     with pytest.raises(SlimjaxError) as e:
         slimjax.procure({**base, "settings": settings}, tmp_path / "again.zarr", resume=True)
     assert e.value.field == "resume"
+
+
+def test_the_shipped_engine_settings_study_parses(shared_data):
+    """sweeps/procure_engine_settings.yaml: one study per setting, each its own serving (step budget and chunk)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "sweeps" / "procure_engine_settings.yaml"
+    study = procurefile.parse(path)
+    assert [label for label, _ in study.variants] == [
+        "step_tokens 8192",
+        "step_tokens 2048",
+        "step_tokens 512, chunk_size 512",
+        "step_tokens 256, chunk_size 256",
+    ]
+    steps = [float(np.unique(v.serving.step_tokens)[0]) for _, v in study.variants]
+    assert steps == [8192.0, 2048.0, 512.0, 256.0]
+    assert study.serving_table["Llama-3.1-70B"]["H100-SXM"]["engine"].startswith("vLLM")
