@@ -6,35 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from servingfit import TRUTH
+from servingfit import serving_rows as _rows
 
 from slimjax.config import float64_scope
 from slimjax.errors import SlimjaxError
 from slimjax.fit import serving as fit
-
-TRUTH = dict(
-    compute_efficiency=0.6,
-    bandwidth_efficiency=0.55,
-    launch_overhead_s=0.0,
-    step_overhead_s=2e-3,  # a per-step floor
-    link_efficiency=0.65,  # the link's achieved fraction
-    allreduce_latency_s=3e-5,
-)
-
-
-def _rows(tps, clients, lengths, truth=TRUTH, offline=False, gpu="A100-SXM-80GB"):
-    """Serving rows whose mean TTFT and TPOT (offline: TTFT, TPOT and the batch's latency) are the simulation's own
-    at ``truth``, on a GPU whose link is §4c's line (an A100 node: no NCCL measurement in the catalog, so η_link and
-    τ time its all-reduce)."""
-    rows = pd.DataFrame(
-        [
-            dict(model="Llama-3.1-8B", gpu=gpu, n_gpu=n, batch=c, input_len=i, output_len=o, offline=offline)
-            for n in tps
-            for c in clients
-            for i, o in lengths
-        ]
-    ).assign(ttft_s=1.0, itl_s=1.0, e2e_s=1.0)
-    p = fit.predict_serving(rows, truth)
-    return rows.assign(ttft_s=p.ttft_sim_s, itl_s=p.tpot_sim_s, e2e_s=p.e2e_sim_s)
 
 
 def test_fit_recovers_known_constants_with_a_step_floor_and_a_link_fraction():
@@ -143,25 +120,6 @@ def test_a_closed_loop_with_waiting_clients_equals_the_event_loop():
     assert got[1].e2e_sim_s == pytest.approx(np.mean(want["e2e"][C:]), rel=1e-9)
     interval = got[1].e2e_sim_s / (C - 1)  # a completion every S/(C − 1) on average
     assert got[1].ttft_sim_s - got[0].ttft_sim_s > 0.5 * interval
-
-
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
-def test_fit_recovers_known_constants_with_each_engine_profile(engine):
-    """Rows a run of each engine would give (its profile: vLLM's paged cache and 8,192-token steps, SGLang's
-    prefill-first steps and retract, TensorRT-LLM's reservation and 32-token blocks), made by the forward model at
-    known constants, are recovered to 1e-3."""
-    rows = _rows((1, 2), (4, 24), ((512, 400), (3000, 128))).assign(
-        framework=engine, kv_dtype_bytes=np.nan, weight_dtype_bytes=np.nan
-    )
-    p = fit.predict_serving(rows, TRUTH)
-    rows = rows.assign(ttft_s=p.ttft_sim_s, itl_s=p.tpot_sim_s, e2e_s=np.nan)
-    profile = fit.row_profiles(rows)
-    assert (profile.engine == engine).all()
-    ds = fit.calibrate_serving(rows, iterations=15).sel(gpu="A100-SXM-80GB")
-    for q in fit.DEFAULT_FREE:
-        assert float(ds.coefficients.sel(param=q)) == pytest.approx(TRUTH[q], rel=1e-3), (engine, q)
-    assert bool(ds.converged)
-    assert "engine's profile" in ds.attrs["forward_model"]
 
 
 def test_request_overhead_is_the_closed_form_least_squares_and_stays_physical():
