@@ -259,8 +259,9 @@ def procure(
     The fleet is sized by simulation (MODEL.md §8 "Sizing by simulation", the study's ``sizing``): the screen
     runs in memory, then every candidate's R_sim is searched on the workload's own stream and the Dataset (cost,
     choice, mix on R_sim; the screen's R as ``replicas_screen``) is written to ``out`` at the end, atomically.
-    ``resume`` and Dask apply to ``sizing: screen``, the closed form alone. ``engine``: the
-    :class:`EngineOptions` fields (``quiet`` defaults to True here)."""
+    ``resume`` and Dask apply to ``sizing: screen``, the closed form alone. With ``settings`` (engine configurations,
+    docs/engines.md) the study runs once per setting, its variables along dim ``setting`` with ``best_setting``.
+    ``engine``: the :class:`EngineOptions` fields (``quiet`` defaults to True here)."""
     options = EngineOptions.of(engine, quiet=True)
     if out is not None:  # before any work, the study's own checks included
         store.check_target(out, options.overwrite, options.resume)
@@ -316,8 +317,8 @@ def _procured(study, out, options) -> xr.Dataset:
 
 def simulate(spec, out: str | os.PathLike | None = None, *, overwrite: bool = False) -> xr.Dataset:
     """Trace-driven continuous batching (MODEL.md §9) from a simulation file (path) or mapping (keys in
-    :mod:`slimjax.studies.simulate.spec`): every (model, GPU, TP, batch limit) candidate × replicas (× clients of a
-    closed loop) serves the stream; per-request TTFT, E2E, TPOT and the §9 summaries. ``out``: a zarr store,
+    :mod:`slimjax.studies.simulate.spec`): every (model, GPU, TP, [engine setting,] batch limit) candidate × replicas
+    (× clients of a closed loop) serves the stream; per-request TTFT, E2E, TPOT and the §9 summaries. ``out``: a zarr store,
     written atomically (an existing one is kept unless ``overwrite``)."""
     from .studies import simulate as simulation
 
