@@ -318,8 +318,8 @@ def _procured(study, out, options) -> xr.Dataset:
 def simulate(spec, out: str | os.PathLike | None = None, *, overwrite: bool = False) -> xr.Dataset:
     """Trace-driven continuous batching (MODEL.md §9) from a simulation file (path) or mapping (keys in
     :mod:`slimjax.studies.simulate.spec`): every (model, GPU, TP, [engine setting,] batch limit) candidate × replicas
-    (× clients of a closed loop) serves the stream; per-request TTFT, E2E, TPOT and the §9 summaries. ``out``: a zarr store,
-    written atomically (an existing one is kept unless ``overwrite``)."""
+    (× clients of a closed loop) serves the stream; per-request TTFT, E2E, TPOT and the §9 summaries. ``out``: a zarr
+    store, written atomically (an existing one is kept unless ``overwrite``)."""
     from .studies import simulate as simulation
 
     target = store.check_target(out, overwrite) if out is not None else None
