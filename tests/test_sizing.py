@@ -237,6 +237,10 @@ def test_engine_settings_are_procurement_candidates_each_its_own_study(tmp_path)
     text = slimjax.procure_tables(ds)
     assert text.count("######## engine setting:") == 2 and "engine settings compared" in text and "← cheapest" in text
     assert "engine steps of 512 tokens" in text and "engine steps of 8192 tokens" in text  # each its own assumptions
+    from slimjax.studies.procure import figures
+
+    keys = [f.key for f in figures.procurement_figures(ds)]
+    assert keys[0] == "settings_long" and "procurement_long_setting1" in keys  # compared, then each setting's
     import xarray as xr
 
     stored = xr.open_zarr(out)

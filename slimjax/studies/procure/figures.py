@@ -20,18 +20,11 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     feasible highlighted, infeasible groups greyed with their reason."""
     if ds.attrs.get("kind") != "procurement":
         return []
-    if "setting" in ds.dims:  # engine settings as candidates: each setting's figures
-        return per_setting(ds, procurement_figures)
+    if "setting" in ds.dims:  # engine settings as candidates: the settings compared, then each setting's figures
+        return settings_figures(ds) + per_setting(ds, procurement_figures)
     out = []
-    for wl in ds["workload"].values:
-        w = ds.sel(workload=wl)
-        rates = w["total_rate"].values.astype(float)
-        order = np.argsort(rates)
-        ok_rates = order[np.isfinite(rates[order])]
-        models = list(ds["model"].values)
-        fig, axes = grid(len(models), 5.0, 3.6)
-        for ax, m in zip(axes, models, strict=False):
-            c = w.sel(model=m)
+    for wl, rates, ok_rates, fig, panels in rate_panels(ds):
+        for ax, m, c in panels:
             cost = c["cost_per_mtok"].where(c["feasible"]).min("batch")  # (rate, gpu, tp)
             failing = []
             styles = ("-", "--", ":", "-.")
@@ -74,6 +67,19 @@ def procurement_figures(ds: xr.Dataset, at=None) -> list[Figure]:
             )
         )
     return out + sizing_figures(ds) + disaggregated_figures(ds)
+
+
+def rate_panels(ds: xr.Dataset):
+    """Per workload of a procurement store: its name, total rates, the finite ones' indices in rate order, a figure
+    of one panel per model, and (axis, model, the model's rows) per panel."""
+    for wl in ds["workload"].values:
+        w = ds.sel(workload=wl)
+        rates = w["total_rate"].values.astype(float)
+        order = np.argsort(rates)
+        models = list(ds["model"].values)
+        fig, axes = grid(len(models), 5.0, 3.6)
+        panels = [(ax, m, w.sel(model=m)) for ax, m in zip(axes, models, strict=False)]
+        yield wl, rates, order[np.isfinite(rates[order])], fig, panels
 
 
 def _cost_axes(ax, rates, title: str, legend_size: float) -> None:
@@ -228,6 +234,36 @@ def procurement_table(ds: xr.Dataset) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def settings_figures(ds: xr.Dataset) -> list[Figure]:
+    """Per workload, one panel per model: the cheapest choice's $/hour against the total rate, one line per engine
+    setting (docs/engines.md), the winning setting's points filled."""
+    out = []
+    for wl, rates, ok, fig, panels in rate_panels(ds):
+        for ax, m, c in panels:
+            for i, s in enumerate(ds["setting"].values):
+                cost = c["best_cost_per_hour"].sel(setting=s).values[ok]
+                wins = c["best_setting"].values[ok] == s
+                colour = PALETTE[i % len(PALETTE)]
+                ax.plot(rates[ok], cost, "-", color=colour, label=str(s))
+                ax.plot(rates[ok][wins], cost[wins], "o", color=colour)
+                ax.plot(rates[ok][~wins], cost[~wins], "o", mfc="none", color=colour)
+            ax.set_xscale("log" if spans_decades(rates[ok]) else "linear")
+            ax.set_xlabel("total rate Λ (requests/s)")
+            ax.set_ylabel("cheapest fleet (USD per hour)")
+            ax.set_title(f"{wl}: {m}", fontsize=9)
+            ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        out.append(
+            Figure(
+                f"settings_{wl}",
+                f"{wl}: engine settings compared",
+                fig,
+                "the cheapest feasible fleet per engine setting against the total rate (illustrative prices); filled: "
+                "the setting that wins at that rate",
+            )
+        )
+    return out
 
 
 def per_setting(ds: xr.Dataset, figures) -> list[Figure]:
