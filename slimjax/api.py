@@ -270,9 +270,7 @@ def procure(
     if not study.variants:
         return _procured(study, out, options)
     # engine settings as candidates (docs/engines.md): the study once per setting, along dim ``setting``
-    for flag, given in (("resume", options.resume), ("scheduler", options.scheduler == "dask")):
-        if given:
-            raise SlimjaxError(flag, "applies to a study without engine settings: remove settings, or run without it")
+    _journal_options_refused(options, "a study without engine settings: remove settings, or run without it")
     from .studies.procure import variants
 
     target = store.check_target(out, options.overwrite) if out is not None else None
@@ -283,15 +281,18 @@ def procure(
     return ds
 
 
+def _journal_options_refused(options, applies_to: str) -> None:
+    """``resume`` and the Dask scheduler need the block engine's journal: refused (naming the flag) elsewhere."""
+    for flag, given in (("resume", options.resume), ("scheduler", options.scheduler == "dask")):
+        if given:
+            raise SlimjaxError(flag, f"applies to {applies_to}")
+
+
 def _procured(study, out, options) -> xr.Dataset:
     """One procurement study (no engine settings to sweep) run and, where ``out`` is given, stored."""
     if study.sizing["method"] == "screen":
         return _evaluate(study, None, out, options)
-    for flag, given in (("resume", options.resume), ("scheduler", options.scheduler == "dask")):
-        if given:
-            raise SlimjaxError(
-                flag, "applies to the screen alone: give sizing: screen, or run sized by simulation without it"
-            )
+    _journal_options_refused(options, "the screen alone: give sizing: screen, or run sized by simulation without it")
     from .studies.procure import sizing
 
     target = store.check_target(out, options.overwrite) if out is not None else None

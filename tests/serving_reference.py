@@ -20,6 +20,13 @@ from reference import (
 )
 
 
+def default_serving(arch: dict) -> dict:
+    """The serving table's defaults as spec fields in base units (a field without one: the model's own)."""
+    from slimjax.inputs.serving import SERVING
+
+    return {r.field: r.to_base(r.default) if r.default is not None else arch[r.model_field] for r in SERVING.values()}
+
+
 def compute_efficiency(gpu, sv):
     """e_F, or e_F8 where 8-bit weights run at the GPU's FP8 peak and e_F8 is set (not NaN)."""
     e8 = sv.get("compute_efficiency_fp8", math.nan)

@@ -100,7 +100,6 @@ def test_a_closed_loop_with_waiting_clients_equals_the_event_loop():
     import serving_reference as sref
 
     from slimjax.inputs.catalog import resolve_gpu, resolve_model
-    from slimjax.inputs.serving import SERVING
 
     C, I, O, k, n = 4, 700, 40, 2, 2
     consts = dict(TRUTH, launch_overhead_s=1e-3)
@@ -109,7 +108,7 @@ def test_a_closed_loop_with_waiting_clients_equals_the_event_loop():
     got = {w: fit.predict_serving(row, consts, requests_per_client=k, waiting_clients=w).iloc[0] for w in (0, 1)}
     arch = resolve_model("Llama-3.1-8B")[1]
     gpu = {**resolve_gpu("H100-SXM")[1], **{p: consts[p] for p in ("link_efficiency", "allreduce_latency_s")}}
-    sv = {r.field: r.to_base(r.default) if r.default is not None else arch[r.model_field] for r in SERVING.values()}
+    sv = sref.default_serving(arch)
     sv.update(n_gpu=n, kv_replication=1.0, **{p: consts[p] for p in fit.SERVING_PARAMS if p in sv and p in consts})
     terms = sref.replica_terms(arch, gpu, sv)
     want = sref.simulate(terms, None, [I] * (C * k), [O] * (C * k), C - 1, clients=C)

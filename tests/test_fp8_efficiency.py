@@ -113,7 +113,6 @@ def test_an_fp8_row_equals_the_event_loop_at_e_f8():
     import serving_reference as sref
 
     from slimjax.inputs.catalog import resolve_model
-    from slimjax.inputs.serving import SERVING
 
     C, I, O, k = 3, 1500, 30, 2
     consts = dict(compute_efficiency=0.8, compute_efficiency_fp8=0.35, bandwidth_efficiency=0.6, step_overhead_s=0.0)
@@ -133,7 +132,7 @@ def test_an_fp8_row_equals_the_event_loop_at_e_f8():
     got = fit.predict_serving(row, consts, requests_per_client=k).iloc[0]
     arch = resolve_model("Llama-3.1-8B")[1]
     gpu = resolve_gpu("H100-SXM")[1]
-    sv = {r.field: r.to_base(r.default) if r.default is not None else arch[r.model_field] for r in SERVING.values()}
+    sv = sref.default_serving(arch)
     sv.update(n_gpu=1, kv_replication=1.0, bytes_per_weight=1.0, launch_overhead_s=0.0, **consts)
     want = sref.simulate(sref.replica_terms(arch, gpu, sv), None, [I] * (C * k), [O] * (C * k), C, clients=C)
     assert got.ttft_sim_s == pytest.approx(np.mean(want["ttft"][C:]), rel=1e-9)

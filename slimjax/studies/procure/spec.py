@@ -9,6 +9,7 @@ A study names workloads (fixed lengths or a request trace cut into length classe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -286,19 +287,20 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
         spec, KEYS, REQUIRED, f"a study needs {', '.join(REQUIRED)} and rates and/or rate_scale", ("workloads",)
     )
     settings = engine_settings(data.get("settings"))
-    study = _study(data, source, base_dir)
+    study, serving_fields = _study(data, source, base_dir)
     if not settings:
         return study
     blocks = setting_blocks(data.get("serving"), settings, [*study.models, *study.gpus])
-    variants = tuple(
-        (label, _study({**data, "serving": block}, source, base_dir))
+    variants = tuple(  # workloads, rates, prices and SLOs read once; what the serving block decides per setting
+        (label, dataclasses.replace(study, spec={**data, "serving": block}, **serving_fields(block)))
         for (label, _), block in zip(settings, blocks, strict=True)
     )
     return dataclasses.replace(study, variants=variants)
 
 
-def _study(data: dict, source: str, base_dir: Path | None) -> Study:
-    """The study of a read file's ``data`` (its ``settings`` aside)."""
+def _study(data: dict, source: str, base_dir: Path | None) -> tuple[Study, functools.partial]:
+    """The study of a read file's ``data`` (its ``settings`` aside), and the function giving the Study fields a
+    serving block decides (serving, its table, the GPUs' link constants, the deployments) for another block."""
     workloads = [_workload(w, i, base_dir) for i, w in enumerate(data["workloads"])]
     names = [w.name for w in workloads]
     for i, n in enumerate(names):
@@ -312,16 +314,39 @@ def _study(data: dict, source: str, base_dir: Path | None) -> Study:
     tp = parse_axis(data.get("tp", list(TP_DEGREES)), "tp").astype(float)
     batch = parse_axis(data.get("batch", list(DEFAULT_BATCH)), "batch").astype(float)
     max_tokens = max(float(np.max(w.classes.input_len + w.classes.output_len)) for w in workloads)
-    serving, serving_table = serving_per_tp(data.get("serving"), models, gpus, tp, max_tokens)
-    serving = with_stages(serving, serving_table, data.get("pp", 1), models, gpus, tp, max_tokens)
-    labelled = list(zip(gpu_names, gpu_rows, strict=True))
-    gpu_rows = [row for _, row in with_calibrated_links(labelled, data["gpus"], serving_table)]
     sizing = _sizing(data.get("sizing"))
+    serving_fields = functools.partial(_serving_fields, data, models, gpus, gpu_rows, tp, max_tokens, prices, sizing)
+    decided = serving_fields(data.get("serving"))
+    study = Study(
+        workloads=workloads,
+        rate_labels=rate_labels,
+        total_rate=total_rate,
+        models=[m for m, _ in models],
+        gpus=gpu_names,
+        model=stack(ModelSpec, [row for _, row in models]),
+        tp=tp,
+        batch=batch,
+        slo=_slo(data["slo"]),
+        measured=_measured(data.get("measured"), [m for m, _ in models], gpu_names, tp),
+        price_source=price_source,
+        source=source,
+        spec=data,
+        sizing=sizing,
+        **decided,
+    )
+    return study, serving_fields
+
+
+def _serving_fields(data, models, gpus, gpu_rows, tp, max_tokens, prices, sizing, block) -> dict:
+    """The Study fields the serving block ``block`` decides: serving per (model, GPU, TP) with its stages and table,
+    the GPUs with their link constants, and the disaggregated deployments (priced as the study prices its GPUs)."""
     from ...inputs.disaggregated import parse_study_section
 
-    deployments = parse_study_section(
-        data.get("disaggregated"), models, data.get("serving"), max_tokens, serving_per_group
-    )
+    serving, serving_table = serving_per_tp(block, models, gpus, tp, max_tokens)
+    serving = with_stages(serving, serving_table, data.get("pp", 1), models, gpus, tp, max_tokens)
+    labelled = [(g, row) for (g, _), row in zip(gpus, gpu_rows, strict=True)]
+    linked = [row for _, row in with_calibrated_links(labelled, data["gpus"], serving_table)]
+    deployments = parse_study_section(data.get("disaggregated"), models, block, max_tokens, serving_per_group)
     if deployments and sizing["method"] != "simulation":
         raise SlimjaxError("disaggregated", "sized by simulation only (MODEL.md §10): remove sizing: screen")
     if deployments:
@@ -335,24 +360,10 @@ def _study(data: dict, source: str, base_dir: Path | None) -> Study:
                         f"{pool.gpu} has no price: add price_per_hour to its entry in configs/gpus.yaml (or list it "
                         "under gpus and prices)",
                     )
-    return Study(
-        workloads=workloads,
-        rate_labels=rate_labels,
-        total_rate=total_rate,
-        models=[m for m, _ in models],
-        gpus=gpu_names,
-        model=stack(ModelSpec, [row for _, row in models]),
-        gpu=stack(GPUSpec, gpu_rows),
-        tp=tp,
-        batch=batch,
-        slo=_slo(data["slo"]),
+    return dict(
         serving=serving,
         serving_table=serving_table,
-        measured=_measured(data.get("measured"), [m for m, _ in models], gpu_names, tp),
-        price_source=price_source,
-        source=source,
-        spec=data,
-        sizing=sizing,
+        gpu=stack(GPUSpec, linked),
         deployments=tuple(deployments),
     )
 
