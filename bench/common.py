@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ def timed(fn, repeats: int):
 ROOFLINE_YAML = Path(__file__).resolve().parent.parent / "configs" / "roofline" / "default.yaml"
 # configs/roofline/default.yaml's blocks fitted apart from the per-GPU constants (each by its own bench script),
 # kept when bench/fit_default_roofline.py rewrites the file
-ROOFLINE_BLOCKS_APART = ("request_overhead_s", "compute_efficiency_fp8")
+ROOFLINE_BLOCKS_APART = ("request_overhead_s", "compute_efficiency_fp8", "bandwidth_efficiency_fp8", "step_overhead_s")
 
 
 def write_roofline_yaml(doc: dict, header: str | None = None) -> None:
@@ -47,3 +48,20 @@ def write_roofline_block(key: str, block: dict) -> None:
     doc = yaml.safe_load(ROOFLINE_YAML.read_text())
     doc[key] = block
     write_roofline_yaml(doc)
+
+
+def job_arguments(jobs: str, parts: str, write: bool = False) -> tuple[argparse.Namespace, Path]:
+    """A fit script's command line (``--jobs`` comma-separated, ``--parts`` the folder its jobs share, ``--write``
+    where it writes configs) with slimjax configured and the parts folder made."""
+    import slimjax
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", default=jobs)
+    ap.add_argument("--parts", default=parts)
+    if write:
+        ap.add_argument("--write", action="store_true")
+    a = ap.parse_args()
+    slimjax.configure()
+    parts_dir = Path(a.parts)
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    return a, parts_dir

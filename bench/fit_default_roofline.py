@@ -32,7 +32,6 @@ bias by TP degree and batch band, beside the constants shipped before (the close
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -42,7 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from common import ROOFLINE_BLOCKS_APART, ROOFLINE_YAML, write_roofline_yaml
+from common import ROOFLINE_BLOCKS_APART, ROOFLINE_YAML, job_arguments, write_roofline_yaml
 
 import slimjax
 from slimjax.fit import serving as fit
@@ -362,13 +361,7 @@ def report(parts: Path, t: pd.DataFrame) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", default="shipped,converge,loto,logo,before,report")
-    ap.add_argument("--parts", default="/tmp/fit_default_roofline")
-    a = ap.parse_args()
-    slimjax.configure()
-    parts = Path(a.parts)
-    parts.mkdir(parents=True, exist_ok=True)
+    a, parts = job_arguments("shipped,converge,loto,logo,before,report", "/tmp/fit_default_roofline")
     t = rows()
     if os.environ.get("FIT_SAMPLE"):  # a smoke run on a sample of each source
         k = int(os.environ["FIT_SAMPLE"])

@@ -34,17 +34,24 @@ def test_fp8_weights_take_their_own_efficiency_of_the_fp8_peak():
     assert other_e_f["prefill_s"] == at["prefill_s"]
 
 
-def test_unset_e_f8_is_e_f_and_bf16_or_no_fp8_peak_ignore_it():
-    """Unset (NaN), e_F8 is e_F exactly: the same fraction of either peak, as before the key. bf16 weights, and 8-bit
-    weights on a GPU without an FP8 peak (A100: dequantised to bf16), never read it."""
-    unset = _prefill_s("H200", "fp8", compute_efficiency=0.6)
-    same = _prefill_s("H200", "fp8", compute_efficiency=0.6, compute_efficiency_fp8=0.6)
-    assert unset == same and np.isfinite(unset["prefill_s"])
+@pytest.mark.parametrize(
+    "base, key, measure",
+    [
+        ("compute_efficiency", "compute_efficiency_fp8", "prefill_s"),
+        ("bandwidth_efficiency", "bandwidth_efficiency_fp8", "itl_s"),
+    ],
+)
+def test_unset_fp8_efficiency_is_its_base_and_bf16_or_no_fp8_peak_ignore_it(base, key, measure):
+    """Unset (NaN), e_F8 is e_F and e_B8 is e_B exactly: the same fraction of either peak, as before the keys. bf16
+    weights, and 8-bit weights on a GPU without an FP8 peak (A100: dequantised to bf16), never read them."""
+    unset = _prefill_s("H200", "fp8", **{base: 0.6})
+    same = _prefill_s("H200", "fp8", **{base: 0.6, key: 0.6})
+    assert unset == same and np.isfinite(unset[measure])
     for gpu, dtype in (("H200", "bf16"), ("A100-SXM-80GB", "fp8")):
-        a = _prefill_s(gpu, dtype, "Llama-3.1-8B", compute_efficiency=0.6)
-        b = _prefill_s(gpu, dtype, "Llama-3.1-8B", compute_efficiency=0.6, compute_efficiency_fp8=0.2)
-        assert a == b and np.isfinite(a["prefill_s"]), (gpu, dtype)
-    assert math.isnan(serving_keys.SERVING["compute_efficiency_fp8"].default)
+        a = _prefill_s(gpu, dtype, "Llama-3.1-8B", **{base: 0.6})
+        b = _prefill_s(gpu, dtype, "Llama-3.1-8B", **{base: 0.6, key: 0.2})
+        assert a == b and np.isfinite(a[measure]), (gpu, dtype)
+    assert math.isnan(serving_keys.SERVING[key].default)
 
 
 def test_the_calibrated_preset_takes_the_fitted_e_f8_and_says_so():
@@ -107,15 +114,21 @@ def test_predict_without_e_f8_runs_fp8_rows_at_e_f():
     assert resolve_gpu("H100-SXM", "gpu")[1]["flops_fp8_per_s"] > 0  # the rows ran at the FP8 peak
 
 
-def test_an_fp8_row_equals_the_event_loop_at_e_f8():
+def test_an_fp8_row_equals_the_event_loop_at_e_f8_and_e_b8():
     """An FP8 closed loop through the serving fit's forward model equals the plain-Python §9 event loop
-    (tests/serving_reference.py, e_F8 applied by its own rule) per summary to 1e-9."""
+    (tests/serving_reference.py, e_F8 and e_B8 applied by its own rules, with a step overhead) per summary to 1e-9."""
     import serving_reference as sref
 
     from slimjax.inputs.catalog import resolve_model
 
     C, I, O, k = 3, 1500, 30, 2
-    consts = dict(compute_efficiency=0.8, compute_efficiency_fp8=0.35, bandwidth_efficiency=0.6, step_overhead_s=0.0)
+    consts = dict(
+        compute_efficiency=0.8,
+        compute_efficiency_fp8=0.35,
+        bandwidth_efficiency=0.6,
+        bandwidth_efficiency_fp8=0.85,
+        step_overhead_s=1.5e-3,
+    )
     row = pd.DataFrame(
         [
             dict(

@@ -43,6 +43,7 @@ SERVING_PARAMS = (
     "compute_efficiency",
     "compute_efficiency_fp8",
     "bandwidth_efficiency",
+    "bandwidth_efficiency_fp8",
     "launch_overhead_s",
     "step_overhead_s",
     "link_efficiency",
@@ -52,6 +53,7 @@ SERVING_BOUNDED = (
     "compute_efficiency",
     "compute_efficiency_fp8",
     "bandwidth_efficiency",
+    "bandwidth_efficiency_fp8",
     "link_efficiency",
 )  # of a peak
 # t_l stays as the closed forms fitted it unless freed: to the simulation it is one per-step cost with t_step
@@ -66,6 +68,7 @@ DEFAULT_START = dict(
     compute_efficiency=0.7,
     compute_efficiency_fp8=0.7,  # a start or constants without it: compute_efficiency's (one fraction of either peak)
     bandwidth_efficiency=0.7,
+    bandwidth_efficiency_fp8=0.7,  # likewise: bandwidth_efficiency's where left out
     launch_overhead_s=0.0,
     step_overhead_s=1e-3,
     link_efficiency=0.7,
@@ -178,7 +181,7 @@ def offline_rows(rows: pd.DataFrame) -> np.ndarray:
 
 
 @functools.partial(
-    jax.jit, static_argnames=("clients", "per_client", "free", "offline", "waiting", "parts", "score_all")
+    jax.jit, static_argnames=("clients", "per_client", "free", "offline", "waiting", "parts", "score_all", "follow")
 )
 def _bucket(
     z,
@@ -191,12 +194,14 @@ def _bucket(
     waiting: int = 0,
     parts: tuple[bool, ...] = (False, False),
     score_all: bool = False,
+    follow: tuple[str, ...] = (),
 ):
     """(mean TTFT, mean TPOT, E2E) per lane and their Jacobian in the free z's: ``z`` (lanes, 6) unconstrained
     constants, ``x`` the lanes' specs and their requests' lengths (``input_lens``, ``output_lens``: lanes × n). A
     closed loop of C clients × ``per_client`` requests on a replica admitting C − ``waiting`` of them at once is
     scored after its first C completions (``score_all``: over every request; E2E: their mean); an offline batch is
-    its C requests at time 0, all scored (E2E: the batch's, its last completion)."""
+    its C requests at time 0, all scored (E2E: the batch's, its last completion). ``follow``: FP8 efficiencies that
+    stand for their base constant as it moves (unset: :data:`FP8_OF`)."""
     n = clients if offline else clients * per_client
     lanes = z.shape[0]
     slots = int(2 ** np.ceil(np.log2(max(clients, 1))))
@@ -204,6 +209,7 @@ def _bucket(
     def summaries(delta):
         theta = coefficients_from(z.at[:, list(free)].add(delta), SERVING_PARAMS, SERVING_BOUNDED)
         named = {p: theta[:, k] for k, p in enumerate(SERVING_PARAMS)}
+        named.update({k: named[FP8_OF[k]] for k in follow})
         link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}  # GPU fields, the rest serving
         gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
         given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication")}
@@ -248,7 +254,7 @@ def _buckets(rows: pd.DataFrame, inputs: dict) -> dict[tuple, np.ndarray]:
     return {k: np.flatnonzero([key == k for key in keys]) for k in sorted(set(keys))}
 
 
-def _simulate(z_rows, inputs, buckets, free, waiting=0):
+def _simulate(z_rows, inputs, buckets, free, waiting=0, follow=()):
     """(values (rows, 3), J (rows, 3, free)) over every bucket. A bucket's lanes are padded to a power of two
     (its last row repeated), so fits on other subsets of the same rows reuse the compiled loops; its requests'
     lengths are drawn as each row's harness draws them (:func:`slimjax.inputs.harnesses.request_lengths`)."""
@@ -273,6 +279,7 @@ def _simulate(z_rows, inputs, buckets, free, waiting=0):
             waiting=0 if offline else min(int(waiting), int(c) - 1),
             parts=parts,
             score_all=bool(score_all) and not offline,
+            follow=tuple(follow),
         )
         values[idx], J[idx] = np.asarray(v)[: len(idx)], np.asarray(j)[: len(idx)]
     return values, J
@@ -296,12 +303,14 @@ def measured_targets(traces: pd.DataFrame) -> pd.DataFrame:
     return rows[rows[list(MEASURED)].notna().any(axis=1)].reset_index(drop=True)
 
 
+# the FP8 efficiencies and the constant each stands in for when unset (the roofline's rule)
+FP8_OF = {"compute_efficiency_fp8": "compute_efficiency", "bandwidth_efficiency_fp8": "bandwidth_efficiency"}
+
+
 def _with_fp8_efficiency(values: dict, given) -> dict:
-    """``values`` with e_F8 = e_F where ``given`` (the caller's constants) leaves e_F8 out: one fraction of either
-    peak, as the roofline takes an unset e_F8."""
-    if "compute_efficiency_fp8" in given:
-        return values
-    return {**values, "compute_efficiency_fp8": values["compute_efficiency"]}
+    """``values`` with e_F8 = e_F and e_B8 = e_B where ``given`` (the caller's constants) leaves them out: one
+    fraction of either peak, as the roofline takes an unset e_F8 or e_B8."""
+    return {**values, **{k: values[base] for k, base in FP8_OF.items() if k not in given}}
 
 
 def _unconstrained(values: dict) -> np.ndarray:
@@ -311,65 +320,17 @@ def _unconstrained(values: dict) -> np.ndarray:
     return np.where(np.isfinite(z), z, -30.0)
 
 
-@uses_float64
-def calibrate_serving(
-    traces: pd.DataFrame,
-    group_by=("gpu",),
-    *,
-    free=DEFAULT_FREE,
-    start: dict | None = None,
-    requests_per_client: int | None = None,
-    iterations: int = 20,
-    step_tokens: int | None = None,
-    waiting_clients: int = 0,
-    start_by_group: pd.DataFrame | None = None,
-) -> xr.Dataset:
-    """Fit the roofline constants in ``free`` (of :data:`SERVING_PARAMS`; the others held at ``start``, default
-    :data:`DEFAULT_START`) per group of measured rows with the §9 simulation as forward model: closed-loop
-    serving rows (C clients, ``step_tokens`` per step) on their mean TTFT and TPOT; offline batches (column
-    ``offline``: B requests at once, prefilled in one pass) on TTFT (the batch prefill) and TPOT where measured,
-    else on the batch's latency (:func:`measured_targets`). ``waiting_clients`` k: the replica admits C − k of a
-    closed loop's C clients at once, so k requests always wait for the next completion (aiconfigurator's silicon
-    rows read so with k = 1: mean TTFT ≈ 60 ms + S/C at C ≤ 32, one inter-completion interval of waiting, where
-    k = 0 gives a prefill and a step). ``start_by_group``: a frame indexed by group key (columns of
-    :data:`SERVING_PARAMS`) whose rows start those groups instead of ``start``. Returns coefficients, standard
-    errors, ``identified``, ``at_bound``, ``converged``, ``n_rows`` and the TTFT/TPOT/E2E MAPE per group."""
-    unknown = [p for p in free if p not in SERVING_PARAMS]
-    if unknown:
-        raise SlimjaxError("free", f"{unknown[0]!r} is not a fitted constant; one of {', '.join(SERVING_PARAMS)}")
-    odd = [c for c in (start_by_group.columns if start_by_group is not None else ()) if c not in SERVING_PARAMS]
-    if odd:
-        raise SlimjaxError("start_by_group", f"column {odd[0]!r} is not a constant; one of {', '.join(SERVING_PARAMS)}")
-    start = _with_fp8_efficiency({**DEFAULT_START, **(start or {})}, start or {})
-    rows = measured_targets(traces)
-    if rows.empty:
-        raise SlimjaxError("traces", "no rows with a positive ttft_s, itl_s or (offline) e2e_s at a concurrency")
-    group_by = list(group_by)
-    groups = rows.groupby(group_by, sort=True).indices
-    keys = list(groups)
-    group_of = np.empty(len(rows), int)
-    for k, idx in enumerate(groups.values()):
-        group_of[idx] = k
-    G = len(keys)
-    free_idx = tuple(SERVING_PARAMS.index(p) for p in free)
-    z = np.tile(_unconstrained(start), (G, 1))
-    for g, key in enumerate(keys):  # a warm start per group (a refit from the constants shipped before)
-        label = key[0] if isinstance(key, tuple) and len(key) == 1 else key
-        if start_by_group is not None and label in start_by_group.index:
-            given = start_by_group.loc[label].astype(float).dropna().to_dict()
-            z[g] = _unconstrained(_with_fp8_efficiency({**start, **given}, given))
-    inputs = lane_inputs(rows, step_tokens, requests_per_client)
-    buckets = _buckets(rows, inputs)
-    meas = rows[list(MEASURED)].to_numpy(float)
-    scored = np.isfinite(meas)
-
-    def residuals(z_groups):
-        v, J = _simulate(z_groups[group_of], inputs, buckets, free_idx, waiting_clients)
-        r = np.where(scored, v / np.where(scored, meas, 1.0) - 1.0, 0.0)
-        return r, np.where(scored[:, :, None], J / np.where(scored, meas, 1.0)[:, :, None], 0.0)
+def _levenberg_marquardt(residuals, z, free_idx, row_groups, iterations):
+    """Levenberg–Marquardt on the host, every group at once: ``z`` (groups, constants) unconstrained, ``free_idx``
+    the columns it moves, ``row_groups`` each group's row indices, ``residuals(z)`` → (r (rows, 3), J (rows, 3,
+    free)) with each row at its group's z. Returns (z, r, J, cost per group, converged per group)."""
+    G = z.shape[0]
+    group_of = np.empty(sum(len(i) for i in row_groups), int)
+    for g, idx in enumerate(row_groups):
+        group_of[idx] = g
 
     def per_group(x):  # (rows, 3, …) -> [(3·n_g, …)] per group
-        return [x[groups[key]].reshape(-1, *x.shape[2:]) for key in keys]
+        return [x[idx].reshape(-1, *x.shape[2:]) for idx in row_groups]
 
     r, J = residuals(z)
     cost = np.array([np.sum(a**2) for a in per_group(r)])
@@ -402,6 +363,73 @@ def calibrate_serving(
         if np.all((flat >= 3) | (lam > 1e6)):
             break  # more would only be simulations
     converged = (flat >= 2) | (lam > 1e4)  # steps that gain nothing, or none that descends at any damping
+    return z, r, J, cost, converged
+
+
+@uses_float64
+def calibrate_serving(
+    traces: pd.DataFrame,
+    group_by=("gpu",),
+    *,
+    free=DEFAULT_FREE,
+    start: dict | None = None,
+    requests_per_client: int | None = None,
+    iterations: int = 20,
+    step_tokens: int | None = None,
+    waiting_clients: int = 0,
+    start_by_group: pd.DataFrame | None = None,
+) -> xr.Dataset:
+    """Fit the roofline constants in ``free`` (of :data:`SERVING_PARAMS`; the others held at ``start``, default
+    :data:`DEFAULT_START`) per group of measured rows with the §9 simulation as forward model: closed-loop
+    serving rows (C clients, ``step_tokens`` per step) on their mean TTFT and TPOT; offline batches (column
+    ``offline``: B requests at once, prefilled in one pass) on TTFT (the batch prefill) and TPOT where measured,
+    else on the batch's latency (:func:`measured_targets`). ``waiting_clients`` k: the replica admits C − k of a
+    closed loop's C clients at once, so k requests always wait for the next completion (aiconfigurator's silicon
+    rows read so with k = 1: mean TTFT ≈ 60 ms + S/C at C ≤ 32, one inter-completion interval of waiting, where
+    k = 0 gives a prefill and a step). ``start_by_group``: a frame indexed by group key (columns of
+    :data:`SERVING_PARAMS`) whose rows start those groups instead of ``start``. Returns coefficients, standard
+    errors, ``identified``, ``at_bound``, ``converged``, ``n_rows`` and the TTFT/TPOT/E2E MAPE per group."""
+    unknown = [p for p in free if p not in SERVING_PARAMS]
+    if unknown:
+        raise SlimjaxError("free", f"{unknown[0]!r} is not a fitted constant; one of {', '.join(SERVING_PARAMS)}")
+    odd = [c for c in (start_by_group.columns if start_by_group is not None else ()) if c not in SERVING_PARAMS]
+    if odd:
+        raise SlimjaxError("start_by_group", f"column {odd[0]!r} is not a constant; one of {', '.join(SERVING_PARAMS)}")
+    start_given = start
+    start = _with_fp8_efficiency({**DEFAULT_START, **(start or {})}, start or {})
+    rows = measured_targets(traces)
+    if rows.empty:
+        raise SlimjaxError("traces", "no rows with a positive ttft_s, itl_s or (offline) e2e_s at a concurrency")
+    group_by = list(group_by)
+    groups = rows.groupby(group_by, sort=True).indices
+    keys = list(groups)
+    group_of = np.empty(len(rows), int)
+    for k, idx in enumerate(groups.values()):
+        group_of[idx] = k
+    G = len(keys)
+    free_idx = tuple(SERVING_PARAMS.index(p) for p in free)
+    z = np.tile(_unconstrained(start), (G, 1))
+    for g, key in enumerate(keys):  # a warm start per group (a refit from the constants shipped before)
+        label = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+        if start_by_group is not None and label in start_by_group.index:
+            given = start_by_group.loc[label].astype(float).dropna().to_dict()
+            z[g] = _unconstrained(_with_fp8_efficiency({**start, **given}, given))
+    inputs = lane_inputs(rows, step_tokens, requests_per_client)
+    buckets = _buckets(rows, inputs)
+    given = {*(start_by_group.columns if start_by_group is not None else ()), *(start_given or {})}
+    follow = tuple(k for k in FP8_OF if k not in free and k not in given)  # unset: its base, as that moves
+    meas = rows[list(MEASURED)].to_numpy(float)
+    scored = np.isfinite(meas)
+
+    def residuals(z_groups):
+        v, J = _simulate(z_groups[group_of], inputs, buckets, free_idx, waiting_clients, follow)
+        r = np.where(scored, v / np.where(scored, meas, 1.0) - 1.0, 0.0)
+        return r, np.where(scored[:, :, None], J / np.where(scored, meas, 1.0)[:, :, None], 0.0)
+
+    def per_group(x):  # (rows, 3, …) -> [(3·n_g, …)] per group
+        return [x[groups[key]].reshape(-1, *x.shape[2:]) for key in keys]
+
+    z, r, J, cost, converged = _levenberg_marquardt(residuals, z, free_idx, [groups[key] for key in keys], iterations)
     theta = np.asarray(coefficients_from(jnp.asarray(z), SERVING_PARAMS, SERVING_BOUNDED))
     n = np.array([int(scored[groups[key]].sum()) for key in keys])  # residuals each group is scored on
     J_full = np.zeros((G, len(MEASURED) * max(len(i) for i in groups.values()), len(SERVING_PARAMS)))
@@ -450,6 +478,132 @@ def calibrate_serving(
     return ds.set_index(group=group_by).unstack("group")
 
 
+def _row_parameters(rows: pd.DataFrame, constants: pd.DataFrame | dict) -> np.ndarray:
+    """Per row, :data:`SERVING_PARAMS` in the fit's unconstrained coordinates from ``constants`` (one value per
+    name, or a frame of them row by row; a name left out: :data:`DEFAULT_START`; e_F8 or e_B8 left out or NaN: e_F,
+    e_B), exact to 1e-12 (a fraction of 1 included)."""
+    given = pd.DataFrame(constants, index=rows.index) if isinstance(constants, dict) else constants
+    columns = {
+        p: given[p].to_numpy(float) if p in given else np.full(len(rows), DEFAULT_START[p]) for p in SERVING_PARAMS
+    }
+    for k, base in FP8_OF.items():  # unset (left out or NaN): e_F, e_B
+        own = columns[k] if k in given else np.full(len(rows), np.nan)
+        columns[k] = np.where(np.isnan(own), columns[base], own)
+    theta = np.stack([columns[p] for p in SERVING_PARAMS], axis=1)
+    bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
+    t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))
+    return np.where(bounded, np.log(t) - np.log1p(-t), np.log(t))
+
+
+@uses_float64
+def calibrate_serving_by(
+    traces: pd.DataFrame,
+    constants: pd.DataFrame,
+    free: dict[str, str],
+    *,
+    start: dict[str, float] | None = None,
+    iterations: int = 20,
+) -> xr.Dataset:
+    """One joint fit of constants tied across rows by a column of theirs: ``free`` maps a constant of
+    :data:`SERVING_PARAMS` to the column whose values each take one (``{"bandwidth_efficiency_fp8": "gpu",
+    "step_overhead_s": "engine"}``: e_B8 per GPU and t_step per engine, every row scored at its GPU's and its
+    engine's), every other constant held at ``constants`` (a frame row by row, as :func:`predict_serving` takes it;
+    an FP8 efficiency it leaves unset and ``free`` does not name stands for its base). ``start``: a start per free
+    constant (else its value in ``constants`` on the level's first row). The forward model, residuals, bounds and
+    identification are :func:`calibrate_serving`'s; a column needs no group of its own (``engine``: the rows'
+    profiles, :func:`row_profiles`). Returns, per fitted value (dim ``value``: its ``param`` and ``level``),
+    coefficient, standard_error, identified, at_bound and n_rows (the rows that take it); converged, loss and the
+    TTFT/TPOT MAPE of the fit."""
+    unknown = [p for p in free if p not in SERVING_PARAMS]
+    if unknown:
+        raise SlimjaxError("free", f"{unknown[0]!r} is not a fitted constant; one of {', '.join(SERVING_PARAMS)}")
+    if isinstance(constants, pd.DataFrame) and len(constants) != len(traces):
+        raise SlimjaxError("constants", f"{len(constants)} rows of constants for {len(traces)} rows of traces")
+    names = [p for p in (constants if isinstance(constants, pd.DataFrame) else constants) if p in SERVING_PARAMS]
+    tagged = traces.assign(
+        **{f"held {p}": np.broadcast_to(np.asarray(constants[p], float), len(traces)) for p in names}
+    )
+    rows = measured_targets(tagged)  # (the constants travel with their rows)
+    if rows.empty:
+        raise SlimjaxError("traces", "no rows with a positive ttft_s, itl_s or (offline) e2e_s at a concurrency")
+    held = pd.DataFrame({p: rows.pop(f"held {p}").to_numpy(float) for p in names}, index=rows.index)
+    base = _row_parameters(rows, held)
+    if "engine" not in rows:
+        rows = rows.assign(engine=row_profiles(rows)["engine"].to_numpy())
+    missing = [c for c in free.values() if c not in rows]
+    if missing:
+        raise SlimjaxError("free", f"rows have no column {missing[0]!r} to tie a constant by")
+    params = list(free)
+    levels = [rows[free[p]].astype(str).to_numpy() for p in params]
+    slots = [(p, lv) for p, lvs in zip(params, levels, strict=True) for lv in sorted(set(lvs))]
+    col = [SERVING_PARAMS.index(p) for p in params]
+    # (rows, free): the slot whose value each row takes of each free constant
+    slot_of = np.stack([[slots.index((p, v)) for v in lv] for p, lv in zip(params, levels, strict=True)], axis=1)
+    start = start or {}
+    z0 = np.array(
+        [
+            _unconstrained({**DEFAULT_START, p: start[p]})[SERVING_PARAMS.index(p)]
+            if p in start
+            else base[slot_of[:, params.index(p)] == j, SERVING_PARAMS.index(p)][0]
+            for j, (p, _) in enumerate(slots)
+        ]
+    )
+    follow = tuple(k for k in FP8_OF if k not in free and (k not in held or held[k].isna().all()))
+    inputs = lane_inputs(rows)
+    buckets = _buckets(rows, inputs)
+    meas = rows[list(MEASURED)].to_numpy(float)
+    scored = np.isfinite(meas)
+    free_idx = tuple(col)
+    everyone = np.arange(len(rows))
+
+    def residuals(u):
+        z_rows = base.copy()
+        z_rows[:, col] = u[0][slot_of]
+        v, J_rows = _simulate(z_rows, inputs, buckets, free_idx, 0, follow)
+        J = np.zeros((len(rows), len(MEASURED), len(slots)))
+        for k in range(len(params)):
+            J[everyone, :, slot_of[:, k]] += J_rows[:, :, k]
+        r = np.where(scored, v / np.where(scored, meas, 1.0) - 1.0, 0.0)
+        return r, np.where(scored[:, :, None], J / np.where(scored, meas, 1.0)[:, :, None], 0.0)
+
+    u, r, J, cost, converged = _levenberg_marquardt(
+        residuals, z0[None, :], tuple(range(len(slots))), [everyone], iterations
+    )
+    kinds = [SERVING_PARAMS.index(p) for p, _ in slots]
+    bounded = np.isin(np.array(SERVING_PARAMS)[kinds], SERVING_BOUNDED)
+    theta = np.where(bounded, 1.0 / (1.0 + np.exp(-u[0])), np.exp(u[0]))
+    slope = np.where(bounded, theta * (1.0 - theta), theta)
+    n = int(scored.sum())
+    cov, identified, _ = gauss_newton(u, cost, J.reshape(1, -1, len(slots)), np.array([n]), slope[None, :])
+    at_bound = np.where(bounded, (theta < AT_BOUND) | (theta > 1 - AT_BOUND), theta < 1e-6)
+    err = np.where(scored, np.abs(r), np.nan)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mape = np.nanmean(err, axis=0) * 100
+    return xr.Dataset(
+        {
+            "coefficient": ("value", theta),
+            "standard_error": ("value", np.sqrt(np.maximum(np.diagonal(cov[0]), 0))),
+            "identified": ("value", identified[0] & ~at_bound),
+            "at_bound": ("value", at_bound),
+            "n_rows": (
+                "value",
+                np.array([int((slot_of[:, params.index(p)] == j).sum()) for j, (p, _) in enumerate(slots)]),
+            ),
+            "converged": bool(converged[0]),
+            "loss": float(cost[0]),
+            "mape_ttft": (mape[0]),
+            "mape_tpot": (mape[1]),
+        },
+        coords={
+            "param": ("value", [p for p, _ in slots]),
+            "level": ("value", [lv for _, lv in slots]),
+            "by": ("value", [free[p] for p, _ in slots]),
+        },
+        attrs={"kind": "serving_calibration_by", "rows": len(rows)},
+    )
+
+
 @uses_float64
 def predict_serving(
     rows: pd.DataFrame,
@@ -462,18 +616,9 @@ def predict_serving(
     """The §9 forward model of :func:`calibrate_serving` at given constants: ``rows`` (as :func:`measured_targets`
     keeps them) with ttft_sim_s, tpot_sim_s, e2e_sim_s and the relative errors ttft_error, tpot_error, e2e_error
     (sim/measured − 1; NaN where not measured). ``constants``: one value per :data:`SERVING_PARAMS` name, or a
-    frame of them row by row (a name left out: :data:`DEFAULT_START`; e_F8 left out or NaN: e_F)."""
+    frame of them row by row (a name left out: :data:`DEFAULT_START`; e_F8 or e_B8 left out or NaN: e_F, e_B)."""
     rows = measured_targets(rows)
-    given = pd.DataFrame(constants, index=rows.index) if isinstance(constants, dict) else constants
-    columns = {
-        p: given[p].to_numpy(float) if p in given else np.full(len(rows), DEFAULT_START[p]) for p in SERVING_PARAMS
-    }
-    e_f8 = columns["compute_efficiency_fp8"] if "compute_efficiency_fp8" in given else np.full(len(rows), np.nan)
-    columns["compute_efficiency_fp8"] = np.where(np.isnan(e_f8), columns["compute_efficiency"], e_f8)  # unset: e_F
-    theta = np.stack([columns[p] for p in SERVING_PARAMS], axis=1)
-    bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
-    t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))
-    z = np.where(bounded, np.log(t) - np.log1p(-t), np.log(t))  # exact, a fraction of 1 included (to 1e-12)
+    z = _row_parameters(rows, constants)
     inputs = lane_inputs(rows, step_tokens, requests_per_client)
     v, _ = _simulate(z, inputs, _buckets(rows, inputs), (), waiting_clients)  # no tangent
     out = rows.copy()

@@ -31,7 +31,7 @@ from ..model.pipeline import PP_DEGREES
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .catalog import config_yaml, dtype_bytes, gpu_catalog, require_network, resolve_model
 from .checks import checked_number, is_integer, split_keyed_block
-from .engines import GENERIC, resolve_engine
+from .engines import GENERIC, EngineProfile, resolve_engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +260,13 @@ SERVING: dict[str, ServingKey] = {
             "roofline compute efficiency at the FP8 peak, where 8-bit weights run there (unset: compute_efficiency)",
         ),
         ServingKey(
+            "bandwidth_efficiency_fp8",
+            "bandwidth_efficiency_fp8",
+            math.nan,  # unset: e_B
+            _unit,
+            "roofline bandwidth efficiency where 8-bit weights run at the FP8 peak (unset: bandwidth_efficiency)",
+        ),
+        ServingKey(
             "kv_dtype_bytes",
             "kv_dtype_bytes",
             None,
@@ -361,31 +368,54 @@ def _fit_entry(gpu: str) -> tuple[dict, str]:
     return {**entry, **{k: doc["default"][k] for k in held}}, f"{gpu}, its {', '.join(held)} the default's"
 
 
-def calibrated_efficiency(gpu: str) -> tuple[dict[str, float], str]:
-    """The fitted e_F, e_B, t_l (and t_step, 0 where the fit holds it) for ``gpu`` from
-    configs/roofline/default.yaml (its own fit, else the pooled ``default``), and where they came from."""
+def calibrated_efficiency(gpu: str, engine: str = GENERIC) -> tuple[dict[str, float], str]:
+    """The fitted e_F, e_B, t_l for ``gpu`` from configs/roofline/default.yaml (its own fit, else the pooled
+    ``default``), the FP8 efficiencies e_F8 and e_B8 where fitted (:func:`calibrated_fp8_efficiency`), and t_step,
+    the step overhead of ``engine``'s profile key where fitted (:func:`calibrated_step_overhead`); and where they
+    came from."""
     row, which = _fit_entry(gpu)
     values = {k: float(row[k]) for k in EFFICIENCY_KEYS}
     values["step_overhead_s"] = float(row.get("step_overhead_s", 0.0))
-    fp8, fp8_which = calibrated_fp8_efficiency(gpu)
-    if fp8_which:
-        values["compute_efficiency_fp8"] = fp8
-        which = f"{which}; e_F8 {fp8_which}"
+    for key, short in FP8_EFFICIENCIES.items():
+        fp8, fp8_which = calibrated_fp8_efficiency(gpu, key)
+        if fp8_which:
+            values[key] = fp8
+            which = f"{which}; {short} {fp8_which}"
+    step, step_which = calibrated_step_overhead(engine)
+    if step_which:
+        values["step_overhead_s"] = step
+        which = f"{which}; t_step {step_which}"
     return values, f"configs/roofline/default.yaml: {which}"
 
 
-def calibrated_fp8_efficiency(gpu: str) -> tuple[float, str]:
-    """e_F8, the compute efficiency at the FP8 peak, for ``gpu`` from configs/roofline/default.yaml's
-    ``compute_efficiency_fp8`` block (fitted on measured FP8 serving rows, bench/fit_fp8_efficiency.py): the GPU's
-    own fit where its rows identified it, else the block's ``default``; (NaN, "") where no block is shipped (e_F8
-    is then e_F)."""
-    block = _roofline_fit().get("compute_efficiency_fp8")
+# the efficiencies of 8-bit weights at the FP8 peak (configs/roofline/default.yaml blocks of those names), as named
+FP8_EFFICIENCIES = {"compute_efficiency_fp8": "e_F8", "bandwidth_efficiency_fp8": "e_B8"}
+
+
+def calibrated_fp8_efficiency(gpu: str, key: str = "compute_efficiency_fp8") -> tuple[float, str]:
+    """e_F8 (``key`` ``compute_efficiency_fp8``) or e_B8 (``bandwidth_efficiency_fp8``), the efficiency where 8-bit
+    weights run at the FP8 peak, for ``gpu`` from configs/roofline/default.yaml's block of that name (fitted on
+    measured FP8 serving rows, bench/fit_engine_constants.py): the GPU's own fit where its rows identified it, else
+    the block's ``default``; (NaN, "") where no block is shipped (it is then e_F, e_B)."""
+    block = _roofline_fit().get(key)
     if not block:
         return math.nan, ""
     own = (block.get("gpus") or {}).get(gpu)
     if own is not None and own.get("identified", True):
         return float(own["value"]), gpu
     return float(block["default"]), "default"
+
+
+def calibrated_step_overhead(engine: str) -> tuple[float, str]:
+    """t_step, the fixed cost of one engine step beyond the GPU's t_l (host scheduling, sampling, Python), of the
+    engine profile ``engine`` (its catalog key) from configs/roofline/default.yaml's ``step_overhead_s`` block
+    (fitted on measured serving rows, bench/fit_engine_constants.py): (value, engine) where its rows identified it;
+    (0, "") for an engine it did not fit, ``generic`` included (the GPU's t_l alone, as fitted on rows of several
+    engines)."""
+    own = ((_roofline_fit().get("step_overhead_s") or {}).get("engines") or {}).get(engine)
+    if own is None or not own.get("identified", True):
+        return 0.0, ""
+    return float(own["value"]), engine
 
 
 def calibrated_link(gpu: str) -> dict[str, float]:
@@ -443,15 +473,16 @@ def with_calibrated_links(gpus: list, entries: list, table: dict) -> list:
     return out
 
 
-def _apply_efficiency(merged: dict, where: dict, gpu: str) -> str:
-    """Fill the roofline settings the user left out from the ``efficiency`` preset; returns its label."""
+def _apply_efficiency(merged: dict, where: dict, gpu: str, engine: str = GENERIC) -> str:
+    """Fill the roofline settings the user left out from the ``efficiency`` preset (the step overhead of
+    ``engine``, a profile key, where fitted); returns its label."""
     preset = merged.pop("efficiency", "plain")
     field = where.pop("efficiency", "serving.efficiency")
     if preset not in EFFICIENCY_PRESETS:
         raise SlimjaxError(field, f"must be one of {', '.join(EFFICIENCY_PRESETS)}, got {preset!r}")
     if preset == "plain":
         return "plain roofline (e_F = e_B = 1, t_l = 0 unless given; MODEL.md §0)"
-    values, source = calibrated_efficiency(gpu)
+    values, source = calibrated_efficiency(gpu, engine)
     for k, v in values.items():
         if k not in merged:
             merged[k], where[k] = v, f"{field} ({source})"
@@ -459,17 +490,17 @@ def _apply_efficiency(merged: dict, where: dict, gpu: str) -> str:
     return f"calibrated ({source}; {mark}: {words})"
 
 
-def _apply_engine(merged: dict, where: dict, gpu: str, gpu_fields: Mapping) -> str:
+def _apply_engine(merged: dict, where: dict, gpu: str, gpu_fields: Mapping) -> EngineProfile:
     """Fill the serving keys the user left out from the ``engine`` profile (configs/engines.yaml, on this GPU);
-    returns its label (``generic`` where none is named)."""
+    returns the profile (``generic`` where none is named)."""
     if "engine" not in merged:
-        return resolve_engine(GENERIC).label
+        return resolve_engine(GENERIC)
     field = where.pop("engine")
     profile = resolve_engine(merged.pop("engine"), field)
     for k, v in profile.settings(gpu, gpu_fields).items():
         if k not in merged:
             merged[k], where[k] = v, f"{field} ({profile.key}'s {k}, configs/engines.yaml)"
-    return profile.label
+    return profile
 
 
 def register_serving_key(key: ServingKey) -> ServingKey:
@@ -568,8 +599,8 @@ def serving_block(
                 for k, v in block.items():
                     merged[k], where[k] = v, f"{source}.{k}"
             preset = merged.get("efficiency", "plain")
-            engine = _apply_engine(merged, where, g, gpu)
-            efficiency = _apply_efficiency(merged, where, g)
+            profile = _apply_engine(merged, where, g, gpu)
+            efficiency = _apply_efficiency(merged, where, g, profile.key)
             checked, autos = _resolve(
                 merged,
                 where,
@@ -596,7 +627,7 @@ def serving_block(
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
             table[m][g] = {
                 **checked,
-                "engine": engine,
+                "engine": profile.label,
                 "efficiency": efficiency,
                 "constants": constants_source(g, preset)[0],  # (an unknown preset was refused above)
                 **({"auto": autos} if autos else {}),

@@ -74,6 +74,14 @@ def achieved_flops_per_s(gpu, bytes_per_weight, e_f, e_f8):
     return tensor_core_peak(gpu, bytes_per_weight) * jnp.where(fp8, e_f8, e_f)
 
 
+def achieved_bandwidth_bytes_per_s(gpu, bytes_per_weight, e_b, e_b8):
+    """BW · e_B, bytes/s of one GPU (§0), with its own efficiency e_B8 where 8-bit weights run at the FP8 peak: the
+    FP8 GEMM kernels that stream them (and the steps built around them) reach another fraction of the HBM bandwidth
+    than bf16 ones. e_B8 NaN (unset): e_B."""
+    fp8 = runs_at_fp8_peak(gpu, bytes_per_weight) & ~jnp.isnan(e_b8)
+    return gpu.bandwidth_bytes_per_s * jnp.where(fp8, e_b8, e_b)
+
+
 TP_DEGREES = (1.0, 2.0, 4.0, 8.0)  # the tensor-parallel degrees `n_gpu: auto` considers (§4c)
 
 
@@ -151,11 +159,11 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
     if at_peak:  # (arrays shaped like the group's, so the terms vmap like any spec)
         zero = 0.0 * serving.n_gpu
         e_f, e_b, launch = 1.0 + zero, 1.0 + zero, zero
-        e_f8 = e_f
+        e_f8, e_b8 = e_f, e_b
         comm = (zero, zero, jnp.inf + zero, zero, zero)
     else:
         e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
-        e_f8 = serving.compute_efficiency_fp8
+        e_f8, e_b8 = serving.compute_efficiency_fp8, serving.bandwidth_efficiency_fp8
         comm = parallel.tp_comm_segments(model.n_layers, model.hidden, serving.n_gpu, gpu)
     roof = roofline.Roof(
         active_params=experts.active_params(
@@ -169,7 +177,7 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         kv_per_token_sliding=per_token * model.n_sliding_layers,
         window=model.window,
         flops=serving.n_gpu * achieved_flops_per_s(gpu, serving.bytes_per_weight, e_f, e_f8),
-        bandwidth=serving.n_gpu * gpu.bandwidth_bytes_per_s * e_b,
+        bandwidth=serving.n_gpu * achieved_bandwidth_bytes_per_s(gpu, serving.bytes_per_weight, e_b, e_b8),
         launch_overhead_s=launch,
         comm_fixed_s=comm[0],
         comm_per_token_s=comm[1],

@@ -21,7 +21,7 @@ import pandas as pd
 from ..config import float64_scope
 from ..engine import sim as engine
 from ..fit import serving as serving_fit
-from ..inputs.engines import resolve_engine
+from ..inputs.engines import GENERIC, resolve_engine
 from ..inputs.serving import calibrated_efficiency, calibrated_link, calibrated_request_overhead, default_serving
 from .candidates import candidate_inputs
 
@@ -62,11 +62,13 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int | None = None) ->
     need["sim_tpot_s"] = np.nan
     need["request_overhead_s"] = np.nan
     if len(runs):
-        constants = pd.DataFrame([_calibrated(g) for g in runs.gpu], index=runs.index)
+        engines = serving_fit.row_profiles(runs)["engine"]
+        constants = pd.DataFrame(
+            [calibrated_constants(g, e) for g, e in zip(runs.gpu, engines, strict=True)], index=runs.index
+        )
         got = serving_fit.predict_serving(runs, constants, requests_per_client=requests_per_client)
         # what the client adds to each request's TTFT beyond the engine (the fitted overhead of its engine's API;
         # an offline batch has no client)
-        engines = serving_fit.row_profiles(runs)["engine"]
         overhead = np.where(serving_fit.offline_rows(runs), 0.0, [calibrated_request_overhead(e) for e in engines])
         need.loc[runs.index, "request_overhead_s"] = overhead
         need.loc[runs.index, "sim_ttft_s"] = got["ttft_sim_s"].to_numpy() + overhead
@@ -76,9 +78,10 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int | None = None) ->
     return need
 
 
-def _calibrated(gpu: str) -> dict:
-    """The calibrated serving constants of a GPU (as the studies' ``efficiency: calibrated`` takes them)."""
-    values, _ = calibrated_efficiency(gpu)
+def calibrated_constants(gpu: str, engine: str = GENERIC) -> dict:
+    """The calibrated serving constants of a GPU under an engine's profile (its catalog key), as the studies'
+    ``efficiency: calibrated`` takes them."""
+    values, _ = calibrated_efficiency(gpu, engine)
     return {**values, **calibrated_link(gpu)}
 
 
