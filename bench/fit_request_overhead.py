@@ -13,7 +13,8 @@ engine profile (vLLM, SGLang, TensorRT-LLM: each its own API server) on the clos
 (the harnesses of bench/fit_engine_constants.py) and dense models (a MoE row's TTFT misses the expert GEMMs'
 prefill until the expert-parallel issue lands: it would be read as client time); ``default`` pools them (an engine
 without such rows takes it). Held out: leave one model out (each model's rows predicted with δ fitted on the
-engine's other models) and leave one engine out (each engine's rows with the others' pooled δ).
+engine's other models, else on every engine's other models, else with none) and leave one engine out (each engine's
+rows with the others' pooled δ).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def main() -> None:
     held = pd.Series(np.nan, index=t.index)
     for (e, m), g in t.groupby(["engine", "model"]):
         rest = t[(t.engine == e) & (t.model != m)]
-        held[g.index] = fit_request_overhead(rest.engine_ttft_s, rest.ttft_s)[0] if len(rest) else pooled[0]
+        if rest.empty:  # the engine's other models, else every engine's other models, else none: no overhead
+            rest = t[t.model != m]
+        held[g.index] = fit_request_overhead(rest.engine_ttft_s, rest.ttft_s)[0] if len(rest) else 0.0
     others = pd.Series(np.nan, index=t.index)
     for e, g in t.groupby("engine"):
         rest = t[t.engine != e]
