@@ -268,8 +268,8 @@ def test_n_gpu_auto_and_fits_against_brute_force():
             for g in gpus:
                 gpu = resolve_gpu(g)[1]
 
-                def r(n, arch=arch, kv_auto=kv_auto):
-                    return max(1.0, n / arch["n_kv_heads"]) if kv_auto else 1.0
+                def r(n, arch=arch, kv_auto=kv_auto):  # MLA: the latent on every rank
+                    return (n if arch.get("mla") else max(1.0, n / arch["n_kv_heads"])) if kv_auto else 1.0
 
                 want = next(
                     (
@@ -288,6 +288,29 @@ def test_n_gpu_auto_and_fits_against_brute_force():
                     assert int(seqs.max()) == 0 and not bool(fits.any())
                     assert np.isnan(ds.slim_throughput.sel(model=m, gpu=g)).all()
                     assert np.isnan(ds.itl_s.sel(model=m, gpu=g)).all()
+
+
+def test_mla_latent_is_held_whole_on_every_tensor_parallel_rank():
+    """By hand: DeepSeek-V3 (MLA: d_c 512 + d_R 64 per layer, 61 layers) at TP 8 on H200 with fp8 weights and KV.
+    Every head reads the whole compressed latent, so each rank holds every sequence's whole latent: `kv_replication:
+    auto` is 8 (not max(1, 8 / 128) = 1), a 2,048-token sequence takes 8 · 2,048 · 576 · 61 bytes of the group's pool
+    0.9 · 8 · M_GPU − weights, and each step reads its latent on every rank; a GQA model keeps max(1, n / H_kv)."""
+    from slimjax.inputs.catalog import resolve_gpu
+
+    memory = resolve_gpu("H200")[1]["memory_bytes"]
+    fp8 = dict(n_gpu=8, weight_dtype_bytes="fp8", kv_dtype_bytes="fp8")
+    auto = slimjax.point("DeepSeek-V3", "H200", 4, 1024, 1024, serving=dict(fp8, kv_replication="auto"))
+    split = slimjax.point("DeepSeek-V3", "H200", 4, 1024, 1024, serving=dict(fp8, kv_replication=1))
+    per_token = 576 * 61
+    assert auto["kv_bytes_per_token"] == per_token
+    pool = 0.9 * 8 * memory - auto["weights_bytes"]
+    assert auto["kv_pool_bytes"] == pytest.approx(pool, rel=1e-12)
+    assert auto["max_seqs"] == np.floor(pool / (8 * 2048 * per_token))
+    assert split["max_seqs"] == np.floor(pool / (2048 * per_token))
+    assert auto["itl_s"] > split["itl_s"]  # the decode reads the latent on every rank
+    gqa = slimjax.point("Llama-3.1-70B", "H200", 4, 1024, 1024, serving=dict(n_gpu=8, kv_replication="auto"))
+    one = slimjax.point("Llama-3.1-70B", "H200", 4, 1024, 1024, serving=dict(n_gpu=8, kv_replication=1))
+    assert gqa["max_seqs"] == one["max_seqs"]  # 8 KV heads over 8 GPUs: split, not replicated
 
 
 def test_tp_degree_must_divide_the_query_heads():

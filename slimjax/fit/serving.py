@@ -169,7 +169,9 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_p
         input_len=I,
         output_len=rows["output_len"].to_numpy(float),
         step_tokens=np.where(offline, batch * I, budget),
-        kv_replication=np.asarray(replicated_kv(n, np.asarray(m.n_kv_heads))),  # `auto`, as the studies run
+        kv_replication=np.asarray(
+            replicated_kv(n, np.asarray(m.n_kv_heads), np.asarray(m.mla))
+        ),  # `auto`, as the studies run
         **settings,
         **{k: v.to_numpy() for k, v in row_harnesses(rows, requests_per_client).items()},
     )

@@ -112,7 +112,9 @@ def _auto_pp(ctx: AutoContext) -> float:
         return 1.0
     settings = dict(ctx.settings)
     if settings.get("kv_replication") == "auto":
-        settings["kv_replication"] = float(replicated_kv(settings["n_gpu"], ctx.model_fields["n_kv_heads"]))
+        settings["kv_replication"] = float(
+            replicated_kv(settings["n_gpu"], ctx.model_fields["n_kv_heads"], ctx.model_fields.get("mla", 0.0))
+        )
     with float64_scope():
         model, gpu, serving = _group_spec(dataclasses.replace(ctx, settings=settings))
         n = float(smallest_fitting_pp(model, gpu, serving, ctx.max_tokens)[0])
@@ -130,9 +132,11 @@ def _divides_heads(n: float, model: Mapping) -> str | None:
 
 
 def _auto_kv_replication(ctx: AutoContext) -> float:
-    """r = max(1, n / H_kv) (§4c); 1 where no TP degree fits (the group does not run)."""
+    """r = max(1, n / H_kv) (§4c), n for MLA (§4b: the latent on every rank); 1 where no TP degree fits (the group
+    does not run)."""
     n = ctx.settings["n_gpu"]
-    return 1.0 if math.isnan(n) else float(replicated_kv(n, ctx.model_fields["n_kv_heads"]))
+    fields = ctx.model_fields
+    return 1.0 if math.isnan(n) else float(replicated_kv(n, fields["n_kv_heads"], fields.get("mla", 0.0)))
 
 
 def _kv_policy(value, field: str) -> str:
@@ -192,7 +196,7 @@ SERVING: dict[str, ServingKey] = {
             "kv_replication",
             1.0,
             _at_least_1,
-            "KV replication factor r (auto: max(1, n_gpu / H_kv))",
+            "KV replication factor r (auto: max(1, n_gpu / H_kv); n_gpu for MLA, the latent on every rank)",
             auto=_auto_kv_replication,
         ),
         ServingKey("kv_overhead", "kv_overhead", 1.0, _at_least_1, "KV overhead factor o (metadata, scales)"),

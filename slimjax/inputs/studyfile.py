@@ -70,11 +70,12 @@ def serving_per_tp(
     n = tp[None, None, :]
     kv_auto = np.array([[["kv_replication" in table[m][g].get("auto", ())] for g, _ in gpus] for m, _ in models])
     n_kv = np.array([arch["n_kv_heads"] for _, arch in models])[:, None, None]
+    mla = np.array([arch.get("mla", 0.0) for _, arch in models])[:, None, None]
     out = {
         k: np.broadcast_to(np.asarray(v)[..., None], (*np.shape(v), len(tp))).astype(float) for k, v in fields.items()
     }
     out["n_gpu"] = np.broadcast_to(n, out["n_gpu"].shape).astype(float)
-    out["kv_replication"] = np.where(kv_auto, np.asarray(replicated_kv(n, n_kv)), out["kv_replication"])
+    out["kv_replication"] = np.where(kv_auto, np.asarray(replicated_kv(n, n_kv, mla)), out["kv_replication"])
     for m in table:
         for g in table[m]:
             table[m][g].pop("n_gpu", None)

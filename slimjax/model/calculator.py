@@ -85,9 +85,15 @@ def achieved_bandwidth_bytes_per_s(gpu, bytes_per_weight, e_b, e_b8):
 TP_DEGREES = (1.0, 2.0, 4.0, 8.0)  # the tensor-parallel degrees `n_gpu: auto` considers (§4c)
 
 
-def replicated_kv(n_gpu, n_kv_heads):
-    """r = max(1, n / H_kv): KV heads are replicated when the group has more GPUs than KV heads (§4c)."""
-    return jnp.maximum(1.0, n_gpu / n_kv_heads)
+def replicated_kv(n_gpu, n_kv_heads, mla=0.0):
+    """r = max(1, n / H_kv): KV heads are replicated when the group has more GPUs than KV heads (§4c); r = n for MLA
+    (§4b): the compressed latent c_KV is shared by every head, so each tensor-parallel rank holds all of it (why MLA
+    models are served with attention data parallel)."""
+    return jnp.where(
+        jnp.asarray(mla) > 0,
+        n_gpu * jnp.ones_like(jnp.asarray(n_kv_heads, float)),
+        jnp.maximum(1.0, n_gpu / n_kv_heads),
+    )
 
 
 def configuration_fits(model, gpu, serving, tokens, batch=1.0):
@@ -106,7 +112,7 @@ def smallest_fitting_tp(model, gpu, serving, tokens, kv_replication_auto=False, 
         jnp.broadcast_shapes(jnp.shape(model.n_heads), jnp.shape(gpu.memory_bytes), jnp.shape(serving.n_gpu))
     )
     for n in reversed(TP_DEGREES):
-        r = jnp.where(kv_replication_auto, replicated_kv(n, model.n_kv_heads), serving.kv_replication)
+        r = jnp.where(kv_replication_auto, replicated_kv(n, model.n_kv_heads, model.mla), serving.kv_replication)
         trial = ServingSpec(**{**serving.fields(), "n_gpu": n + 0.0 * serving.n_gpu, "kv_replication": r})
         ok = (jnp.mod(model.n_heads, n) == 0) & (n <= gpu.gpus_per_node)
         ok = ok & configuration_fits(model, gpu, trial, tokens, batch)
