@@ -76,12 +76,12 @@ def fp8_rows() -> pd.DataFrame:
 def held_constants(t: pd.DataFrame) -> pd.DataFrame:
     """Per row, the calibrated constants of its GPU as the studies take them, the fitted ones left out (the FP8
     efficiencies unset: e_F, e_B; t_step the GPU fit's)."""
-    from slimjax.inputs.serving import FP8_EFFICIENCIES, calibrated_efficiency, calibrated_link
+    from slimjax.inputs.serving import FP8_EFFICIENCIES
+    from slimjax.studies.serving_check import calibrated_constants
 
     out = {}
-    for g in t.gpu.unique():
-        values, _ = calibrated_efficiency(g)  # no engine named: no engine's t_step
-        out[g] = {**{k: v for k, v in values.items() if k not in FP8_EFFICIENCIES}, **calibrated_link(g)}
+    for g in t.gpu.unique():  # no engine named: no engine's t_step
+        out[g] = {k: v for k, v in calibrated_constants(g).items() if k not in FP8_EFFICIENCIES}
     return pd.DataFrame([out[g] for g in t.gpu], index=t.index)
 
 
@@ -159,14 +159,9 @@ def held_out(t: pd.DataFrame, by: str) -> pd.DataFrame:
 
 
 def job(name: str, t: pd.DataFrame, parts: Path) -> None:
-    if name == "shipped":
-        fits = fit_joint(t)
-        (parts / "fits.yaml").write_text(yaml.safe_dump(fits))
-        pd.concat(
-            [predict(t, None).assign(variant="before (unset)"), predict(t, fits).assign(variant="fitted, in sample")]
-        ).to_csv(parts / "shipped.csv", index=False)
-    elif name == "converge":  # the shipped fit continued from where its iterations ran out
-        fits = fit_joint(t, yaml.safe_load((parts / "fits.yaml").read_text()))
+    if name in ("shipped", "converge"):  # converge: the shipped fit continued from where its iterations ran out
+        previous = yaml.safe_load((parts / "fits.yaml").read_text()) if name == "converge" else None
+        fits = fit_joint(t, previous)
         (parts / "fits.yaml").write_text(yaml.safe_dump(fits))
         pd.concat(
             [predict(t, None).assign(variant="before (unset)"), predict(t, fits).assign(variant="fitted, in sample")]

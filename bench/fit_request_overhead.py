@@ -43,6 +43,11 @@ def rows(path: str) -> pd.DataFrame:
     return t
 
 
+def overhead_on(rows: pd.DataFrame) -> float:
+    """δ fitted on ``rows`` (0, no overhead, where there are none)."""
+    return fit_request_overhead(rows.engine_ttft_s, rows.ttft_s)[0] if len(rows) else 0.0
+
+
 def scores(t: pd.DataFrame, delta: pd.Series) -> pd.DataFrame:
     err = (t.engine_ttft_s + delta) / t.ttft_s - 1.0
     g = err.groupby(t.engine)
@@ -62,13 +67,11 @@ def main() -> None:
     held = pd.Series(np.nan, index=t.index)
     for (e, m), g in t.groupby(["engine", "model"]):
         rest = t[(t.engine == e) & (t.model != m)]
-        if rest.empty:  # the engine's other models, else every engine's other models, else none: no overhead
-            rest = t[t.model != m]
-        held[g.index] = fit_request_overhead(rest.engine_ttft_s, rest.ttft_s)[0] if len(rest) else 0.0
+        # the engine's other models, else every engine's other models, else none: no overhead
+        held[g.index] = overhead_on(rest if len(rest) else t[t.model != m])
     others = pd.Series(np.nan, index=t.index)
     for e, g in t.groupby("engine"):
-        rest = t[t.engine != e]
-        others[g.index] = fit_request_overhead(rest.engine_ttft_s, rest.ttft_s)[0] if len(rest) else 0.0
+        others[g.index] = overhead_on(t[t.engine != e])
     before = scores(t, pd.Series(0.0, index=t.index))
     inside = scores(t, t.engine.map(lambda e: fitted[e][0]))
     lomo = scores(t, held)

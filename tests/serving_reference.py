@@ -27,21 +27,12 @@ def default_serving(arch: dict) -> dict:
     return {r.field: r.to_base(r.default) if r.default is not None else arch[r.model_field] for r in SERVING.values()}
 
 
-def _fp8(gpu, sv):
-    """8-bit weights on a GPU with an FP8 peak (they run there)."""
-    return 0.6 < sv["bytes_per_weight"] <= 1.01 and gpu.get("flops_fp8_per_s", 0) > 0
-
-
-def bandwidth_efficiency(gpu, sv):
-    """e_B8 where 8-bit weights run at the FP8 peak and it is set, else e_B."""
-    e8 = sv.get("bandwidth_efficiency_fp8", math.nan)
-    return e8 if _fp8(gpu, sv) and not math.isnan(e8) else sv["bandwidth_efficiency"]
-
-
-def compute_efficiency(gpu, sv):
-    """e_F, or e_F8 where 8-bit weights run at the GPU's FP8 peak and e_F8 is set (not NaN)."""
-    e8 = sv.get("compute_efficiency_fp8", math.nan)
-    return e8 if _fp8(gpu, sv) and not math.isnan(e8) else sv["compute_efficiency"]
+def efficiency(gpu, sv, base):
+    """``sv[base]`` (compute_efficiency e_F or bandwidth_efficiency e_B), or its FP8 one (e_F8, e_B8) where 8-bit
+    weights run at the GPU's FP8 peak and that is set (not NaN)."""
+    e8 = sv.get(f"{base}_fp8", math.nan)
+    fp8 = 0.6 < sv["bytes_per_weight"] <= 1.01 and gpu.get("flops_fp8_per_s", 0) > 0
+    return e8 if fp8 and not math.isnan(e8) else sv[base]
 
 
 def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
@@ -72,8 +63,8 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
         W=arch["window"],
         r=sv["kv_replication"],
         o=sv["kv_overhead"],
-        F=n * peak_flops(gpu, sv["bytes_per_weight"]) * compute_efficiency(gpu, sv),
-        BW=n * gpu["bandwidth_bytes_per_s"] * bandwidth_efficiency(gpu, sv),
+        F=n * peak_flops(gpu, sv["bytes_per_weight"]) * efficiency(gpu, sv, "compute_efficiency"),
+        BW=n * gpu["bandwidth_bytes_per_s"] * efficiency(gpu, sv, "bandwidth_efficiency"),
         t_l=sv["launch_overhead_s"],
         t_step=sv.get("step_overhead_s", 0.0),
         n=n,

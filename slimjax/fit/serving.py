@@ -322,6 +322,26 @@ def _unconstrained(values: dict) -> np.ndarray:
     return np.where(np.isfinite(z), z, -30.0)
 
 
+def _relative(v, J, meas):
+    """Residuals sim/measured − 1 and their Jacobian (rows, 3, free) where a figure was measured, 0 elsewhere."""
+    scored = np.isfinite(meas)
+    m = np.where(scored, meas, 1.0)
+    return np.where(scored, v / m - 1.0, 0.0), np.where(scored[:, :, None], J / m[:, :, None], 0.0)
+
+
+def _at_bound(theta, bounded):
+    """A fitted constant at its bound: a fraction within :data:`AT_BOUND` of 0 or 1, a time under 1e-6 s."""
+    return np.where(bounded, (theta < AT_BOUND) | (theta > 1 - AT_BOUND), theta < 1e-6)
+
+
+def _mape(r, scored, row_groups):
+    """MAPE %, per group of rows (TTFT, TPOT, E2E), of the residuals where measured (NaN where none is)."""
+    err = np.where(scored, np.abs(r), np.nan)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a measure no row of a group has: NaN
+        return np.array([np.nanmean(err[idx], axis=0) * 100 for idx in row_groups])
+
+
 def _levenberg_marquardt(residuals, z, free_idx, row_groups, iterations):
     """Levenberg–Marquardt on the host, every group at once: ``z`` (groups, constants) unconstrained, ``free_idx``
     the columns it moves, ``row_groups`` each group's row indices, ``residuals(z)`` → (r (rows, 3), J (rows, 3,
@@ -425,8 +445,7 @@ def calibrate_serving(
 
     def residuals(z_groups):
         v, J = _simulate(z_groups[group_of], inputs, buckets, free_idx, waiting_clients, follow)
-        r = np.where(scored, v / np.where(scored, meas, 1.0) - 1.0, 0.0)
-        return r, np.where(scored[:, :, None], J / np.where(scored, meas, 1.0)[:, :, None], 0.0)
+        return _relative(v, J, meas)
 
     def per_group(x):  # (rows, 3, …) -> [(3·n_g, …)] per group
         return [x[groups[key]].reshape(-1, *x.shape[2:]) for key in keys]
@@ -441,12 +460,9 @@ def calibrate_serving(
     cov, identified, _ = gauss_newton(z, cost, J_full, n, slope)
     is_free = np.isin(np.arange(len(SERVING_PARAMS)), free_idx)
     bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
-    at_bound = is_free & np.where(bounded, (theta < AT_BOUND) | (theta > 1 - AT_BOUND), theta < 1e-6)
+    at_bound = is_free & _at_bound(theta, bounded)
     identified = identified & is_free & ~at_bound
-    err = np.where(scored, np.abs(r), np.nan)  # the residuals at the accepted z: no simulation again
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a measure no row of a group has: NaN
-        mape = np.array([np.nanmean(err[groups[key]], axis=0) * 100 for key in keys])
+    mape = _mape(r, scored, [groups[key] for key in keys])  # the residuals at the accepted z: no simulation again
     frame = pd.DataFrame([key if isinstance(key, tuple) else (key,) for key in keys], columns=group_by)
     ds = xr.Dataset(
         {
@@ -565,23 +581,18 @@ def calibrate_serving_by(
         J = np.zeros((len(rows), len(MEASURED), len(slots)))
         for k in range(len(params)):
             J[everyone, :, slot_of[:, k]] += J_rows[:, :, k]
-        r = np.where(scored, v / np.where(scored, meas, 1.0) - 1.0, 0.0)
-        return r, np.where(scored[:, :, None], J / np.where(scored, meas, 1.0)[:, :, None], 0.0)
+        return _relative(v, J, meas)
 
     u, r, J, cost, converged = _levenberg_marquardt(
         residuals, z0[None, :], tuple(range(len(slots))), [everyone], iterations
     )
-    kinds = [SERVING_PARAMS.index(p) for p, _ in slots]
-    bounded = np.isin(np.array(SERVING_PARAMS)[kinds], SERVING_BOUNDED)
-    theta = np.where(bounded, 1.0 / (1.0 + np.exp(-u[0])), np.exp(u[0]))
-    slope = np.where(bounded, theta * (1.0 - theta), theta)
+    names = [p for p, _ in slots]  # each slot's constant, for its transform
+    theta = np.asarray(coefficients_from(jnp.asarray(u[0]), names, SERVING_BOUNDED))
+    slope = np.asarray(coefficient_slopes(jnp.asarray(u), names, SERVING_BOUNDED))
     n = int(scored.sum())
-    cov, identified, _ = gauss_newton(u, cost, J.reshape(1, -1, len(slots)), np.array([n]), slope[None, :])
-    at_bound = np.where(bounded, (theta < AT_BOUND) | (theta > 1 - AT_BOUND), theta < 1e-6)
-    err = np.where(scored, np.abs(r), np.nan)
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mape = np.nanmean(err, axis=0) * 100
+    cov, identified, _ = gauss_newton(u, cost, J.reshape(1, -1, len(slots)), np.array([n]), slope)
+    at_bound = _at_bound(theta, np.isin(names, SERVING_BOUNDED))
+    mape = _mape(r, scored, [everyone])[0]
     return xr.Dataset(
         {
             "coefficient": ("value", theta),

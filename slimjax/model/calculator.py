@@ -70,16 +70,20 @@ def achieved_flops_per_s(gpu, bytes_per_weight, e_f, e_f8):
     """F_max · e_F, FLOP/s of one GPU (§0), with its own efficiency e_F8 at the FP8 peak where 8-bit weights run
     there: FP8 GEMMs (and the bf16 attention and activation quantisation around them) reach a smaller fraction of
     their peak than bf16 ones of theirs. e_F8 NaN (unset): e_F, the same fraction of either peak."""
-    fp8 = runs_at_fp8_peak(gpu, bytes_per_weight) & ~jnp.isnan(e_f8)
-    return tensor_core_peak(gpu, bytes_per_weight) * jnp.where(fp8, e_f8, e_f)
+    return tensor_core_peak(gpu, bytes_per_weight) * fp8_or_base(gpu, bytes_per_weight, e_f, e_f8)
 
 
 def achieved_bandwidth_bytes_per_s(gpu, bytes_per_weight, e_b, e_b8):
     """BW · e_B, bytes/s of one GPU (§0), with its own efficiency e_B8 where 8-bit weights run at the FP8 peak: the
     FP8 GEMM kernels that stream them (and the steps built around them) reach another fraction of the HBM bandwidth
     than bf16 ones. e_B8 NaN (unset): e_B."""
-    fp8 = runs_at_fp8_peak(gpu, bytes_per_weight) & ~jnp.isnan(e_b8)
-    return gpu.bandwidth_bytes_per_s * jnp.where(fp8, e_b8, e_b)
+    return gpu.bandwidth_bytes_per_s * fp8_or_base(gpu, bytes_per_weight, e_b, e_b8)
+
+
+def fp8_or_base(gpu, bytes_per_weight, base, fp8_value):
+    """An FP8 efficiency where 8-bit weights run at the FP8 peak and it is set (not NaN), else its base one."""
+    fp8 = runs_at_fp8_peak(gpu, bytes_per_weight) & ~jnp.isnan(fp8_value)
+    return jnp.where(fp8, fp8_value, base)
 
 
 TP_DEGREES = (1.0, 2.0, 4.0, 8.0)  # the tensor-parallel degrees `n_gpu: auto` considers (§4c)
@@ -89,11 +93,7 @@ def replicated_kv(n_gpu, n_kv_heads, mla=0.0):
     """r = max(1, n / H_kv): KV heads are replicated when the group has more GPUs than KV heads (§4c); r = n for MLA
     (§4b): the compressed latent c_KV is shared by every head, so each tensor-parallel rank holds all of it (why MLA
     models are served with attention data parallel)."""
-    return jnp.where(
-        jnp.asarray(mla) > 0,
-        n_gpu * jnp.ones_like(jnp.asarray(n_kv_heads, float)),
-        jnp.maximum(1.0, n_gpu / n_kv_heads),
-    )
+    return jnp.where(jnp.asarray(mla) > 0, n_gpu, jnp.maximum(1.0, n_gpu / n_kv_heads))
 
 
 def configuration_fits(model, gpu, serving, tokens, batch=1.0):

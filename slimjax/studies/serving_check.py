@@ -63,9 +63,9 @@ def simulate_rows(rows: pd.DataFrame, requests_per_client: int | None = None) ->
     need["request_overhead_s"] = np.nan
     if len(runs):
         engines = serving_fit.row_profiles(runs)["engine"]
-        constants = pd.DataFrame(
-            [calibrated_constants(g, e) for g, e in zip(runs.gpu, engines, strict=True)], index=runs.index
-        )
+        pairs = list(zip(runs.gpu, engines, strict=True))
+        each = {pair: calibrated_constants(*pair) for pair in set(pairs)}  # once per (GPU, engine)
+        constants = pd.DataFrame([each[pair] for pair in pairs], index=runs.index)
         got = serving_fit.predict_serving(runs, constants, requests_per_client=requests_per_client)
         # what the client adds to each request's TTFT beyond the engine (the fitted overhead of its engine's API;
         # an offline batch has no client)
