@@ -70,6 +70,9 @@ NAMES = {  # catalog label per config file stem
     "meta-llama--Meta-Llama-3.1-405B": "Llama-3.1-405B",
     "meta-llama--Llama-4-Scout-17B-16E-Instruct": "Llama-4-Scout-17B-16E",
     "google--gemma-4-26B-A4B": "gemma-4-26B-A4B",
+    # architectures of the measured serving runs (models/serving/, aiconfigurator's model_configs)
+    "serving/MiniMaxAI--MiniMax-M2.5": "MiniMax-M2.5",
+    "serving/moonshotai--Kimi-K2.5": "Kimi-K2.5",
 }
 
 
@@ -80,7 +83,7 @@ def main() -> None:
     for stem, label in NAMES.items():
         raw = json.loads((root / f"{stem}_config.json").read_text())
         cfg = raw.get("text_config", raw)
-        entry = {"aliases": [stem.replace("--", "/")]}
+        entry = {"aliases": [stem.split("/")[-1].replace("--", "/")]}
         entry.update({k: cfg[k] for k in KEYS if cfg.get(k) is not None})
         entry["num_parameters"] = int(model_from_hf(cfg)["n_params"])
         entry["source"] = f"models/{stem}_config.json (verbatim HF keys); num_parameters counted by slimjax's reader"

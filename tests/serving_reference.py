@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from statistics import NormalDist
 
 import numpy as np
 from reference import (
@@ -49,6 +50,13 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
     M_W = arch["n_params"] * sv["bytes_per_weight"]
     n = sv["n_gpu"]
     link = link_bytes_per_s(gpu, sv["n_gpu"])
+    dp, ep = sv.get("dp_ranks", 1.0), sv.get("expert_ranks", 1.0)
+    routed_params = arch["n_moe_layers"] * P_e
+    dense = sv["bytes_per_weight"] * (arch["n_params"] - arch["n_experts"] * routed_params)
+    # docs/layouts.md: the D ranks' n·D GPUs hold the dense part D times and the experts once; M_R per rank
+    pool = (
+        sv["memory_utilization"] * n * dp * gpu["memory_bytes"] - M_W - (dp - 1) * dense - dp * sv["reserved_bytes"]
+    ) / dp
     return dict(
         P_act=arch["n_params"] - arch["n_moe_layers"] * (arch["n_experts"] - arch["experts_per_token"]) * P_e,
         a_pre=a_pre,
@@ -72,7 +80,16 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
         link=link,
         tau=gpu.get("allreduce_latency_s", 0.0),
         gpu=gpu,
-        pool=sv["memory_utilization"] * n * gpu["memory_bytes"] - M_W - sv["reserved_bytes"],
+        pool=pool,
+        layout=dict(
+            dp=dp,
+            ep=ep,
+            skew=sv.get("expert_skew", 1.0),
+            moe_tp=sv.get("expert_tp", 0.0) or n * dp / ep,
+            dispatch=sv.get("dispatch_bytes", 2.0),
+            routed_params=routed_params,
+            L_moe=arch["n_moe_layers"],
+        ),
         block=int(sv["block_size"]),
         chunk=int(sv["chunk_size"]),
         step_tokens=int(sv.get("step_tokens", 2048)),
@@ -127,16 +144,75 @@ def step_seconds(decode_contexts, chunks, t):
         tau_stage = step_seconds(decode_contexts, chunks, t["stage"])
         return t["n_pp"] * tau_stage + (t["n_pp"] - 1) * network_seconds(n_tok * t["D"] * 2.0, t)
     n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
-    ops = 2 * t["P_act"] * n_tok
-    byt = moe_weight_bytes(n_tok, t["M_W"], t["moe"])
+    lay = t.get("layout") or {}
+    if lay.get("dp", 1) > 1 or lay.get("ep", 1) > 1:
+        P_act, byt, comm = layout_pass(n_tok, t)
+    else:
+        P_act = t["P_act"]
+        byt = moe_weight_bytes(n_tok, t["M_W"], t["moe"])
+        comm = 2 * t["L"] * allreduce_seconds(n_tok * t["D"] * 2.0, t["gpu"], t["n"], t["link"], t["tau"])
+    ops = 2 * P_act * n_tok
     for T in decode_contexts:
         ops += t["a_dec"] * T
         byt += K(T, t)
     for n, p in chunks:
         ops += t["a_pre"] * (n * p + n * n / 2)
         byt += K(p, t)
-    comm = 2 * t["L"] * allreduce_seconds(n_tok * t["D"] * 2.0, t["gpu"], t["n"], t["link"], t["tau"])
     return max(ops / t["F"], byt / t["BW"]) + t["t_l"] + t["t_step"] + comm
+
+
+def imbalance(N, E, k, ep, skew):
+    """docs/layouts.md: the busiest of ep expert ranks' load over the mean for N tokens routed top-k over E experts:
+    1 + c(ep)·σ/(μ·√N), c(ep) Blom's expected largest of ep standard normals, times the skew, at most ep·min(k,
+    E/ep)/k; 1 without expert parallelism."""
+    if ep <= 1 or E <= 1 or N <= 0:
+        return 1.0
+    mu = k / ep
+    sd = math.sqrt(k * (1 / ep) * (1 - 1 / ep) * (E - k) / (E - 1))
+    c = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+    return min(skew * (1 + c * sd / (mu * math.sqrt(N))), ep * min(k, E / ep) / k)
+
+
+def alltoall_seconds(x, gpu, n):
+    """One all-to-all of an x-byte buffer per GPU among n GPUs (docs/layouts.md): the measured NCCL lines at n where
+    the GPU has them; else inside a node τ + (n − 1)/n·x/link, across nodes τ_net + (n − g)/n·x/BW_net."""
+    key = f"alltoall_n{int(n)}_"
+    if n <= 1:
+        return 0.0
+    if gpu.get(key + "small_bytes_per_s", 0.0) > 0:
+        side = "small" if x < gpu[key + "switch_bytes"] else "large"
+        return gpu[f"{key}{side}_latency_s"] + x / gpu[f"{key}{side}_bytes_per_s"]
+    g = gpu.get("gpus_per_node", 8.0)
+    if n <= g:
+        link = link_bytes_per_s(gpu, n)
+        return gpu.get("allreduce_latency_s", 0.0) + (n - 1) / n * x / link if link else 0.0
+    bw = gpu.get("network_bytes_per_s", 0.0)
+    return gpu.get("network_latency_s", 0.0) + (n - g) / n * x / bw if bw else 0.0
+
+
+def layout_pass(n_tok, t):
+    """(P_act, weight bytes, communication) of a rank's pass of n_tok tokens in a DP/EP layout (docs/layouts.md),
+    every other rank taken to run as many."""
+    lay, moe = t["layout"], t["moe"]
+    dp, ep, L, L_moe, D = lay["dp"], lay["ep"], t["L"], lay["L_moe"], t["D"]
+    E, k = moe["E"], moe["k"]
+    iota = imbalance(dp * n_tok, E, k, ep, lay["skew"])
+    P_act = t["P_act"] + (iota - 1) * k * lay["routed_params"]
+    byt = t["M_W"]
+    if E:
+        byt -= (E - E * (1 - (1 - k / E) ** (dp * n_tok)) / dp) * moe["routed"]
+    tp, gpu = t["n"], t["gpu"]
+    if dp > 1:
+        group = tp * dp
+        comm = (2 * L - L_moe) * allreduce_seconds(n_tok * D * 2.0, gpu, tp, t["link"], t["tau"])
+        for b in (lay["dispatch"], 2.0):
+            comm += L_moe * alltoall_seconds(n_tok * k * D * b / tp, gpu, group)
+        moe_tp = lay["moe_tp"]
+        x = n_tok * dp * k / ep * D * 2.0
+        comm += L_moe * allreduce_seconds(x, gpu, moe_tp, link_bytes_per_s(gpu, moe_tp), t["tau"])
+    else:
+        comm = 2 * L * allreduce_seconds(n_tok * D * 2.0, gpu, tp, t["link"], t["tau"])
+    return P_act, byt, comm
 
 
 class _Replica:
@@ -367,11 +443,13 @@ def _grow(rep, inputs, units, policy, preempted):
     rep.parked = victims + rep.parked
 
 
-def simulate_pipeline(t: dict, arrivals, inputs, outputs, batch, replicas=1):
+def simulate_pipeline(t: dict, arrivals, inputs, outputs, batch, replicas=1, engines=None):
     """MODEL.md §10 on §9: R replicas under round robin (request i to replica i mod R), each n_pp independent §9
     engines of ⌊B/n_pp⌋ slots and 1/n_pp of the stage's pool, its arrivals dealt to them round robin; each
-    engine's step is τ_pp (``t`` from :func:`stage_terms`). Per request ttft and e2e; engines' busy times."""
-    N, n_pp = len(inputs), t["n_pp"]
+    engine's step is τ_pp (``t`` from :func:`stage_terms`). Per request ttft and e2e; engines' busy times.
+    ``engines``: n_pp·D engines per replica where the group has D attention data-parallel ranks (docs/layouts.md;
+    ``t`` one rank's, its pool that rank's)."""
+    N, n_pp = len(inputs), engines or t.get("n_pp", 1)
     ttft, e2e, busy, steps = [math.nan] * N, [math.nan] * N, [], 0
     for r in range(replicas):
         mine = [i for i in range(N) if i % replicas == r]

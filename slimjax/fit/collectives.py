@@ -22,6 +22,14 @@ GROUP = ("gpu", "nccl_version", "op", "n_gpu", "dtype")
 MIN_BYTES = 2**13  # a tensor-parallel step's smallest all-reduce: one decode token of a 4,096-wide model in bf16
 LINK_DEGREES = (2, 4, 8)  # the GPU counts a node's tensor-parallel group has, measured in ../shared/data
 MAX_BANDWIDTH = 10e12  # bytes/s, the bound of the fit (no NVLink carries more)
+# an MoE layer's smallest all-to-all: one token's top-8 dispatch of a 4,096-wide model in bf16 (below it the measured
+# all-to-all follows no two lines: fitted from here, every shipped point within 12.4 %, docs/collectives.md)
+ALLTOALL_MIN_BYTES = 2**16
+# the catalog block each fitted collective fills (configs/gpus.yaml): NCCL op name -> (block, dtype, fitted from)
+CATALOG_COLLECTIVES = {
+    "all_reduce": ("allreduce", "half", MIN_BYTES),
+    "alltoall": ("alltoall", "half", ALLTOALL_MIN_BYTES),
+}
 
 
 def _minimax_line(x, t):
@@ -123,10 +131,18 @@ def _version(v: str) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in str(v).split("."))
 
 
-def link_catalog(fitted: pd.DataFrame) -> dict:
-    """{GPU: {n: the bf16 all-reduce's protocol lines at NCCL's newest measured version, catalog units}, with
-    ``nccl``}: what configs/gpus.yaml's ``allreduce`` blocks hold (tests/test_collectives.py checks them)."""
-    ar = fitted[(fitted.op == "all_reduce") & (fitted.dtype == "half") & fitted.n_gpu.isin(LINK_DEGREES)]
+def catalog_fit(frame: pd.DataFrame, op: str) -> pd.DataFrame:
+    """:func:`fit_collectives` of the measured ``op`` (a :data:`CATALOG_COLLECTIVES` key) from the size its catalog
+    block is fitted from."""
+    return fit_collectives(frame[frame.op == op], min_bytes=CATALOG_COLLECTIVES[op][2])
+
+
+def link_catalog(fitted: pd.DataFrame, op: str = "all_reduce") -> dict:
+    """{GPU: {n: the bf16 ``op``'s protocol lines at NCCL's newest measured version, catalog units}, with
+    ``nccl``}: what configs/gpus.yaml's ``allreduce`` (``alltoall``) blocks hold (tests/test_collectives.py checks
+    them; ``fitted`` from :func:`catalog_fit`)."""
+    dtype = CATALOG_COLLECTIVES[op][1]
+    ar = fitted[(fitted.op == op) & (fitted.dtype == dtype) & fitted.n_gpu.isin(LINK_DEGREES)]
     out = {}
     for gpu, g in ar.groupby("gpu", sort=True):
         newest = max(g.nccl_version, key=_version)

@@ -152,7 +152,7 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_p
     batched generation runs them); a closed-loop row's steps hold its engine's budget (``step_tokens``, where given,
     for every row)."""
     m, g = row_specs(rows)
-    batch = rows["batch"].to_numpy(float)
+    batch = rank_clients(rows).astype(float)
     I = rows["input_len"].to_numpy(float)
     profile = row_profiles(rows)
     budget = profile["step_tokens"].to_numpy(float) if step_tokens is None else np.full(len(rows), float(step_tokens))
@@ -166,6 +166,7 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_p
         gpu=g,
         n_gpu=n,
         clients=batch,
+        **{k: rows[k].fillna(v).to_numpy(float) if k in rows else np.full(len(rows), v) for k, v in LAYOUT.items()},
         input_len=I,
         output_len=rows["output_len"].to_numpy(float),
         step_tokens=np.where(offline, batch * I, budget),
@@ -175,6 +176,19 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_p
         **settings,
         **{k: v.to_numpy() for k, v in row_harnesses(rows, requests_per_client).items()},
     )
+
+
+# a row's layout beyond tensor parallel (docs/layouts.md): its serving keys, as the rows' columns name them, and their
+# value where a row has none
+LAYOUT = {"dp": 1.0, "ep": 1.0, "moe_tp": 0.0}
+
+
+def rank_clients(rows: pd.DataFrame) -> np.ndarray:
+    """Clients per attention data-parallel rank, ⌈C/D⌉: a closed loop of C clients on a group of D ranks (its requests
+    dealt round robin, docs/layouts.md) runs as D closed loops of C/D clients each, every rank's step timed as if every
+    rank ran one (the forward model simulates one of them; C/D is whole for every such measured row)."""
+    dp = rows["dp"].fillna(1.0).to_numpy(float) if "dp" in rows else np.ones(len(rows))
+    return np.ceil(rows["batch"].to_numpy(float) / dp).astype(int)
 
 
 def offline_rows(rows: pd.DataFrame) -> np.ndarray:
@@ -214,7 +228,7 @@ def _bucket(
         named.update({k: named[FP8_OF[k]] for k in follow})
         link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}  # GPU fields, the rest serving
         gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
-        given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication")}
+        given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication", *LAYOUT)}
         serving = default_serving(x["model"], n_gpu=x["n_gpu"], **given, **named)
         terms = engine.with_parts(floor.replica_terms(x["model"], gpu, serving), parts)  # the rows' engine
         I, O = x["input_lens"], x["output_lens"]
@@ -245,7 +259,7 @@ def _bucket(
 def _buckets(rows: pd.DataFrame, inputs: dict) -> dict[tuple, np.ndarray]:
     """Row indices per (concurrency, offline, optional lane parts, requests per client, scored over all): one
     compiled loop each."""
-    batch, offline = rows["batch"].to_numpy(int), offline_rows(rows)
+    batch, offline = rank_clients(rows), offline_rows(rows)
     parts = engine.lane_parts(
         {"pool": batch, "kv_policy": inputs["kv_policy"], "prefill_first": inputs["prefill_first"]}
     )

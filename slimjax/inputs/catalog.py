@@ -18,7 +18,7 @@ import yaml
 
 from .. import constants
 from ..errors import SlimjaxError, suggest
-from ..model.parallel import MEASURED_LINK_DEGREES, allreduce_field
+from ..model.parallel import MEASURED_COLLECTIVES, MEASURED_LINK_DEGREES, collective_field
 from .checks import checked_number, positive_number
 
 PRICE_DATE = constants.PRICE_DATE
@@ -208,14 +208,21 @@ def _quantized_bytes_per_weight(
         q = bits / 8.0 + 2.0 / group  # a float16 scale per group
     elif method == "bitsandbytes":
         q = 0.5 + 4.0 / 64.0 if qc.get("load_in_4bit") else 1.0
+    elif method == "compressed-tensors":  # its first config group's weights (Kimi-K2.5: int4, groups of 32)
+        groups = list((qc.get("config_groups") or {}).values())
+        weights = (groups[0].get("weights") if groups and isinstance(groups[0], Mapping) else None) or {}
+        if "num_bits" not in weights:
+            raise SlimjaxError(f"{field}.config_groups", "a compressed-tensors config needs a group's weights.num_bits")
+        group = float(weights.get("group_size") or 128)
+        q = float(weights["num_bits"]) / 8.0 + 2.0 / group  # a bf16 scale per group
     else:
         raise SlimjaxError(
             f"{field}.quant_method",
             f"unknown quantization {method!r} (known: fp8, mxfp4, nvfp4, awq, gptq, "
-            "bitsandbytes); set serving weight_dtype_bytes instead",
+            "bitsandbytes, compressed-tensors); set serving weight_dtype_bytes instead",
         )
     kept = embeddings
-    if any("attn" in str(m) for m in qc.get("modules_to_not_convert") or ()):
+    if any("attn" in str(m) for m in (*(qc.get("modules_to_not_convert") or ()), *(qc.get("ignore") or ()))):
         kept += attention
     kept = min(kept, P)
     return ((P - kept) * q + kept * base) / P
@@ -665,8 +672,9 @@ for _row in (
 ):
     register_gpu_field(_row)
 
-# NCCL's measured all-reduce per group size (docs/collectives.md): an entry's ``allreduce`` block, {n: {key: value}}
-# with these keys (catalog units), read into GPUSpec's allreduce_n{n}_* fields (0: not measured, §4c's line serves)
+# NCCL's measured collectives per group size (docs/collectives.md): an entry's ``allreduce`` and ``alltoall`` blocks,
+# {n: {key: value}} with these keys (catalog units), read into GPUSpec's {op}_n{n}_* fields (0: not measured; the
+# link or network line serves)
 ALLREDUCE_KEYS = {
     "small_us": ("small_latency_s", 1e-6, "small-message protocol latency τ_s, µs"),
     "small_gbs": ("small_bytes_per_s", 1e9, "small-message protocol algorithm bandwidth B_s, GB/s"),
@@ -674,16 +682,17 @@ ALLREDUCE_KEYS = {
     "large_us": ("large_latency_s", 1e-6, "large-message protocol latency τ_l, µs"),
     "large_gbs": ("large_bytes_per_s", 1e9, "large-message protocol algorithm bandwidth B_l, GB/s"),
 }
+COLLECTIVE_WORDS = {"allreduce": "all-reduce", "alltoall": "all-to-all"}  # per MEASURED_COLLECTIVES entry
 
 
-def _allreduce_block(row: Mapping, n: int, field: str) -> Mapping:
-    block = row.get("allreduce") or {}
+def _collective_block(row: Mapping, op: str, n: int, field: str) -> Mapping:
+    block = row.get(op) or {}
     if not isinstance(block, Mapping):
-        raise SlimjaxError(f"{field}.allreduce", f"must be a mapping of GPU counts to protocol lines, got {block!r}")
+        raise SlimjaxError(f"{field}.{op}", f"must be a mapping of GPU counts to protocol lines, got {block!r}")
     extra = [k for k in block if k not in ("nccl", "source") and str(k) not in map(str, MEASURED_LINK_DEGREES)]
     if extra:
         raise SlimjaxError(
-            f"{field}.allreduce.{extra[0]}",
+            f"{field}.{op}.{extra[0]}",
             f"GPU counts measured may be {', '.join(map(str, MEASURED_LINK_DEGREES))} (besides nccl, source)",
         )
     at = block.get(n, block.get(str(n)))
@@ -694,35 +703,37 @@ def _allreduce_block(row: Mapping, n: int, field: str) -> Mapping:
     if missing or unknown:
         bad = (missing or unknown)[0]
         raise SlimjaxError(
-            f"{field}.allreduce.{n}.{bad}",
-            f"{'missing' if missing else 'unknown key'}; a measured all-reduce gives {', '.join(ALLREDUCE_KEYS)}",
+            f"{field}.{op}.{n}.{bad}",
+            f"{'missing' if missing else 'unknown key'}; a measured {COLLECTIVE_WORDS[op]} gives "
+            f"{', '.join(ALLREDUCE_KEYS)}",
         )
     return at
 
 
-def _allreduce_reader(n: int, key: str) -> Callable[[Mapping, str, str], float]:
+def _collective_reader(op: str, n: int, key: str) -> Callable[[Mapping, str, str], float]:
     def read(row: Mapping, _key: str, field: str) -> float:
-        at = _allreduce_block(row, n, field)
-        return positive_number(at[key], f"{field}.allreduce.{n}.{key}") if at else 0.0
+        at = _collective_block(row, op, n, field)
+        return positive_number(at[key], f"{field}.{op}.{n}.{key}") if at else 0.0
 
     return read
 
 
 for _row in (
     GPUField(
-        f"allreduce.{n}.{key}",
-        allreduce_field(n, part),
+        f"{op}.{n}.{key}",
+        collective_field(op, n, part),
         scale,
-        _allreduce_reader(n, key),
-        f"measured all-reduce on {n} GPUs: {words}",
+        _collective_reader(op, n, key),
+        f"measured {COLLECTIVE_WORDS[op]} on {n} GPUs: {words}",
     )
+    for op in MEASURED_COLLECTIVES
     for n in MEASURED_LINK_DEGREES
     for key, (part, scale, words) in ALLREDUCE_KEYS.items()
 ):
     register_gpu_field(_row)
 # keys of an entry that are not specs of their own (link_gbs: a mesh's link figure, read as interconnect_gbs' field;
-# allreduce: the nested block the allreduce.* rows read)
-_GPU_META = ("name", "aliases", "vendor", "source", "link_source", "link_gbs", "network_source", "allreduce")
+# allreduce, alltoall: the nested blocks the {op}.* rows read)
+_GPU_META = ("name", "aliases", "vendor", "source", "link_source", "link_gbs", "network_source", *MEASURED_COLLECTIVES)
 
 
 def gpu_from_row(row: Mapping, field: str = "gpu") -> dict:

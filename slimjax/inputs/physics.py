@@ -54,6 +54,9 @@ def row_floors(traces: pd.DataFrame) -> dict[str, np.ndarray]:
     with float64_scope():
         m, g = row_specs(traces)
         n, B, I, O = (traces[c].to_numpy(float) for c in ("n_gpu", "batch", "input_len", "output_len"))
+        # a group of D attention data-parallel ranks: all its n·D GPUs' peaks (each rank reads the dense part
+        # again, so this floor is below the layout's own)
+        n = n * (traces["dp"].fillna(1.0).to_numpy(float) if "dp" in traces else 1.0)
         floor = floor_of(floor_inputs(m, g, default_serving(m, n_gpu=n)), I, O)
         pre_b, dec_b = map(np.asarray, floor(B))
         pre_1, dec_1 = map(np.asarray, floor(np.ones_like(B)))

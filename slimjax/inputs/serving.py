@@ -131,6 +131,13 @@ def _divides_heads(n: float, model: Mapping) -> str | None:
     return None if heads % n == 0 else f"a tensor-parallel degree of {n:g} does not divide its {heads:g} query heads"
 
 
+def _divides_experts(n: float, model: Mapping) -> str | None:
+    experts = model.get("n_experts", 0.0)
+    if experts == 0:
+        return None if n == 1 else f"an expert-parallel degree of {n:g} needs routed experts; it is a dense model"
+    return None if experts % n == 0 else f"an expert-parallel degree of {n:g} does not divide its {experts:g} experts"
+
+
 def _auto_kv_replication(ctx: AutoContext) -> float:
     """r = max(1, n / H_kv) (§4c), n for MLA (§4b: the latent on every rank); 1 where no TP degree fits (the group
     does not run)."""
@@ -181,6 +188,50 @@ SERVING: dict[str, ServingKey] = {
             cli_type=int,
             auto=_auto_pp,
             model_check=_stages_within_layers,
+        ),
+        ServingKey(
+            "dp",
+            "dp_ranks",
+            1,
+            _positive_int,
+            "attention data-parallel ranks D of the group: each holds its own requests and KV on n_gpu GPUs, the "
+            "stage's n_gpu·D GPUs share the routed experts (docs/layouts.md)",
+            cli_type=int,
+        ),
+        ServingKey(
+            "ep",
+            "expert_ranks",
+            1,
+            _positive_int,
+            "expert-parallel ranks ep the routed experts are split over (E/ep each; docs/layouts.md)",
+            cli_type=int,
+            model_check=_divides_experts,
+        ),
+        ServingKey(
+            "moe_tp",
+            "expert_tp",
+            0,
+            number_rule(lambda v: v >= 0 and is_integer(v), "a non-negative integer (0 = n_gpu·dp/ep)"),
+            "GPUs one routed expert is split over (tensor parallel inside an expert; 0: n_gpu·dp/ep; n_gpu·dp = "
+            "moe_tp·ep, docs/layouts.md)",
+            cli_type=int,
+        ),
+        ServingKey(
+            "expert_imbalance",
+            "expert_skew",
+            1.0,
+            _at_least_1,
+            "routing skew ι_0 ≥ 1 on the busiest expert rank's load beyond uniform top-k routing's (a redundant-"
+            "expert balancer lowers it towards 1; docs/layouts.md)",
+        ),
+        ServingKey(
+            "dispatch_dtype",
+            "dispatch_bytes",
+            2,
+            dtype_bytes,
+            "bytes per activation element an all-to-all dispatch sends (fp8 where the engine quantises it; the "
+            "combine is bf16; docs/layouts.md)",
+            cli_type=str,
         ),
         ServingKey("gpu_memory_utilization", "memory_utilization", 0.9, _unit, "fraction u of VRAM the server may use"),
         ServingKey(
@@ -581,13 +632,41 @@ def check_group_shape(gpu: str, row: Mapping, tp, pp, tp_field: str, pp_field: s
         require_network(gpu, row, pp_field, f"{who}pipeline stages on {gpu} pass activations")
 
 
+def check_layout(gpu: str, row: Mapping, checked: Mapping, where: Mapping, who: str = "") -> None:
+    """A group's attention and expert layouts cover the same GPUs per stage (docs/layouts.md): n_gpu·dp =
+    moe_tp·ep (moe_tp given) or ep dividing n_gpu·dp (moe_tp derived), and a stage beyond one node needs the network
+    its all-to-all crosses; errors name the keys and their values."""
+    tp, dp, ep, moe_tp = (checked[k] for k in ("n_gpu", "dp", "ep", "moe_tp"))
+    if math.isnan(tp):
+        return
+    gpus = tp * dp
+    if moe_tp > 0 and moe_tp * ep != gpus:
+        raise SlimjaxError(
+            where.get("moe_tp", "serving.moe_tp"),
+            f"{who}moe_tp·ep = {moe_tp:g}·{ep:g} = {moe_tp * ep:g} GPUs for the experts, but n_gpu·dp = {tp:g}·{dp:g} "
+            f"= {gpus:g} for attention: a stage's experts and attention share its GPUs (docs/layouts.md)",
+        )
+    if moe_tp == 0 and gpus % ep:
+        raise SlimjaxError(
+            where.get("ep", "serving.ep"),
+            f"{who}ep = {ep:g} does not divide the n_gpu·dp = {tp:g}·{dp:g} = {gpus:g} GPUs of a stage "
+            "(docs/layouts.md)",
+        )
+    if dp > 1 and gpus > row["gpus_per_node"]:
+        require_network(gpu, row, where.get("dp", "serving.dp"), f"{who}an all-to-all across {gpu} nodes")
+
+
 def serving_block(
-    value: Any, models: list[tuple[str, dict]], gpus: list[tuple[str, dict]], max_tokens: float
+    value: Any,
+    models: list[tuple[str, dict]],
+    gpus: list[tuple[str, dict]],
+    max_tokens: float,
+    tp_degrees=None,
 ) -> tuple[ServingSpec, dict]:
     """The sweep file's ``serving`` block: per (model, GPU) settings, defaults < top level < GPU entry
-    < model entry. Returns the ServingSpec (leaves (M, G), base units) and {model: {gpu: {key:
-    value in the key's units, "auto": [keys resolved from auto]}}} for the Dataset's attrs (NaN n_gpu:
-    no TP degree fits)."""
+    < model entry; the layout checked at each of ``tp_degrees`` (a study's tp axis; default its own n_gpu).
+    Returns the ServingSpec (leaves (M, G), base units) and {model: {gpu: {key: value in the key's units, "auto":
+    [keys resolved from auto]}}} for the Dataset's attrs (NaN n_gpu: no TP degree fits)."""
     names, gpu_names = [m for m, _ in models], [g for g, _ in gpus]
     top, by_model, by_gpu = split_keyed_block(value or {}, "serving", (*SERVING, *PRESET_KEYS), names, gpu_names)
     rows, table = [], {}
@@ -628,6 +707,8 @@ def serving_block(
                 where.get("pp", "serving.pp"),
                 f"{m} on {g}: ",
             )
+            for n in [checked["n_gpu"]] if tp_degrees is None else tp_degrees:
+                check_layout(g, gpu, {**checked, "n_gpu": float(n)}, where, f"{m} on {g}: ")
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
             table[m][g] = {
                 **checked,

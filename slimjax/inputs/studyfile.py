@@ -65,7 +65,7 @@ def serving_per_tp(
     block.setdefault("kv_replication", DEFAULT_SERVING["kv_replication"])
     for g, row in gpus:
         check_group_shape(g, row, tp, [], "tp", "pp")
-    base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens)
+    base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens, tp_degrees=tp)
     fields = base.fields()
     n = tp[None, None, :]
     kv_auto = np.array([[["kv_replication" in table[m][g].get("auto", ())] for g, _ in gpus] for m, _ in models])

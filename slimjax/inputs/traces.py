@@ -50,6 +50,9 @@ CANONICAL = (
     "offline",
     "layout",
     "harness",
+    "dp",
+    "ep",
+    "moe_tp",
 )
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
@@ -58,13 +61,14 @@ PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 # `batch` is the mean in flight by Little's law). With ttft_p90_s they let calibrate_roofline fit through §5's wait
 # quantile, at m = min(max_concurrency, max_seqs) slots.
 OPTIONAL = ("weight_dtype_bytes", "kv_dtype_bytes", "arrival_rate", "max_concurrency")  # NaN where a format has none
+# a group's layout beyond tensor parallel (docs/layouts.md: attention data-parallel ranks, expert-parallel ranks, GPUs
+# of one expert), 1, 1 and 0 (derived) where a format has none
+LAYOUT_COLUMNS = {"dp": 1.0, "ep": 1.0, "moe_tp": 0.0}
 # layout: why a row's deployment is not one tensor-parallel group slimjax can serve yet (empty: it is); such rows
 # are dropped at load with that reason, so that none is scored as another layout
 LAYOUT_REASONS = {
     "disaggregated": "a disaggregated deployment (prefill and decode pools): scored once measured pools are read "
     "(MoE as deployed)",
-    "dp_ep": "an attention data-parallel or expert-parallel layout (attention_dp_size or moe_ep_size > 1): not "
-    "expressible before MoE layouts land",
     "pipeline": "pipeline stages (pp_size > 1): the serving check runs tensor-parallel groups only",
 }
 _SIGNATURES = {
@@ -242,17 +246,26 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
 
     layout = pd.Series("", index=df.index)
     layout = layout.where(~(above_one("pp_size")), "pipeline")
-    layout = layout.where(~(above_one("attention_dp_size") | above_one("moe_ep_size")), "dp_ep")
     if "mode" in df:
         layout = layout.where(df["mode"].astype(str).str.strip().str.lower() != "disagg", "disaggregated")
+
+    def column(col, default):
+        return pd.to_numeric(df[col], errors="coerce").fillna(default) if col in df else default
+
+    # with attention data parallel, batch_size is each rank's concurrency: the client ran batch_size·dp (the rows'
+    # own silicon_concurrency says so for every such row)
+    dp = column("attention_dp_size", 1.0)
     return pd.DataFrame(
         dict(
             weight_dtype_bytes=weight_bytes,
             model=df["model_path"],
             gpu=df["system"],
             n_gpu=df["tp_size"],
+            dp=dp,
+            ep=column("moe_ep_size", 1.0),
+            moe_tp=column("moe_tp_size", 0.0),
             framework=framework,
-            batch=df["batch_size"],
+            batch=df["batch_size"] * dp,
             input_len=df["isl"],
             output_len=df["osl"],
             e2e_s=e2e,
@@ -666,6 +679,7 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         raise SlimjaxError("format", f"unknown trace format {fmt!r}; one of {', '.join(READERS)}")
     df = READERS[fmt].read(path, defaults)
     df = df.reindex(columns=list(CANONICAL)).reset_index(drop=True)  # percentiles NaN where a format has none
+    df = df.fillna(LAYOUT_COLUMNS)
     if fmt != "canonical":  # a canonical file says it per row
         df["offline"] = READERS[fmt].offline
     df["offline"] = df["offline"].astype(bool)

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .calculator import kv_capacity, roofline_terms
-from .experts import weights_read_bytes
+from .calculator import kv_capacity, replica_engines, roofline_terms
 from .memory import kv_read_bytes, model_kv_bytes_per_layer_token, seq_footprint_bytes
 from .pipeline import stage_fraction
-from .roofline import comm_s
+from .roofline import comm_s, pass_active_params, pass_weights_bytes
 
 
 def step_work(
@@ -30,11 +29,12 @@ def step_work(
 ):
     """(FLOPs, bytes read) of one engine step: 2·P_act·n_tok + a_dec·ΣT_j + a_pre·Σ(n_i·p_i + n_i²/2) and
     M_W(n_tok) + ΣK(T_j) + ΣK(p_i). ``roof``: :class:`slimjax.model.roofline.Roof`."""
-    ops = 2.0 * roof.active_params * n_tokens + a_dec * decode_context_sum + a_pre * chunk_attention_tokens
-    weights = weights_read_bytes(
-        n_tokens, roof.weights, roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
+    ops = (
+        2.0 * pass_active_params(roof, n_tokens) * n_tokens
+        + a_dec * decode_context_sum
+        + a_pre * chunk_attention_tokens
     )
-    return ops, weights + decode_kv_bytes + chunk_kv_bytes
+    return ops, pass_weights_bytes(roof, n_tokens) + decode_kv_bytes + chunk_kv_bytes
 
 
 def step_time(
@@ -71,7 +71,8 @@ def replica_terms(model, gpu, serving) -> dict:
     serving efficiencies, t_l and the all-reduce), a_pre, a_dec, t_step, N_tok, s and the KV pool, shaped like the
     specs. A group of n_pp pipeline stages runs n_pp virtual engines (§10): each step is τ_pp (the roofline record
     of :func:`slimjax.model.pipeline.pipeline_roof`, n_pp·t_step), each engine holds 1/n_pp of the stage's KV
-    pool, and ``pipeline_stages`` says how many engines a replica has (its batch limit is ⌊B/n_pp⌋ each).
+    pool, and ``engines`` says how many engines a replica has, n_pp·D with D attention data-parallel ranks
+    (docs/layouts.md; its batch limit is ⌊B/(n_pp·D)⌋ each).
 
     The KV policy's terms (docs/engines.md): ``kv_policy`` (its code in :data:`slimjax.constants.KV_POLICIES`),
     and for a paged cache the layer-block u(T) = L_f·⌈T/β⌉ + L_s·⌈min(T, W)/β⌉ (``kv_block_size`` β,
@@ -98,6 +99,7 @@ def replica_terms(model, gpu, serving) -> dict:
         chunk_size=serving.chunk_size,
         pool=pool / stages,
         pipeline_stages=stages,
+        engines=replica_engines(serving),
         prefill_first=serving.prefill_first,
         kv_policy=serving.kv_policy,
         kv_block_size=serving.block_size,

@@ -34,8 +34,18 @@ def kv_capacity(model, gpu, serving, input_len, output_len):
     e_kv = memory.model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
     weights = memory.weights_bytes(model.n_params, serving.bytes_per_weight)
     share = pipeline.stage_fraction(model.n_layers, serving.pipeline_stages)
-    pool = memory.kv_pool_bytes(
-        serving.memory_utilization, serving.n_gpu * gpu.memory_bytes, share * weights, serving.reserved_bytes
+    # D attention data-parallel ranks (docs/layouts.md): the stage's D·n_tp GPUs hold the dense part once per rank
+    # and the routed experts once, each rank M_R and 1/D of the pool (D = 1: §3 as written)
+    ranks = serving.dp_ranks
+    stored = weights + (ranks - 1.0) * dense_weights_bytes(model, serving.bytes_per_weight)
+    pool = (
+        memory.kv_pool_bytes(
+            serving.memory_utilization,
+            serving.n_gpu * ranks * gpu.memory_bytes,
+            share * stored,
+            ranks * serving.reserved_bytes,
+        )
+        / ranks
     )
     footprint = share * memory.seq_footprint_bytes(
         e_kv,
@@ -50,6 +60,17 @@ def kv_capacity(model, gpu, serving, input_len, output_len):
     return dict(
         e_kv=e_kv, weights=weights, pool=pool, footprint=footprint, max_seqs=memory.max_concurrent_seqs(pool, footprint)
     )
+
+
+def routed_expert_params(model):
+    """L_moe·P_e: one routed expert's weights across the MoE layers (§4b; 0 for a dense model)."""
+    return model.n_moe_layers * experts.expert_params(model.n_ffn, model.hidden, model.expert_ffn_dim)
+
+
+def dense_weights_bytes(model, bytes_per_weight):
+    """b_w·(P − E·L_moe·P_e): the weights besides the routed experts (attention, embeddings, dense and shared
+    FFNs), what every attention data-parallel rank holds (docs/layouts.md), bytes."""
+    return bytes_per_weight * (model.n_params - model.n_experts * routed_expert_params(model))
 
 
 def runs_at_fp8_peak(gpu, bytes_per_weight):
@@ -170,7 +191,7 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
     else:
         e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
         e_f8, e_b8 = serving.compute_efficiency_fp8, serving.bandwidth_efficiency_fp8
-        comm = parallel.tp_comm_segments(model.n_layers, model.hidden, serving.n_gpu, gpu)
+        comm = parallel.tp_comm_segments(model.n_layers, model.hidden, serving.n_gpu, gpu, tp_passes(model, serving))
     roof = roofline.Roof(
         active_params=experts.active_params(
             model.n_params, model.n_moe_layers, model.n_experts, model.experts_per_token, p_e
@@ -190,6 +211,11 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         comm_switch_tokens=comm[2],
         comm_large_fixed_s=comm[3],
         comm_large_per_token_s=comm[4],
+        dp_ranks=serving.dp_ranks,
+        expert_ranks=serving.expert_ranks,
+        expert_skew=serving.expert_skew,
+        routed_expert_params=routed_expert_params(model) + 0.0 * serving.n_gpu,
+        expert_comm=() if at_peak else layout_comm_lines(model, gpu, serving),
     )
     if not at_peak:  # n_pp stages: one engine's pass goes through every stage and the p2p hops between them (§10)
         roof = pipeline.pipeline_roof(
@@ -201,6 +227,48 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
             gpu.network_latency_s,
         )
     return roof, a_pre, a_dec
+
+
+def expert_tp(serving):
+    """moe_tp, the GPUs one routed expert is split over: as given, or (0: derived) n_tp·D/ep, the stage's GPUs
+    over the expert ranks (docs/layouts.md)."""
+    return jnp.where(serving.expert_tp > 0, serving.expert_tp, serving.n_gpu * serving.dp_ranks / serving.expert_ranks)
+
+
+def replica_engines(serving):
+    """Engines one replica runs, n_pp·D: n_pp pipeline virtual engines (§10) on each of D attention data-parallel
+    ranks (docs/layouts.md); each holds ⌊B/(n_pp·D)⌋ requests, its arrivals dealt round robin."""
+    return serving.pipeline_stages * serving.dp_ranks
+
+
+def tp_passes(model, serving):
+    """All-reduces per pass over a rank's n_tp GPUs: 2·L (§4c), or 2·L − L_moe where D > 1 attention data-parallel
+    ranks send the MoE layers' tokens to their experts by all-to-all instead (docs/layouts.md)."""
+    return jnp.where(serving.dp_ranks > 1, 2.0 * model.n_layers - model.n_moe_layers, 2.0 * model.n_layers)
+
+
+def layout_comm_lines(model, gpu, serving) -> tuple:
+    """The communication a data-parallel layout adds to a rank's pass of n tokens (docs/layouts.md), as CommLines:
+    per MoE layer the dispatch and the combine all-to-all among the stage's D·n_tp GPUs (each GPU's buffer n/n_tp
+    tokens × k copies × D_h × the dispatch's / bf16 bytes), and the all-reduce inside an expert's moe_tp GPUs of
+    the D·n·k/ep tokens an expert rank gets; all 0 where D = 1 (the tokens are on every GPU of the group after
+    attention's all-reduce, whose 2·L all-reduces then carry the MoE layers too, §4c)."""
+    on = serving.dp_ranks > 1
+    moe_layers = jnp.where(on, model.n_moe_layers, 0.0)
+    group = serving.n_gpu * serving.dp_ranks
+    copies = model.experts_per_token * model.hidden / serving.n_gpu
+    lines = (
+        parallel.alltoall_segments(moe_layers, copies * serving.dispatch_bytes, group, gpu),
+        parallel.alltoall_segments(moe_layers, copies * parallel.ACTIVATION_BYTES, group, gpu),
+        parallel.tp_comm_segments(
+            model.n_layers,
+            model.hidden * serving.dp_ranks * model.experts_per_token / serving.expert_ranks,
+            expert_tp(serving),
+            gpu,
+            moe_layers,
+        ),
+    )
+    return tuple(roofline.CommLine(*line) for line in lines)
 
 
 def capacity_cell_terms(model, gpu, serving, input_len, output_len):
@@ -222,7 +290,7 @@ def capacity_cell_terms(model, gpu, serving, input_len, output_len):
         chunks=chunks,
         roofline=roof,
         attn_dec=a_dec,
-        pipeline_stages=serving.pipeline_stages,
+        engines=replica_engines(serving),
     )
 
 
@@ -231,9 +299,10 @@ def service_terms(cell, measured, batch, input_len, output_len):
 
     Measured mode wherever ``measured.batch`` is not NaN; else the roofline proxy (NaN where the
     roofline does not apply, as ``cell['prefill_s']`` is then). A group of n_pp stages holds B sequences in n_pp
-    virtual engines of B/n_pp each (§10): its ITL and TTFT are one engine's at B/n_pp, its rates the replica's.
+    virtual engines of B/n_pp each (§10), and D data-parallel ranks n_pp·D (docs/layouts.md): its ITL and TTFT are
+    one engine's at B/(n_pp·D), its rates the replica's.
     """
-    engine = pipeline.engine_batch(batch, cell.get("pipeline_stages", 1.0))
+    engine = pipeline.engine_batch(batch, cell.get("engines", 1.0))
     itl = roofline.decode_itl(engine, input_len, output_len, cell["roofline"], cell["attn_dec"])
     # NaN wherever prefill is; this select also fixes how XLA fuses (and contracts into FMAs) the decode
     # sums, which keeps dense figures bit-identical to before §4b/§4c (tests/golden/capacity.json)

@@ -8,6 +8,7 @@ Pure functions of broadcastable arrays; weights, bytes, FLOP.
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax.scipy.special import ndtri
 
 
 def expert_params(n_ffn, hidden, expert_ffn_dim):
@@ -44,3 +45,39 @@ def attention_flops_coefficients(n_layers, n_heads, head_dim, mla, kv_lora_rank,
     a_pre = jnp.where(mla > 0, 2.0 * n_layers * n_heads * (qk_nope_dim + rope_dim + v_head_dim), dense)
     a_dec = jnp.where(mla > 0, 2.0 * n_layers * n_heads * (2.0 * kv_lora_rank + rope_dim), dense)
     return a_pre, a_dec
+
+
+def expected_max_standard_normal(m):
+    """E[max of m independent standard normals] by Blom's plotting position Φ⁻¹((m − 0.375)/(m + 0.25)): 0 at m = 1,
+    0.589 at 2 (exact 0.564), 1.434 at 8 (1.423), 2.337 at 64 (2.343)."""
+    m = jnp.maximum(m, 1.0)
+    return jnp.where(m > 1, ndtri((m - 0.375) / (m + 0.25)), 0.0)
+
+
+def expert_imbalance(n_tokens, n_experts, experts_per_token, expert_ranks, skew=1.0):
+    """ι ≥ 1: the busiest of ep expert ranks' routed-token load over the mean n·k/ep, for n tokens routed top-k over
+    E experts held E/ep per rank (docs/layouts.md). Under uniform routing a token sends k/ep of its k choices to a
+    rank on average, with variance σ² = k·(1/ep)(1 − 1/ep)(E − k)/(E − 1) (k draws without replacement); over n
+    tokens the ep loads are near normal, so ι_u = 1 + c(ep)·σ/(μ·√n) with μ = k/ep and c(ep) the expected largest
+    of ep standard normals (:func:`expected_max_standard_normal`). Routing that is not uniform multiplies it by
+    ``skew`` ≥ 1 (a redundant-expert balancer brings it towards 1); bounded by ep·min(k, E/ep)/k, every choice of
+    every token on one rank. 1 where ep = 1, for a dense model or no tokens."""
+    on = (expert_ranks > 1) & (n_experts > 1) & (n_tokens > 0)
+    e = jnp.where(on, n_experts, 2.0)
+    k = jnp.where(on, experts_per_token, 1.0)
+    ep = jnp.where(on, expert_ranks, 2.0)
+    n = jnp.where(on, n_tokens, 1.0)
+    mean = k / ep
+    sd = jnp.sqrt(k * (1.0 / ep) * (1.0 - 1.0 / ep) * (e - k) / (e - 1.0))
+    uniform = 1.0 + expected_max_standard_normal(ep) * sd / (mean * jnp.sqrt(n))
+    bound = ep * jnp.minimum(k, e / ep) / k
+    return jnp.where(on, jnp.minimum(skew * uniform, bound), 1.0)
+
+
+def layout_weights_read_bytes(n_tokens, weights, routed_expert_bytes, n_experts, experts_per_token, dp_ranks):
+    """Weight bytes one attention data-parallel rank's pass over n tokens costs its n_tp GPUs, in group units
+    (docs/layouts.md): the dense part whole, M_W − E·b_w·L_moe·P_e, and its 1/D share of the routed experts the D
+    ranks' D·n tokens touch, E_t(D·n)·b_w·L_moe·P_e/D (every expert GPU reads its touched experts once for all
+    ranks). = :func:`weights_read_bytes` at D = 1."""
+    touched = distinct_experts(dp_ranks * n_tokens, n_experts, experts_per_token) / dp_ranks
+    return weights - (n_experts - touched) * routed_expert_bytes

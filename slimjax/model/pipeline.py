@@ -83,6 +83,15 @@ def pipeline_roof(roof, n_layers, hidden, pipeline_stages, network_bytes_per_s, 
         comm_per_token_s=g * roof.comm_per_token_s + per_token,
         comm_large_fixed_s=g * roof.comm_large_fixed_s + fixed,
         comm_large_per_token_s=g * roof.comm_large_per_token_s + per_token,
+        expert_comm=tuple(
+            line._replace(
+                fixed_s=g * line.fixed_s,
+                per_token_s=g * line.per_token_s,
+                large_fixed_s=g * line.large_fixed_s,
+                large_per_token_s=g * line.large_per_token_s,
+            )
+            for line in roof.expert_comm
+        ),
     )
 
 

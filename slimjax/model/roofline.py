@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
-from .experts import weights_read_bytes
+from .experts import expert_imbalance, layout_weights_read_bytes
 from .memory import kv_read_bytes
 
 
@@ -39,16 +39,65 @@ class Roof(NamedTuple):
     comm_switch_tokens: Any = float("inf")
     comm_large_fixed_s: Any = 0.0
     comm_large_per_token_s: Any = 0.0
+    # attention data parallel and expert parallel (docs/layouts.md; D = ep = 1 leaves every formula as it was): the
+    # group's D ranks (each a pass of its own tokens on n_tp GPUs), its ep expert ranks, the routing skew ι_0, the
+    # routed experts' weights L_moe·P_e, and the layout's further communication lines of a pass (CommLine each)
+    dp_ranks: Any = 1.0
+    expert_ranks: Any = 1.0
+    expert_skew: Any = 1.0
+    routed_expert_params: Any = 0.0
+    expert_comm: Any = ()
+
+
+class CommLine(NamedTuple):
+    """A pass's communication as fixed + per_token·tokens below ``switch_tokens`` and large_fixed +
+    large_per_token·tokens from it (two protocols of a measured collective; one line: switch ∞), seconds."""
+
+    fixed_s: Any
+    per_token_s: Any
+    switch_tokens: Any
+    large_fixed_s: Any
+    large_per_token_s: Any
+
+
+def line_s(line: CommLine, tokens):
+    """One :class:`CommLine` at ``tokens``, seconds."""
+    return jnp.where(
+        tokens < line.switch_tokens,
+        line.fixed_s + line.per_token_s * tokens,
+        line.large_fixed_s + line.large_per_token_s * tokens,
+    )
 
 
 def comm_s(roof: Roof, tokens):
     """2·L·t_ar(tokens·D·b_a) (+ a pipeline's hops) of one pass of ``tokens`` tokens, seconds: ``comm_fixed_s`` +
-    ``comm_per_token_s``·tokens, or the large protocol's line from ``comm_switch_tokens`` on (§4c, measured link)."""
-    return jnp.where(
+    ``comm_per_token_s``·tokens, or the large protocol's line from ``comm_switch_tokens`` on (§4c, measured link);
+    plus a layout's own lines (``expert_comm``: the all-to-all and the experts' all-reduce, docs/layouts.md)."""
+    base = jnp.where(
         tokens < roof.comm_switch_tokens,
         roof.comm_fixed_s + roof.comm_per_token_s * tokens,
         roof.comm_large_fixed_s + roof.comm_large_per_token_s * tokens,
     )
+    for line in roof.expert_comm:
+        base = base + line_s(line, tokens)
+    return base
+
+
+def pass_weights_bytes(roof: Roof, tokens):
+    """M_W(n) of one pass of n tokens (§4b), on a rank of a data-parallel group its share of the experts all D ranks'
+    tokens touch (:func:`slimjax.model.experts.layout_weights_read_bytes`), bytes."""
+    return layout_weights_read_bytes(
+        tokens, roof.weights, roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token, roof.dp_ranks
+    )
+
+
+def pass_active_params(roof: Roof, tokens):
+    """P_act of one pass of n tokens: §4b's, with the routed experts' k·L_moe·P_e at the busiest expert rank's load,
+    ι(D·n) times the mean (:func:`slimjax.model.experts.expert_imbalance`; ι = 1 without expert parallelism)."""
+    load = expert_imbalance(
+        roof.dp_ranks * tokens, roof.n_experts, roof.experts_per_token, roof.expert_ranks, roof.expert_skew
+    )
+    return roof.active_params + (load - 1.0) * roof.experts_per_token * roof.routed_expert_params
 
 
 def _series(a, b, lo, hi):
@@ -115,15 +164,14 @@ def prefill_time(input_len, chunk_size, roof: Roof, attn):
     and ``kv_per_token_sliding`` = r·o·e_kv·L_s, so K(T) = full·T + sliding·min(T, W). Full chunks are summed in
     closed form on both sides of the window crossover; the last, shorter chunk is added apart.
     """
-    active_params, weights, flops, bandwidth = roof.active_params, roof.weights, roof.flops, roof.bandwidth
-    routed_expert_bytes, n_experts, experts_per_token = roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
+    flops, bandwidth = roof.flops, roof.bandwidth
     kv_per_token_full, kv_per_token_sliding, window = roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window
     launch_overhead_s = roof.launch_overhead_s
     k_c, s = chunk_count(input_len, chunk_size)
     last = k_c - 1.0
-    w_full = weights_read_bytes(s, weights, routed_expert_bytes, n_experts, experts_per_token)
+    w_full = pass_weights_bytes(roof, s)
     # full chunks k = 0 … K_c − 2: compute a1 + b1·k; bandwidth a2 + b2·k (inside the window) or a3 + b3·k
-    a1 = (2.0 * active_params * s + attn * s * s / 2.0) / flops
+    a1 = (2.0 * pass_active_params(roof, s) * s + attn * s * s / 2.0) / flops
     b1 = attn * s * s / flops
     a2 = w_full / bandwidth
     b2 = (kv_per_token_full + kv_per_token_sliding) * s / bandwidth
@@ -146,9 +194,9 @@ def prefill_time(input_len, chunk_size, roof: Roof, attn):
     # the last chunk
     p = last * s
     n = input_len - p
-    ops = 2.0 * active_params * n + attn * (n * p + n * n / 2.0)
+    ops = 2.0 * pass_active_params(roof, n) * n + attn * (n * p + n * n / 2.0)
     kv = kv_read_bytes(p, kv_per_token_full, kv_per_token_sliding, window)
-    w_last = weights_read_bytes(n, weights, routed_expert_bytes, n_experts, experts_per_token)
+    w_last = pass_weights_bytes(roof, n)
     t_last = jnp.maximum(ops / flops, (w_last + kv) / bandwidth) + comm_s(roof, n)
     t_pre = total + t_last + k_c * launch_overhead_s
     t_chunk_max = jnp.maximum(longest, t_last) + launch_overhead_s
@@ -162,13 +210,12 @@ def decode_itl(batch, input_len, output_len, roof: Roof, attn):
     + 2·L·t_ar(B·D·b_a), with ``attn`` = a_dec; M_W(B) and the all-reduce are constant over the steps, so
     the sum stays closed form on both sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I). ``roof``: :class:`Roof`.
     """
-    active_params, weights, flops, bandwidth = roof.active_params, roof.weights, roof.flops, roof.bandwidth
-    routed_expert_bytes, n_experts, experts_per_token = roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token
+    flops, bandwidth = roof.flops, roof.bandwidth
     kv_per_token_full, kv_per_token_sliding, window = roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window
     launch_overhead_s = roof.launch_overhead_s
     steps = output_len - 1.0
-    w_step = weights_read_bytes(batch, weights, routed_expert_bytes, n_experts, experts_per_token)
-    a1 = batch * (2.0 * active_params + attn * input_len) / flops
+    w_step = pass_weights_bytes(roof, batch)
+    a1 = batch * (2.0 * pass_active_params(roof, batch) + attn * input_len) / flops
     b1 = batch * attn / flops
     per_token = kv_per_token_full + kv_per_token_sliding
     a2 = (w_step + batch * per_token * input_len) / bandwidth

@@ -140,7 +140,8 @@ def roofline_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     for ax, (m, g) in zip(axes, pairs, strict=False):
         model, gpu, serving = stored_specs(ds, m, g)
         raw, a_pre, a_dec = roofline_terms(model, gpu, serving, at_peak=True)
-        roof = raw._replace(**{k: float(np.asarray(v).reshape(-1)[0]) for k, v in raw._asdict().items()})
+        scalars = {k: v for k, v in raw._asdict().items() if k != "expert_comm"}  # (a tuple of lines, () at peak)
+        roof = raw._replace(**{k: float(np.asarray(v).reshape(-1)[0]) for k, v in scalars.items()})
         a_pre, a_dec = (float(np.asarray(v).reshape(-1)[0]) for v in (a_pre, a_dec))
         kv_per_token = roof.kv_per_token_full + roof.kv_per_token_sliding
         n = float(serving.n_gpu[0])

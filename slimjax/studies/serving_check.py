@@ -92,7 +92,7 @@ def cannot_run(rows: pd.DataFrame) -> pd.Series:
     with float64_scope():
         x = serving_fit.lane_inputs(rows)
         m, g = x["model"], x["gpu"]
-        given = {k: x[k] for k in (*serving_fit.PROFILE_KEYS, "kv_replication")}
+        given = {k: x[k] for k in (*serving_fit.PROFILE_KEYS, "kv_replication", *serving_fit.LAYOUT)}
         serving = default_serving(m, n_gpu=x["n_gpu"], **given)
         lengths = SimpleNamespace(input_len=x["input_len"], output_len=x["output_len"])
         terms, footprint, fits = candidate_inputs(m, g, serving, lengths, np.float64)
@@ -100,12 +100,37 @@ def cannot_run(rows: pd.DataFrame) -> pd.Series:
     own = np.arange(n)
     fp = footprint[own, own]
     why = np.where(fits, "", "its weights leave no KV pool, or its TP degree does not divide the query heads")
+    why = np.where(layout_problems(rows, x) != "", layout_problems(rows, x), why)
     why = np.where((why == "") & (fp > terms["pool"]), "its request's footprint for I + O exceeds the KV pool", why)
     if "kv_policy" in terms:
         units, watermark, pool = engine.prompt_units(terms, x["input_len"])
         short = engine.paged(terms) & (units[own, own] + watermark > pool)
         why = np.where((why == "") & short, "its prompt's KV blocks and the admission watermark exceed the pool", why)
     return pd.Series(why, index=rows.index, dtype=object)
+
+
+def layout_problems(rows: pd.DataFrame, x: dict) -> np.ndarray:
+    """Per row, why its layout cannot be served as docs/layouts.md states layouts ("" where it can): attention tensor
+    parallel beyond one node, experts and attention on different GPU counts, ep not dividing the experts."""
+    tp, dp, ep, moe_tp = (np.asarray(x[k], float) for k in ("n_gpu", "dp", "ep", "moe_tp"))
+    node = np.asarray(x["gpu"].gpus_per_node, float)
+    experts = np.asarray(x["model"].n_experts, float)
+    safe_ep = np.maximum(ep, 1.0)
+    why = np.full(len(rows), "", dtype=object)
+    bad = [
+        (
+            (experts > 0) & (moe_tp > 0) & (moe_tp * ep != tp * dp),  # (a dense row's moe_tp means nothing)
+            "its experts (moe_tp·ep) and attention (tp·dp) are on different GPU counts",
+        ),
+        (
+            (ep > 1) & ((experts == 0) | (np.mod(experts, safe_ep) != 0)),
+            "its expert-parallel degree does not divide the experts",
+        ),
+        (tp > node, "its attention tensor parallel spans more than one node (a TP degree beyond gpus_per_node)"),
+    ]
+    for mask, words in bad:
+        why = np.where((why == "") & mask, words, why)
+    return why
 
 
 def error_table(scored: pd.DataFrame, by=DIMENSIONS) -> pd.DataFrame:

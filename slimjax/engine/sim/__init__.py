@@ -28,7 +28,7 @@ from .outputs import (
 from .pool import (
     FIRST_SLOTS,
     engine_batch,
-    pipeline_stages,
+    engines_per_replica,
     round_robin_jobs,
     run_pool,
     simulate_candidates,
@@ -50,7 +50,7 @@ __all__ = [
     "gap_quantile",
     "lane_parts",
     "paged",
-    "pipeline_stages",
+    "engines_per_replica",
     "plain",
     "prompt_units",
     "request_times",

@@ -222,11 +222,12 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
     # one lane holds all R replicas: least_loaded and closed loops couple them. A replica of n_pp stages is n_pp
     # virtual engines dealt arrivals round robin (§10): under round robin, R·n_pp engines (request i to engine
     # i mod R·n_pp: replica i mod R, its (i div R) mod n_pp-th engine)
-    stages = pipeline_stages(terms, len(batch))
+    stages = engines_per_replica(terms, len(batch))
     if router != "round_robin" and np.any(stages > 1):
         raise ValueError(
-            f"router {router!r} with pipeline stages: a replica deals its arrivals to its n_pp virtual engines round "
-            "robin (MODEL.md §10), which only the round_robin router composes with; use router: round_robin"
+            f"router {router!r} with pipeline stages or data-parallel ranks: a replica deals its arrivals to its "
+            "n_pp·D engines round robin (MODEL.md §10, docs/layouts.md), which only the round_robin router composes "
+            "with; use router: round_robin"
         )
     footprint = np.asarray(footprint)
     out = None
@@ -256,9 +257,11 @@ def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, route
     return out
 
 
-def pipeline_stages(terms: dict, candidates: int) -> np.ndarray:
-    """n_pp per candidate (integers; 1 where the terms predate §10)."""
-    return np.asarray(terms.get("pipeline_stages", np.ones(candidates)), np.float64).reshape(candidates).astype(int)
+def engines_per_replica(terms: dict, candidates: int) -> np.ndarray:
+    """Engines per replica per candidate, n_pp·D (integers; :func:`slimjax.model.calculator.replica_engines`; n_pp
+    where the terms predate data-parallel ranks, 1 where they predate §10)."""
+    engines = terms.get("engines", terms.get("pipeline_stages", np.ones(candidates)))
+    return np.asarray(engines, np.float64).reshape(candidates).astype(int)
 
 
 def engine_batch(batch, stages):
@@ -304,7 +307,7 @@ def round_robin_jobs(
     replicas = np.asarray(job_replicas, dtype=np.int64).reshape(len(job_stream))
     # a replica of n_pp stages is n_pp virtual engines dealt arrivals round robin (§10): R·n_pp round-robin
     # engines, each admitting ⌊B/n_pp⌋ (request i to engine i mod R·n_pp: replica i mod R)
-    stages = pipeline_stages(terms, len(np.asarray(batch)))
+    stages = engines_per_replica(terms, len(np.asarray(batch)))
     R = replicas * stages[job_candidate]
     batch = engine_batch(batch, stages)
     dt = np.asarray(streams[0]["arrival_s"]).dtype

@@ -17,6 +17,7 @@ from ..._version import __version__
 from ...engine import sim as engine
 from ...engine.dataset import declared
 from ...engine.schema import Variable, table
+from ...model.calculator import replica_engines
 from ..candidates import candidate_inputs, check_requests_fit, flat_candidates
 from ..present import engine_assumptions
 from .spec import Simulation
@@ -129,8 +130,8 @@ def run(sim: Simulation) -> xr.Dataset:
         setting = f", {sim.settings[s[0]]}" if s else ""
         return f"{sim.models[m]} on {sim.gpus[g]} (tp {sim.tp[n]:g}, pp {sim.pp[p]:g}{setting}, batch {sim.batch[b]:g})"
 
-    # a virtual engine admits ⌊B/n_pp⌋ requests (§10): a batch limit below the stages runs nothing
-    fits = fits & (batch >= np.asarray(serving.pipeline_stages))
+    # a virtual engine admits ⌊B/(n_pp·D)⌋ requests (§10, docs/layouts.md): a batch limit below the engines runs nothing
+    fits = fits & (batch >= np.asarray(replica_engines(serving)))
 
     check_requests_fit(footprint.astype(np.float64), terms["pool"].astype(np.float64), fits, labels, stream, terms)
     K, n_req = footprint.shape
