@@ -30,7 +30,13 @@ def timed(fn, repeats: int):
 ROOFLINE_YAML = Path(__file__).resolve().parent.parent / "configs" / "roofline" / "default.yaml"
 # configs/roofline/default.yaml's blocks fitted apart from the per-GPU constants (each by its own bench script),
 # kept when bench/fit_default_roofline.py rewrites the file
-ROOFLINE_BLOCKS_APART = ("request_overhead_s", "compute_efficiency_fp8", "bandwidth_efficiency_fp8", "step_overhead_s")
+ROOFLINE_BLOCKS_APART = (
+    "request_overhead_s",
+    "compute_efficiency_fp8",
+    "bandwidth_efficiency_fp8",
+    "step_overhead_s",
+    "expert_efficiency",
+)
 
 
 def write_roofline_yaml(doc: dict, header: str | None = None) -> None:
@@ -48,6 +54,19 @@ def write_roofline_block(key: str, block: dict) -> None:
     doc = yaml.safe_load(ROOFLINE_YAML.read_text())
     doc[key] = block
     write_roofline_yaml(doc)
+
+
+def fitted_value(one) -> dict:
+    """One fitted value of :func:`slimjax.fit.serving.calibrate_serving_by`'s Dataset (``ds.isel(value=v)``) as the
+    bench scripts keep it: value, standard error, identified, at its bound, converged, rows."""
+    return dict(
+        value=float(one.coefficient),
+        standard_error=float(one.standard_error),
+        identified=bool(one.identified),
+        at_bound=bool(one.at_bound),
+        converged=bool(one.converged),
+        rows=int(one.n_rows),
+    )
 
 
 def job_arguments(jobs: str, parts: str, write: bool = False) -> tuple[argparse.Namespace, Path]:

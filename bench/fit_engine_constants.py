@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from common import job_arguments, write_roofline_block
+from common import fitted_value, job_arguments, write_roofline_block
 
 FIT_MAX_CLIENTS = 32
 FIT_MAX_OUTPUT = 2048  # an 8,192-token output adds steps, not prefills: its TTFT is the shorter rows' (cost)
@@ -103,14 +103,7 @@ def fit_joint(t: pd.DataFrame, start: dict | None = None) -> dict:
     for v in range(ds.sizes["value"]):
         one = ds.isel(value=v)
         p, level = str(one.param.values), str(one.level.values)
-        out[p][level] = dict(
-            value=float(one.coefficient),
-            standard_error=float(one.standard_error),
-            identified=bool(one.identified),
-            at_bound=bool(one.at_bound),
-            converged=bool(ds.converged),
-            rows=int(one.n_rows),
-        )
+        out[p][level] = fitted_value(one)
         print(f"  {p} {level}: {out[p][level]['value']:.4g} ± {out[p][level]['standard_error']:.2g}", flush=True)
     out["mape_in_sample"] = {"ttft": round(float(ds.mape_ttft), 2), "tpot": round(float(ds.mape_tpot), 2)}
     return out

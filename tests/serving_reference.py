@@ -89,6 +89,8 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
             dispatch=sv.get("dispatch_bytes", 2.0),
             routed_params=routed_params,
             L_moe=arch["n_moe_layers"],
+            e_XF=sv.get("expert_compute_efficiency", 1.0),
+            e_XB=sv.get("expert_bandwidth_efficiency", 1.0),
         ),
         block=int(sv["block_size"]),
         chunk=int(sv["chunk_size"]),
@@ -145,7 +147,7 @@ def step_seconds(decode_contexts, chunks, t):
         return t["n_pp"] * tau_stage + (t["n_pp"] - 1) * network_seconds(n_tok * t["D"] * 2.0, t)
     n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
     lay = t.get("layout") or {}
-    if lay.get("dp", 1) > 1 or lay.get("ep", 1) > 1:
+    if lay.get("dp", 1) > 1 or lay.get("ep", 1) > 1 or lay.get("e_XF", 1) != 1 or lay.get("e_XB", 1) != 1:
         P_act, byt, comm = layout_pass(n_tok, t)
     else:
         P_act = t["P_act"]
@@ -192,15 +194,16 @@ def alltoall_seconds(x, gpu, n):
 
 def layout_pass(n_tok, t):
     """(P_act, weight bytes, communication) of a rank's pass of n_tok tokens in a DP/EP layout (docs/layouts.md),
-    every other rank taken to run as many."""
+    every other rank taken to run as many; its routed experts at their kernels' efficiencies e_XF, e_XB."""
     lay, moe = t["layout"], t["moe"]
     dp, ep, L, L_moe, D = lay["dp"], lay["ep"], t["L"], lay["L_moe"], t["D"]
     E, k = moe["E"], moe["k"]
     iota = imbalance(dp * n_tok, E, k, ep, lay["skew"])
-    P_act = t["P_act"] + (iota - 1) * k * lay["routed_params"]
+    # the experts' grouped GEMMs at e_XF of the dense FLOP/s and e_XB of their bandwidth
+    P_act = t["P_act"] + (iota / lay["e_XF"] - 1) * k * lay["routed_params"]
     byt = t["M_W"]
     if E:
-        byt -= (E - E * (1 - (1 - k / E) ** (dp * n_tok)) / dp) * moe["routed"]
+        byt -= (E - E * (1 - (1 - k / E) ** (dp * n_tok)) / (dp * lay["e_XB"])) * moe["routed"]
     tp, gpu = t["n"], t["gpu"]
     if dp > 1:
         group = tp * dp

@@ -205,6 +205,16 @@ LAYOUTS = {
         model="gpt-oss-120b", gpu="H200", batch=12, tp=2, dp=2, ep=4, moe_tp=1, dispatch_dtype="fp8", chunk_size=256
     ),
     "mixtral_ep2_under_tp2_two_replicas": dict(model="Mixtral-8x7B", gpu="H100-SXM", batch=8, tp=2, ep=2, replicas=2),
+    "gpt_oss_tp4_expert_kernels": dict(
+        model="gpt-oss-120b",
+        gpu="H100-SXM",
+        batch=16,
+        tp=4,
+        expert_compute_efficiency=0.35,
+        expert_bandwidth_efficiency=0.7,
+        compute_efficiency=0.6,
+        bandwidth_efficiency=0.8,
+    ),
     "deepseek_wide_ep16_over_two_nodes": dict(
         model="DeepSeek-V3", gpu="H200", batch=32, tp=1, dp=16, ep=16, expert_imbalance=1.3
     ),
@@ -295,3 +305,28 @@ def test_every_layout_of_a_gpu_count():
     assert layout_kind(8, 1, 8) == "TP+EP" and layout_kind(1, 8, 8) == "DP+EP" and layout_kind(8, 1, 1) == "TP"
     with pytest.raises(SlimjaxError, match="power of two GPUs, got 12"):
         valid_layouts(12, 128, 256, 61, 8)
+
+
+def test_layouts_are_procurement_candidates_priced_by_all_their_gpus():
+    """A study's ``settings`` axis takes layouts (docs/layouts.md): DeepSeek-V3 on H200 at tp 1 and 8 under
+    {dp 1} and {dp 8, ep 8} — TP 8 and DP 8 × EP 8 are 8-GPU groups, DP 8 × EP 8 over TP 8 a 64-GPU one — each
+    candidate's cost counts its n_tp·n_pp·D GPUs (replicas × GPUs × price), one GPU (tp 1, dp 1) does not fit."""
+    base = dict(
+        workloads=[dict(name="chat", input_len=1024, output_len=256)],
+        rates=[2.0],
+        models=["DeepSeek-V3"],
+        gpus=["H200"],
+        tp=[1, 8],
+        batch=[64],
+        slo={"ttft_s": 5.0, "itl_s": 0.2},
+        serving={"efficiency": "calibrated", "kv_replication": "auto"},
+        sizing="screen",
+    )
+    ds = slimjax.procure({**base, "settings": [{"dp": 1}, {"dp": 8, "ep": 8}]})
+    price = catalog.resolve_gpu("H200")[1]["price_per_hour"]
+    for label, tp, gpus in (("dp 1", 8, 8), ("dp 8, ep 8", 1, 8), ("dp 8, ep 8", 8, 64)):
+        got = ds.sel(setting=label, tp=tp).squeeze()
+        replicas = float(got.replicas)
+        assert replicas >= 1 and float(got.gpus_total) == replicas * gpus, (label, tp)
+        assert float(got.cost_per_hour) == pytest.approx(replicas * gpus * price, rel=1e-12)
+    assert not np.isfinite(float(ds.sel(setting="dp 1", tp=1).replicas.squeeze()))

@@ -25,7 +25,7 @@ import numpy as np
 from ..inputs.sweepfile import Sweep
 from ..model import advisor as advisor_mod
 from ..model import agents as agents_mod
-from ..model.calculator import capacity_cell_terms, kv_capacity, queue_terms, service_terms
+from ..model.calculator import capacity_cell_terms, group_gpus, kv_capacity, queue_terms, service_terms
 from ..model.floor import FLOOR_FLAGS, floor_inputs, floor_of
 from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
 from ..model.queue import queue_bound
@@ -115,8 +115,8 @@ def slim_cell(model, gpu, coeffs, serving, I, O, slim_kv: bool, bandwidth_expone
     """§1's (or slim-kv's) batch-independent terms on the group ``serving`` describes, and the inputs of its
     physical floor (:mod:`slimjax.model.floor`) at 100 % of that group's peak."""
     dt = I.dtype
-    # SLIM scales with the group's GPUs (§1 is calibrated per group): all n_tp·n_pp of a pipelined one (§10)
-    group = serving.n_gpu * serving.pipeline_stages
+    # SLIM scales with the group's GPUs (§1 is calibrated per group): all n_tp·n_pp·D of a pipelined one (§10)
+    group = group_gpus(serving)
     tp = dict(n_gpu=group.astype(dt), kv_dtype_bytes=serving.kv_dtype_bytes.astype(dt))
     if not slim_kv:
         cell = slim_cell_terms(model, gpu, coeffs, I, O, **tp)

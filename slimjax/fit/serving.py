@@ -48,6 +48,8 @@ SERVING_PARAMS = (
     "step_overhead_s",
     "link_efficiency",
     "allreduce_latency_s",
+    "expert_compute_efficiency",
+    "expert_bandwidth_efficiency",
 )
 SERVING_BOUNDED = (
     "compute_efficiency",
@@ -55,6 +57,8 @@ SERVING_BOUNDED = (
     "bandwidth_efficiency",
     "bandwidth_efficiency_fp8",
     "link_efficiency",
+    "expert_compute_efficiency",
+    "expert_bandwidth_efficiency",
 )  # of a peak
 # t_l stays as the closed forms fitted it unless freed: to the simulation it is one per-step cost with t_step
 DEFAULT_FREE = (
@@ -73,6 +77,9 @@ DEFAULT_START = dict(
     step_overhead_s=1e-3,
     link_efficiency=0.7,
     allreduce_latency_s=2e-5,
+    # left out: the experts' grouped GEMMs as efficient as the dense ones (a fit of them starts where it is told)
+    expert_compute_efficiency=1.0,
+    expert_bandwidth_efficiency=1.0,
 )
 AT_BOUND = 1e-3  # a fraction within this of 0 or 1 (a time below this many seconds × 1e-3) sits at its bound
 

@@ -18,6 +18,10 @@ from .catalog import config_yaml, normalised_hardware
 GENERIC = "generic"
 # the serving keys in which engines differ: what a profile sets and what a study's `settings` axis varies
 ENGINE_SETTING_KEYS = ("step_tokens", "chunk_size", "block_size", "kv_policy", "kv_watermark", "prefill_first")
+# what a study's `settings` axis may vary besides them: the group's layout (docs/layouts.md), as the engines' launch
+# flags set it (SGLang --dp/--ep, vLLM --data-parallel-size/--enable-expert-parallel, TensorRT-LLM's moe_*_size)
+LAYOUT_SETTING_KEYS = ("dp", "ep", "moe_tp", "expert_imbalance", "dispatch_dtype")
+CANDIDATE_SETTING_KEYS = (*ENGINE_SETTING_KEYS, *LAYOUT_SETTING_KEYS)
 
 
 @functools.cache
@@ -125,23 +129,27 @@ def engine_table_markdown() -> str:
 
 
 def engine_settings(value, field: str = "settings") -> tuple[tuple[str, dict], ...]:
-    """A study's ``settings`` axis: a list of mappings of :data:`ENGINE_SETTING_KEYS` (each a candidate engine
+    """A study's ``settings`` axis: a list of mappings of :data:`CANDIDATE_SETTING_KEYS` (each a candidate engine
     configuration applied over the study's serving block), as (label, settings) pairs; () where none is given. The
     label names the values (``step_tokens 256, chunk_size 256``); values are checked where the serving block is
     read (named ``settings[i].key``)."""
     if value is None:
         return ()
     if not isinstance(value, (list, tuple)) or not value:
-        raise SlimjaxError(field, f"must be a non-empty list of mappings of {', '.join(ENGINE_SETTING_KEYS)}")
+        raise SlimjaxError(field, f"must be a non-empty list of mappings of {', '.join(CANDIDATE_SETTING_KEYS)}")
     out, seen = [], {}
     for i, entry in enumerate(value):
         where = f"{field}[{i}]"
         if not isinstance(entry, Mapping) or not entry:
-            raise SlimjaxError(where, f"must be a non-empty mapping of {', '.join(ENGINE_SETTING_KEYS)}, got {entry!r}")
-        bad = [k for k in entry if k not in ENGINE_SETTING_KEYS]
+            raise SlimjaxError(
+                where, f"must be a non-empty mapping of {', '.join(CANDIDATE_SETTING_KEYS)}, got {entry!r}"
+            )
+        bad = [k for k in entry if k not in CANDIDATE_SETTING_KEYS]
         if bad:
-            raise SlimjaxError(f"{where}.{bad[0]}", f"not an engine setting; one of {', '.join(ENGINE_SETTING_KEYS)}")
-        label = ", ".join(f"{k} {entry[k]}" for k in ENGINE_SETTING_KEYS if k in entry)
+            raise SlimjaxError(
+                f"{where}.{bad[0]}", f"not an engine or layout setting; one of {', '.join(CANDIDATE_SETTING_KEYS)}"
+            )
+        label = ", ".join(f"{k} {entry[k]}" for k in CANDIDATE_SETTING_KEYS if k in entry)
         if label in seen:
             raise SlimjaxError(where, f"repeats {field}[{seen[label]}] ({label})")
         seen[label] = i

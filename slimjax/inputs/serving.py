@@ -322,6 +322,22 @@ SERVING: dict[str, ServingKey] = {
             "roofline bandwidth efficiency where 8-bit weights run at the FP8 peak (unset: bandwidth_efficiency)",
         ),
         ServingKey(
+            "expert_compute_efficiency",
+            "expert_compute_efficiency",
+            1.0,
+            _unit,
+            "fraction e_XF of the dense GEMMs' achieved FLOP/s that the routed experts' grouped GEMMs reach "
+            "(docs/layouts.md)",
+        ),
+        ServingKey(
+            "expert_bandwidth_efficiency",
+            "expert_bandwidth_efficiency",
+            1.0,
+            _unit,
+            "fraction e_XB of the dense GEMMs' achieved bandwidth the routed experts' grouped GEMMs stream their "
+            "weights at (docs/layouts.md)",
+        ),
+        ServingKey(
             "kv_dtype_bytes",
             "kv_dtype_bytes",
             None,
@@ -440,7 +456,22 @@ def calibrated_efficiency(gpu: str, engine: str = GENERIC) -> tuple[dict[str, fl
     if step_which:
         values["step_overhead_s"] = step
         which = f"{which}; t_step {step_which}"
+    experts = calibrated_expert_efficiency()
+    if experts:
+        values.update(experts)
+        which = f"{which}; e_XF, e_XB fitted on MoE rows"
     return values, f"configs/roofline/default.yaml: {which}"
+
+
+EXPERT_EFFICIENCIES = ("expert_compute_efficiency", "expert_bandwidth_efficiency")
+
+
+def calibrated_expert_efficiency() -> dict[str, float]:
+    """e_XF and e_XB, the fractions of the dense GEMMs' achieved FLOP/s and bandwidth the routed experts' grouped
+    GEMMs reach (docs/layouts.md), from configs/roofline/default.yaml's ``expert_efficiency`` block (fitted on the
+    measured MoE serving rows, bench/fit_moe_constants.py) where identified; {} where none is shipped (then 1)."""
+    block = _roofline_fit().get("expert_efficiency") or {}
+    return {k: float(block[k]["value"]) for k in EXPERT_EFFICIENCIES if k in block and block[k].get("identified")}
 
 
 # the efficiencies of 8-bit weights at the FP8 peak (configs/roofline/default.yaml blocks of those names), as named

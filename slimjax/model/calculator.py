@@ -189,6 +189,7 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         e_f8, e_b8 = e_f, e_b
         comm = (zero, zero, jnp.inf + zero, zero, zero)
     else:
+        zero = 0.0 * serving.n_gpu
         e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
         e_f8, e_b8 = serving.compute_efficiency_fp8, serving.bandwidth_efficiency_fp8
         comm = parallel.tp_comm_segments(model.n_layers, model.hidden, serving.n_gpu, gpu, tp_passes(model, serving))
@@ -216,6 +217,8 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         expert_skew=serving.expert_skew,
         routed_expert_params=routed_expert_params(model) + 0.0 * serving.n_gpu,
         expert_comm=() if at_peak else layout_comm_lines(model, gpu, serving),
+        expert_compute_efficiency=1.0 + zero if at_peak else serving.expert_compute_efficiency,
+        expert_bandwidth_efficiency=1.0 + zero if at_peak else serving.expert_bandwidth_efficiency,
     )
     if not at_peak:  # n_pp stages: one engine's pass goes through every stage and the p2p hops between them (§10)
         roof = pipeline.pipeline_roof(
@@ -233,6 +236,12 @@ def expert_tp(serving):
     """moe_tp, the GPUs one routed expert is split over: as given, or (0: derived) n_tp·D/ep, the stage's GPUs
     over the expert ranks (docs/layouts.md)."""
     return jnp.where(serving.expert_tp > 0, serving.expert_tp, serving.n_gpu * serving.dp_ranks / serving.expert_ranks)
+
+
+def group_gpus(serving):
+    """GPUs of one replica group, n_tp·n_pp·D: tensor-parallel GPUs × pipeline stages (§10) × attention data-parallel
+    ranks (docs/layouts.md); what its price counts."""
+    return serving.n_gpu * serving.pipeline_stages * serving.dp_ranks
 
 
 def replica_engines(serving):
@@ -272,19 +281,21 @@ def layout_comm_lines(model, gpu, serving) -> tuple:
 
 
 def capacity_cell_terms(model, gpu, serving, input_len, output_len):
-    """Memory (§3) per (model, GPU, I, O) and chunked prefill (§4) per (model, GPU, I)."""
+    """Memory (§3) per (model, GPU, I, O) and chunked prefill (§4) per (model, GPU, I); a group of D data-parallel
+    ranks reports its D pools and D·max_seqs (docs/layouts.md)."""
     kv = kv_capacity(model, gpu, serving, input_len, output_len)
     e_kv, weights, pool, footprint = kv["e_kv"], kv["weights"], kv["pool"], kv["footprint"]
     roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
     prefill_s, chunk_max_s, chunks = roofline.prefill_time(input_len, serving.chunk_size, roof, a_pre)
+    ranks = serving.dp_ranks  # the group's D data-parallel ranks each hold their own pool and sequences
     return dict(
         weights_bytes=weights,
-        kv_pool_bytes=pool,
+        kv_pool_bytes=pool * ranks,
         kv_bytes_per_token=memory.kv_bytes_per_token(model.n_layers, e_kv),
         seq_footprint_bytes=footprint,
-        max_seqs=kv["max_seqs"],
+        max_seqs=kv["max_seqs"] * ranks,
         # a batch of B prompts alone (no output reserved) fits when B ≤ this: the fit check of prefill-only figures
-        prompt_max_seqs=kv_capacity(model, gpu, serving, input_len, 0.0)["max_seqs"],
+        prompt_max_seqs=kv_capacity(model, gpu, serving, input_len, 0.0)["max_seqs"] * ranks,
         prefill_s=prefill_s,
         chunk_max_s=chunk_max_s,
         chunks=chunks,

@@ -74,10 +74,15 @@ def expert_imbalance(n_tokens, n_experts, experts_per_token, expert_ranks, skew=
     return jnp.where(on, jnp.minimum(skew * uniform, bound), 1.0)
 
 
-def layout_weights_read_bytes(n_tokens, weights, routed_expert_bytes, n_experts, experts_per_token, dp_ranks):
+def layout_weights_read_bytes(
+    n_tokens, weights, routed_expert_bytes, n_experts, experts_per_token, dp_ranks, expert_bandwidth_efficiency=1.0
+):
     """Weight bytes one attention data-parallel rank's pass over n tokens costs its n_tp GPUs, in group units
     (docs/layouts.md): the dense part whole, M_W − E·b_w·L_moe·P_e, and its 1/D share of the routed experts the D
     ranks' D·n tokens touch, E_t(D·n)·b_w·L_moe·P_e/D (every expert GPU reads its touched experts once for all
-    ranks). = :func:`weights_read_bytes` at D = 1."""
-    touched = distinct_experts(dp_ranks * n_tokens, n_experts, experts_per_token) / dp_ranks
+    ranks), at 1/e_XB where the experts' grouped GEMMs stream their weights at a fraction e_XB of the dense
+    kernels' bandwidth (``expert_bandwidth_efficiency``). = :func:`weights_read_bytes` at D = e_XB = 1."""
+    touched = distinct_experts(dp_ranks * n_tokens, n_experts, experts_per_token) / (
+        dp_ranks * expert_bandwidth_efficiency
+    )
     return weights - (n_experts - touched) * routed_expert_bytes

@@ -47,6 +47,9 @@ class Roof(NamedTuple):
     expert_skew: Any = 1.0
     routed_expert_params: Any = 0.0
     expert_comm: Any = ()
+    # the experts' grouped GEMMs at a fraction of the dense GEMMs' achieved FLOP/s and bandwidth (docs/layouts.md)
+    expert_compute_efficiency: Any = 1.0
+    expert_bandwidth_efficiency: Any = 1.0
 
 
 class CommLine(NamedTuple):
@@ -87,17 +90,26 @@ def pass_weights_bytes(roof: Roof, tokens):
     """M_W(n) of one pass of n tokens (§4b), on a rank of a data-parallel group its share of the experts all D ranks'
     tokens touch (:func:`slimjax.model.experts.layout_weights_read_bytes`), bytes."""
     return layout_weights_read_bytes(
-        tokens, roof.weights, roof.routed_expert_bytes, roof.n_experts, roof.experts_per_token, roof.dp_ranks
+        tokens,
+        roof.weights,
+        roof.routed_expert_bytes,
+        roof.n_experts,
+        roof.experts_per_token,
+        roof.dp_ranks,
+        roof.expert_bandwidth_efficiency,
     )
 
 
 def pass_active_params(roof: Roof, tokens):
     """P_act of one pass of n tokens: §4b's, with the routed experts' k·L_moe·P_e at the busiest expert rank's load,
-    ι(D·n) times the mean (:func:`slimjax.model.experts.expert_imbalance`; ι = 1 without expert parallelism)."""
+    ι(D·n) times the mean (:func:`slimjax.model.experts.expert_imbalance`; ι = 1 without expert parallelism), and at
+    1/e_XF where the experts' grouped GEMMs reach a fraction e_XF of the dense GEMMs' FLOP/s
+    (``expert_compute_efficiency``; docs/layouts.md)."""
     load = expert_imbalance(
         roof.dp_ranks * tokens, roof.n_experts, roof.experts_per_token, roof.expert_ranks, roof.expert_skew
     )
-    return roof.active_params + (load - 1.0) * roof.experts_per_token * roof.routed_expert_params
+    scale = load / roof.expert_compute_efficiency
+    return roof.active_params + (scale - 1.0) * roof.experts_per_token * roof.routed_expert_params
 
 
 def _series(a, b, lo, hi):

@@ -25,7 +25,7 @@ from ...engine.plan import BlockPlan
 from ...engine.schema import Variable, register_kind
 from ...model import memory
 from ...model import procurement as proc
-from ...model.calculator import capacity_cell_terms, service_terms
+from ...model.calculator import capacity_cell_terms, group_gpus, replica_engines, service_terms
 from ...model.queue import queue_bound
 
 # Why a candidate is infeasible, checked in this order (the first failing check is reported).
@@ -215,8 +215,8 @@ def _screen_candidates(x: dict) -> _Candidates:
     pool = cell["kv_pool_bytes"][..., 0]  # (1, 1, M, G, N, 1)
     footprint = proc.mixture_mean(w, cell["seq_footprint_bytes"])  # F̄ (W, X, M, G, N, 1)
     divides = jnp.mod(model.n_heads, serving.n_gpu)[..., 0] == 0
-    # each of the n_pp virtual engines admits ⌊B/n_pp⌋ (§10): a batch limit below the stages runs nothing
-    staged = B >= serving.pipeline_stages[..., 0]
+    # each of the n_pp·D engines admits ⌊B/(n_pp·D)⌋ (§10, docs/layouts.md): a batch limit below them runs nothing
+    staged = B >= replica_engines(serving)[..., 0]
     slots = jnp.where(divides & staged, proc.mixture_slots(B, pool, footprint), 0.0)  # (W, X, M, G, N, B)
     per_class = service_terms(cell, measured, jnp.maximum(slots, 1.0)[..., None], I, O)
     has_measured = ~jnp.isnan(measured.batch)
@@ -292,8 +292,8 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
     # ---- the mixture (mix row 0) at each total rate: dims (W, R, M, G, N, B)
     rate = x["total_rate"][..., 0]  # (W, R, 1, 1, 1, 1)
     lam0, slots0, mean_s0 = lam[:, :1], slots[:, :1], mean_service[:, :1]
-    # GPUs of one replica group: n_tp·n_pp (§10)
-    n_gpu = (serving.n_gpu * serving.pipeline_stages)[:, 0, ..., 0][:, None]  # (1, 1, M, G, N, 1)
+    # GPUs of one replica group: n_tp·n_pp·D (§10, docs/layouts.md)
+    n_gpu = group_gpus(serving)[:, 0, ..., 0][:, None]  # (1, 1, M, G, N, 1)
     stages = serving.pipeline_stages[:, 0, ..., 0][:, None]
     price = gpu.price_per_hour[:, 0, ..., 0][:, None]  # (1, 1, 1, G, 1, 1)
     feasible = (lam0 > 0) & jnp.isfinite(rate)

@@ -291,7 +291,8 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     replicas = r_sim.reshape(grid)
     tp, batch = np.asarray(study.tp, float), np.asarray(study.batch, float)
     stages = np.asarray(study.serving.pipeline_stages, float).reshape(1, 1, M, G, N, 1)
-    n_gpu = tp[None, None, None, None, :, None] * stages  # GPUs of one replica group, n_tp·n_pp (§10)
+    ranks = np.asarray(study.serving.dp_ranks, float).reshape(1, 1, M, G, N, 1)
+    n_gpu = tp[None, None, None, None, :, None] * stages * ranks  # GPUs of one replica group, n_tp·n_pp·D
     price = np.asarray(study.gpu.price_per_hour, float)[None, None, None, :, None, None]
     rate = np.asarray(study.total_rate, float)[:, :, None, None, None, None]
     weight = ds["class_weight"].transpose("workload", "class").values
