@@ -1,7 +1,14 @@
-"""Fit the routed experts' kernel efficiencies — e_XF and e_XB, the fractions of the dense GEMMs' achieved FLOP/s and
-bandwidth the experts' grouped GEMMs reach (docs/layouts.md) — through the MODEL.md §9 serving simulation on the
-shared serving runs' MoE rows, and measure them leaving one model out (configs/roofline/default.yaml block
+"""Fit the routed experts' kernel efficiencies per engine — e_XF and e_XB, the fractions of the dense GEMMs' achieved
+FLOP/s and bandwidth the experts' grouped GEMMs reach (docs/layouts.md) — through the MODEL.md §9 serving simulation
+on the shared serving runs' MoE rows, and measure them leaving one model out (configs/roofline/default.yaml block
 ``expert_efficiency``).
+
+e_XF from how TTFT grows with the prompt: rows measured at 1,024 and 8,192 prompt tokens with everything else equal
+(at most 8 clients), whose TTFT difference is the longer prompt's extra prefill and carries none of what every
+request pays whatever its prompt; e_XF is where the simulated difference equals the measured one (median over the
+engine's pairs). Fitting it on TTFT itself would absorb those constant parts (DeepSeek's rows under SGLang and
+TensorRT-LLM carry 0.2–0.45 s at 4 clients that no prefill of 1,024 tokens explains: a global fit on TTFT and TPOT
+put e_XF at 0.16, a third of what the slopes say). Then e_XB per engine by the serving fit on TPOT alone.
 
     python bench/fit_moe_constants.py --jobs shipped --parts /tmp/fit_moe      # fit, predict every MoE row
     python bench/fit_moe_constants.py --jobs lomo --parts /tmp/fit_moe         # leave one model out (another core)
@@ -15,11 +22,11 @@ experts run as grouped GEMMs of n·k/E tokens each (and MXFP4 experts on Hopper 
 smaller fraction of the peak than a dense GEMM of n tokens. Both constants are fractions in (0, 1].
 
 Rows: ../shared/data/measured/serving_silicon_h100_h200.csv, MoE models the studies can run (every layout), each run
-as its harness ran it with its engine's profile and the shipped calibrated constants of its GPU and engine. Fitted
-on the rows of a documented client (InferenceMAX's) with C ≤ 32 clients and outputs ≤ 2,048 tokens, scored on TTFT
-and TPOT; predicted on every MoE row. One value of each for every MoE model and engine (the kernels are the
-engines' MoE kernels: per engine where rows allow is the next step). Held out: leave one model out (DeepSeek-V3 and
-R1 are one architecture: left out together).
+as its harness ran it with its engine's profile and the shipped calibrated constants of its GPU and engine; fitted on
+the rows of a documented client (InferenceMAX's), TPOT on C ≤ 32 clients and outputs ≤ 2,048 tokens; predicted on
+every MoE row. One value of each per engine (the kernels are the engines' MoE kernels: vLLM's fused MoE, SGLang's,
+TensorRT-LLM's); an engine without MoE rows takes the engines' row-weighted mean. Held out: leave one model out
+(DeepSeek-V3 and R1 are one architecture: left out together).
 """
 
 from __future__ import annotations
@@ -37,9 +44,11 @@ FIT_MAX_CLIENTS = 32
 FIT_MAX_OUTPUT = 2048
 FIT_HARNESSES = ("inferencemax",)
 ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 8))
-FREE = {"expert_compute_efficiency": "experts", "expert_bandwidth_efficiency": "experts"}
-START = {"expert_compute_efficiency": 0.5, "expert_bandwidth_efficiency": 0.8}
-SAMPLE = int(os.environ.get("FIT_SAMPLE", 12))  # fit rows per (model, engine, layout kind): the fit's cost
+SAMPLE = int(os.environ.get("FIT_SAMPLE", 12))  # TPOT fit rows per (model, engine, layout kind): the fit's cost
+SLOPE_MAX_CLIENTS = 8  # TTFT's growth with the prompt is a prefill's where few requests queue
+SLOPE_PROMPTS = (1024, 8192)
+# e_XF values the prefill slope is simulated at (1/e_XF evenly spaced: the slope is near linear in it)
+SLOPE_GRID = (1.0, 0.5, 1 / 3, 0.25, 0.2, 1 / 6, 1 / 7, 0.125)
 
 
 def moe_rows() -> pd.DataFrame:
@@ -71,37 +80,101 @@ def held_constants(t: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([each[p] for p in zip(t.gpu, t.engine, strict=True)], index=t.index)
 
 
-def fit_rows(t: pd.DataFrame) -> pd.DataFrame:
-    rows = t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
-    rows = rows.sample(frac=1.0, random_state=0).groupby(["model", "engine", "kind"]).head(SAMPLE)
-    return rows.sort_index().reset_index(drop=True)
+def slope_pairs(t: pd.DataFrame) -> pd.DataFrame:
+    """Rows measured at both prompts of :data:`SLOPE_PROMPTS` with everything else equal (documented client, at most
+    :data:`SLOPE_MAX_CLIENTS` clients): their TTFT difference is the longer prompt's extra prefill, free of what every
+    request pays whatever its prompt (client, queue for a step, the first token's own step)."""
+    key = ["model", "engine", "gpu", "n_gpu", "dp", "ep", "batch", "output_len"]
+    rows = t[(t.harness.isin(FIT_HARNESSES)) & (t.batch <= SLOPE_MAX_CLIENTS) & t.input_len.isin(SLOPE_PROMPTS)]
+    both = rows.groupby(key).input_len.transform("nunique") == 2
+    return rows[both].drop_duplicates(subset=[*key, "input_len"]).reset_index(drop=True)
 
 
-def fit_experts(t: pd.DataFrame) -> dict:
-    """e_XF and e_XB on ``t``'s fit rows: {param: fit}."""
+def slope_ratios(pairs: pd.DataFrame, e_xb: dict) -> pd.DataFrame:
+    """Per pair and e_XF of :data:`SLOPE_GRID`: simulated over measured TTFT difference (e_XB per engine held)."""
     from slimjax.fit import serving as fit
 
-    rows = fit_rows(t)
-    print(f"fitting on {len(rows)} rows", flush=True)
-    ds = fit.calibrate_serving_by(rows, held_constants(rows), FREE, start=START, iterations=ITERATIONS)
+    key = ["model", "engine", "gpu", "n_gpu", "dp", "ep", "batch", "output_len"]
+    out = []
+    for xf in SLOPE_GRID:
+        c = held_constants(pairs)
+        c["expert_compute_efficiency"] = xf
+        c["expert_bandwidth_efficiency"] = pairs.engine.map(e_xb).fillna(1.0).to_numpy(float)
+        p = fit.predict_serving(pairs, c).set_index([*key, "input_len"])
+        lo, hi = (p.xs(n, level="input_len") for n in SLOPE_PROMPTS)
+        ratio = (hi.ttft_sim_s - lo.ttft_sim_s) / (hi.ttft_s - lo.ttft_s)
+        out.append(ratio.rename("ratio").reset_index().assign(e_xf=xf))
+        print(f"  e_XF {xf:.3g}: median slope ratio {float(ratio.median()):.3g}", flush=True)
+    return pd.concat(out, ignore_index=True)
+
+
+def compute_efficiency_from_slopes(ratios: pd.DataFrame) -> dict:
+    """Per engine, e_XF where the median simulated/measured prefill slope crosses 1 (interpolated in 1/e_XF, where
+    the slope is near linear; the grid's end where it does not cross: at_bound)."""
+    out = {}
+    for engine, g in ratios.groupby("engine"):
+        med = g.groupby("e_xf").ratio.median().sort_index(ascending=False)  # e_XF falling: the ratio rising
+        inv, r = 1.0 / med.index.to_numpy(float), med.to_numpy(float)
+        crossing = np.interp(1.0, r, inv) if r[0] <= 1.0 <= r[-1] else np.nan
+        value = 1.0 / crossing if np.isfinite(crossing) else float(med.index[-1] if r[-1] < 1 else med.index[0])
+        pairs = int(g.groupby("e_xf").size().iloc[0])
+        out[engine] = dict(
+            value=float(value),
+            identified=bool(np.isfinite(crossing)),
+            at_bound=not np.isfinite(crossing),
+            rows=2 * pairs,
+        )
+        print(f"  e_XF {engine}: {value:.3g} ({pairs} prompt pairs)", flush=True)
+    return out
+
+
+def bandwidth_efficiency_from_tpot(t: pd.DataFrame, e_xf: dict) -> dict:
+    """Per engine, e_XB by the serving fit on TPOT alone (TTFT left out: it carries what the slope leaves out), e_XF
+    held at its slope fit."""
+    from slimjax.fit import serving as fit
+
+    rows = t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
+    rows = rows.sample(frac=1.0, random_state=0).groupby(["model", "engine", "kind"]).head(SAMPLE)
+    rows = rows.sort_index().reset_index(drop=True).assign(ttft_s=np.nan)
+    held = held_constants(rows)
+    held["expert_compute_efficiency"] = rows.engine.map({k: f["value"] for k, f in e_xf.items()}).fillna(1.0)
+    print(f"fitting e_XB on the TPOT of {len(rows)} rows", flush=True)
+    free = {"expert_bandwidth_efficiency": "engine"}
+    ds = fit.calibrate_serving_by(rows, held, free, start={"expert_bandwidth_efficiency": 0.8}, iterations=ITERATIONS)
     out = {}
     for v in range(ds.sizes["value"]):
         one = ds.isel(value=v)
-        p = str(one.param.values)
-        out[p] = fitted_value(one)
-        print(f"  {p}: {out[p]['value']:.4g} ± {out[p]['standard_error']:.2g}", flush=True)
-    out["mape_in_sample"] = {"ttft": round(float(ds.mape_ttft), 2), "tpot": round(float(ds.mape_tpot), 2)}
+        out[str(one.level.values)] = fitted_value(one)
+        print(f"  e_XB {one.level.values}: {float(one.coefficient):.4g} ± {float(one.standard_error):.2g}", flush=True)
     return out
+
+
+def fit_experts(t: pd.DataFrame) -> dict:
+    """e_XF per engine from the prefill slopes, then e_XB per engine from TPOT: {param: {engine: fit}}."""
+    pairs = slope_pairs(t)
+    print(f"e_XF from {len(pairs)} rows' prefill slopes", flush=True)
+    e_xf = compute_efficiency_from_slopes(slope_ratios(pairs, {}))
+    e_xb = bandwidth_efficiency_from_tpot(t, e_xf)
+    return {"expert_compute_efficiency": e_xf, "expert_bandwidth_efficiency": e_xb}
+
+
+def constants_for(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
+    """Per row, the held constants and, where ``fits`` has its engine's, e_XF and e_XB (an engine without: the
+    others' row-weighted mean; None: both 1)."""
+    c = held_constants(t)
+    if fits is None:
+        return c
+    for p, by_engine in fits.items():
+        ok = {e: f for e, f in by_engine.items() if f.get("identified", True)}
+        mean = sum(f["value"] * f["rows"] for f in ok.values()) / max(sum(f["rows"] for f in ok.values()), 1)
+        c[p] = t.engine.map({e: f["value"] for e, f in ok.items()}).fillna(mean if ok else 1.0).to_numpy(float)
+    return c
 
 
 def predict(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
     from slimjax.fit import serving as fit
 
-    c = held_constants(t)
-    for p in FREE:
-        if fits is not None and fits[p]["identified"]:
-            c[p] = fits[p]["value"]
-    got = fit.predict_serving(t, c)
+    got = fit.predict_serving(t, constants_for(t, fits))
     overhead = [_overhead(e) for e in t.engine]  # the client's, as the serving check adds it
     got["ttft_sim_s"] = got["ttft_sim_s"] + overhead
     got["ttft_error"] = got["ttft_sim_s"] / got["ttft_s"] - 1
@@ -127,6 +200,7 @@ def job(name: str, t: pd.DataFrame, parts: Path) -> None:
             rest = t[t.family != m].reset_index(drop=True)
             print(f"leave {m} out: {len(rest)} rows", flush=True)
             fits = fit_experts(rest)
+            (parts / f"fits_without_{m}.yaml").write_text(yaml.safe_dump(fits))
             part = t[t.family == m].reset_index(drop=True)
             out.append(predict(part, fits).assign(variant="leave one model out"))
         pd.concat(out, ignore_index=True).to_csv(parts / "lomo.csv", index=False)
@@ -151,17 +225,19 @@ def report(parts: Path, write: bool) -> None:
     p["all"] = "all"
     for by in ("all", "family", "engine", "kind", ["family", "engine"]):
         print(errors(p, by).to_string(), "\n")
+    print(yaml.safe_dump(fits))
     if write:
-        block = {
-            p: {
-                "value": float(f"{fits[p]['value']:.4g}"),
-                "standard_error": float(f"{fits[p]['standard_error']:.2g}"),
-                "identified": fits[p]["identified"],
-                "rows": fits[p]["rows"],
-                "converged": fits[p]["converged"],
+        block = {}
+        for p, by_engine in fits.items():
+            ok = {e: f for e, f in by_engine.items() if f.get("identified", True)}
+            mean = sum(f["value"] * f["rows"] for f in ok.values()) / sum(f["rows"] for f in ok.values())
+            block[p] = {
+                "default": float(f"{mean:.4g}"),  # an engine without MoE rows: the engines' row-weighted mean
+                "engines": {
+                    e: {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in f.items()}
+                    for e, f in sorted(by_engine.items())
+                },
             }
-            for p in FREE
-        }
         block["fitted"] = str(datetime.date.today())
         block["source"] = "bench/fit_moe_constants.py (MoE InferenceMAX rows of the shared serving runs)"
         write_roofline_block("expert_efficiency", block)

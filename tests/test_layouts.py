@@ -330,3 +330,72 @@ def test_layouts_are_procurement_candidates_priced_by_all_their_gpus():
         assert replicas >= 1 and float(got.gpus_total) == replicas * gpus, (label, tp)
         assert float(got.cost_per_hour) == pytest.approx(replicas * gpus * price, rel=1e-12)
     assert not np.isfinite(float(ds.sel(setting="dp 1", tp=1).replicas.squeeze()))
+
+
+def test_expert_kernels_by_hand():
+    """Back of the envelope: gpt-oss-120b on one H200, one token decoding at context 1 with the experts' kernels at
+    e_XB = 0.5 reads the dense part and its k = 4 experts, those at twice the bytes: (M_dense + 4·R/0.5)/BW; a
+    2,048-token prompt with e_XF = 0.25 spends its dense FLOPs at F and its routed ones at F/4 (t_l = 0)."""
+    arch = catalog.resolve_model("gpt-oss-120b")[1]
+    gpu = catalog.resolve_gpu("H200")[1]
+    with slimjax.config.float64_scope():
+        m, g = _pair("gpt-oss-120b", "H200")
+        sv = default_serving(m, expert_compute_efficiency=0.25, expert_bandwidth_efficiency=0.5)
+        roof, a_pre, a_dec = calculator.roofline_terms(m, g, sv)
+        b_w = arch["bytes_per_weight"]
+        routed = arch["n_moe_layers"] * arch["n_ffn"] * arch["hidden"] * arch["expert_ffn_dim"]
+        dense = b_w * (arch["n_params"] - arch["n_experts"] * routed)
+        kv = float(batching.context_kv_bytes(1.0, roof)[0])
+        want = (dense + 4 * b_w * routed / 0.5 + kv) / gpu["bandwidth_bytes_per_s"]
+        got = batching.step_time(1.0, 1.0, kv, 0.0, 0.0, roof, a_pre, a_dec)
+        assert float(got[0]) == pytest.approx(want, rel=1e-9)
+        n = 2048.0
+        p_act = (
+            arch["n_params"]
+            - arch["n_moe_layers"] * (arch["n_experts"] - 4) * arch["n_ffn"] * arch["hidden"] * (arch["expert_ffn_dim"])
+        )
+        ops = 2 * (p_act + (1 / 0.25 - 1) * 4 * routed) * n + float(a_pre[0]) * n * n / 2
+        peak = calculator.tensor_core_peak(g, b_w)
+        prefill = batching.step_time(n, 0.0, 0.0, n * n / 2, 0.0, roof, a_pre, a_dec)
+        assert float(prefill[0]) == pytest.approx(ops / float(peak[0]), rel=1e-9)  # compute-bound at 2,048 tokens
+
+
+def test_a_tp_degree_a_layout_cannot_take_does_not_run():
+    """On a study's tp axis, {ep: 8} cannot take tp 1 (ep 8 does not divide one GPU): that candidate does not run
+    (no replicas, as a group that does not fit) while tp 8 does; a layout no degree can take is the error."""
+    base = dict(
+        workloads=[dict(name="chat", input_len=1024, output_len=256)],
+        rates=[2.0],
+        models=["DeepSeek-V3"],
+        gpus=["H200"],
+        tp=[1, 8],
+        batch=[64],
+        slo={"ttft_s": 5.0, "itl_s": 0.2},
+        sizing="screen",
+    )
+    ds = slimjax.procure({**base, "serving": {"ep": 8}})
+    assert not np.isfinite(float(ds.sel(tp=1).replicas.squeeze())) and float(ds.sel(tp=8).replicas.squeeze()) >= 1
+    with pytest.raises(SlimjaxError, match="ep = 16 does not divide"):
+        slimjax.procure({**base, "serving": {"ep": 16}})
+
+
+def test_the_calibrated_preset_takes_each_engines_expert_kernels():
+    """configs/roofline/default.yaml's ``expert_efficiency`` (bench/fit_moe_constants.py): each engine's e_XF and e_XB
+    where fitted, the block's default for an engine without MoE rows; fractions in (0, 1]; a study under
+    ``efficiency: calibrated`` and an engine runs with its engine's."""
+    from slimjax.inputs.serving import EXPERT_EFFICIENCIES, calibrated_expert_efficiency, serving_block
+
+    block = catalog.config_yaml("roofline/default.yaml")["expert_efficiency"]
+    for key in EXPERT_EFFICIENCIES:
+        for engine, fit in block[key]["engines"].items():
+            assert 0 < fit["value"] <= 1 and calibrated_expert_efficiency(engine)[key] == fit["value"]
+        assert calibrated_expert_efficiency("generic")[key] == block[key]["default"]
+    spec, table = serving_block(
+        {"efficiency": "calibrated", "engine": "vllm"},
+        [catalog.resolve_model("gpt-oss-120b")],
+        [catalog.resolve_gpu("H200")],
+        4096.0,
+    )
+    want = block["expert_compute_efficiency"]["engines"]["vllm"]["value"]
+    assert float(spec.expert_compute_efficiency.reshape(-1)[0]) == want
+    assert "e_XF, e_XB" in table["gpt-oss-120b"]["H200"]["efficiency"]

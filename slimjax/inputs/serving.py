@@ -456,7 +456,7 @@ def calibrated_efficiency(gpu: str, engine: str = GENERIC) -> tuple[dict[str, fl
     if step_which:
         values["step_overhead_s"] = step
         which = f"{which}; t_step {step_which}"
-    experts = calibrated_expert_efficiency()
+    experts = calibrated_expert_efficiency(engine)
     if experts:
         values.update(experts)
         which = f"{which}; e_XF, e_XB fitted on MoE rows"
@@ -466,12 +466,19 @@ def calibrated_efficiency(gpu: str, engine: str = GENERIC) -> tuple[dict[str, fl
 EXPERT_EFFICIENCIES = ("expert_compute_efficiency", "expert_bandwidth_efficiency")
 
 
-def calibrated_expert_efficiency() -> dict[str, float]:
-    """e_XF and e_XB, the fractions of the dense GEMMs' achieved FLOP/s and bandwidth the routed experts' grouped
-    GEMMs reach (docs/layouts.md), from configs/roofline/default.yaml's ``expert_efficiency`` block (fitted on the
-    measured MoE serving rows, bench/fit_moe_constants.py) where identified; {} where none is shipped (then 1)."""
+def calibrated_expert_efficiency(engine: str = GENERIC) -> dict[str, float]:
+    """e_XF and e_XB of ``engine``'s MoE kernels (its profile key), the fractions of the dense GEMMs' achieved FLOP/s
+    and bandwidth the routed experts' grouped GEMMs reach (docs/layouts.md), from configs/roofline/default.yaml's
+    ``expert_efficiency`` block (fitted on the measured MoE serving rows, bench/fit_moe_constants.py): the engine's
+    own where identified, else the block's ``default``; {} where none is shipped (then 1)."""
     block = _roofline_fit().get("expert_efficiency") or {}
-    return {k: float(block[k]["value"]) for k in EXPERT_EFFICIENCIES if k in block and block[k].get("identified")}
+    out = {}
+    for key in EXPERT_EFFICIENCIES:
+        if key not in block:
+            continue
+        own = (block[key].get("engines") or {}).get(engine)
+        out[key] = float(own["value"] if own is not None and own.get("identified", True) else block[key]["default"])
+    return out
 
 
 # the efficiencies of 8-bit weights at the FP8 peak (configs/roofline/default.yaml blocks of those names), as named
@@ -695,7 +702,8 @@ def serving_block(
     tp_degrees=None,
 ) -> tuple[ServingSpec, dict]:
     """The sweep file's ``serving`` block: per (model, GPU) settings, defaults < top level < GPU entry
-    < model entry; the layout checked at each of ``tp_degrees`` (a study's tp axis; default its own n_gpu).
+    < model entry; the layout checked at each of ``tp_degrees`` (a study's tp axis; default its own n_gpu): a degree
+    it cannot take is recorded (``layout_invalid``: {degree: why}) and does not run; none it can take is the error.
     Returns the ServingSpec (leaves (M, G), base units) and {model: {gpu: {key: value in the key's units, "auto":
     [keys resolved from auto]}}} for the Dataset's attrs (NaN n_gpu: no TP degree fits)."""
     names, gpu_names = [m for m, _ in models], [g for g, _ in gpus]
@@ -738,8 +746,14 @@ def serving_block(
                 where.get("pp", "serving.pp"),
                 f"{m} on {g}: ",
             )
+            invalid = {}
             for n in [checked["n_gpu"]] if tp_degrees is None else tp_degrees:
-                check_layout(g, gpu, {**checked, "n_gpu": float(n)}, where, f"{m} on {g}: ")
+                try:
+                    check_layout(g, gpu, {**checked, "n_gpu": float(n)}, where, f"{m} on {g}: ")
+                except SlimjaxError as e:  # on a study's tp axis, a degree the layout cannot take does not run
+                    if tp_degrees is None or len(invalid) + 1 == len(tp_degrees):
+                        raise
+                    invalid[str(int(n))] = str(e)
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
             table[m][g] = {
                 **checked,
@@ -747,6 +761,7 @@ def serving_block(
                 "efficiency": efficiency,
                 "constants": constants_source(g, preset)[0],  # (an unknown preset was refused above)
                 **({"auto": autos} if autos else {}),
+                **({"layout_invalid": invalid} if invalid else {}),
             }
     spec = stack(ServingSpec, rows)
     return ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in spec.fields().items()}), table

@@ -75,6 +75,10 @@ def serving_per_tp(
         k: np.broadcast_to(np.asarray(v)[..., None], (*np.shape(v), len(tp))).astype(float) for k, v in fields.items()
     }
     out["n_gpu"] = np.broadcast_to(n, out["n_gpu"].shape).astype(float)
+    for i, (m, _) in enumerate(models):  # a TP degree the layout cannot take does not run (NaN, as no fit)
+        for j, (g, _) in enumerate(gpus):
+            bad = table[m][g].get("layout_invalid", {})
+            out["n_gpu"][i, j] = np.where([str(int(x)) in bad for x in tp], np.nan, out["n_gpu"][i, j])
     out["kv_replication"] = np.where(kv_auto, np.asarray(replicated_kv(n, n_kv, mla)), out["kv_replication"])
     for m in table:
         for g in table[m]:

@@ -67,8 +67,8 @@ LAYOUT_COLUMNS = {"dp": 1.0, "ep": 1.0, "moe_tp": 0.0}
 # layout: why a row's deployment is not one tensor-parallel group slimjax can serve yet (empty: it is); such rows
 # are dropped at load with that reason, so that none is scored as another layout
 LAYOUT_REASONS = {
-    "disaggregated": "a disaggregated deployment (prefill and decode pools): scored once measured pools are read "
-    "(MoE as deployed)",
+    "disaggregated": "a disaggregated deployment (prefill and decode pools with their own layouts): its benchmark's "
+    "closed loop across two pools is not simulated yet (MODEL.md §10 runs open streams)",
     "pipeline": "pipeline stages (pp_size > 1): the serving check runs tensor-parallel groups only",
 }
 _SIGNATURES = {
