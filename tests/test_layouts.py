@@ -307,21 +307,24 @@ def test_every_layout_of_a_gpu_count():
         valid_layouts(12, 128, 256, 61, 8)
 
 
+# a screen-sized procurement of DeepSeek-V3 on H200 at TP 1 and 8 (the layout tests' candidates vary around it)
+DEEPSEEK_STUDY = dict(
+    workloads=[dict(name="chat", input_len=1024, output_len=256)],
+    rates=[2.0],
+    models=["DeepSeek-V3"],
+    gpus=["H200"],
+    tp=[1, 8],
+    batch=[64],
+    slo={"ttft_s": 5.0, "itl_s": 0.2},
+    sizing="screen",
+)
+
+
 def test_layouts_are_procurement_candidates_priced_by_all_their_gpus():
     """A study's ``settings`` axis takes layouts (docs/layouts.md): DeepSeek-V3 on H200 at tp 1 and 8 under
     {dp 1} and {dp 8, ep 8} — TP 8 and DP 8 × EP 8 are 8-GPU groups, DP 8 × EP 8 over TP 8 a 64-GPU one — each
     candidate's cost counts its n_tp·n_pp·D GPUs (replicas × GPUs × price), one GPU (tp 1, dp 1) does not fit."""
-    base = dict(
-        workloads=[dict(name="chat", input_len=1024, output_len=256)],
-        rates=[2.0],
-        models=["DeepSeek-V3"],
-        gpus=["H200"],
-        tp=[1, 8],
-        batch=[64],
-        slo={"ttft_s": 5.0, "itl_s": 0.2},
-        serving={"efficiency": "calibrated", "kv_replication": "auto"},
-        sizing="screen",
-    )
+    base = dict(DEEPSEEK_STUDY, serving={"efficiency": "calibrated", "kv_replication": "auto"})
     ds = slimjax.procure({**base, "settings": [{"dp": 1}, {"dp": 8, "ep": 8}]})
     price = catalog.resolve_gpu("H200")[1]["price_per_hour"]
     for label, tp, gpus in (("dp 1", 8, 8), ("dp 8, ep 8", 1, 8), ("dp 8, ep 8", 8, 64)):
@@ -363,16 +366,7 @@ def test_expert_kernels_by_hand():
 def test_a_tp_degree_a_layout_cannot_take_does_not_run():
     """On a study's tp axis, {ep: 8} cannot take tp 1 (ep 8 does not divide one GPU): that candidate does not run
     (no replicas, as a group that does not fit) while tp 8 does; a layout no degree can take is the error."""
-    base = dict(
-        workloads=[dict(name="chat", input_len=1024, output_len=256)],
-        rates=[2.0],
-        models=["DeepSeek-V3"],
-        gpus=["H200"],
-        tp=[1, 8],
-        batch=[64],
-        slo={"ttft_s": 5.0, "itl_s": 0.2},
-        sizing="screen",
-    )
+    base = DEEPSEEK_STUDY
     ds = slimjax.procure({**base, "serving": {"ep": 8}})
     assert not np.isfinite(float(ds.sel(tp=1).replicas.squeeze())) and float(ds.sel(tp=8).replicas.squeeze()) >= 1
     with pytest.raises(SlimjaxError, match="ep = 16 does not divide"):
