@@ -333,6 +333,8 @@ def test_layouts_are_procurement_candidates_priced_by_all_their_gpus():
         assert replicas >= 1 and float(got.gpus_total) == replicas * gpus, (label, tp)
         assert float(got.cost_per_hour) == pytest.approx(replicas * gpus * price, rel=1e-12)
     assert not np.isfinite(float(ds.sel(setting="dp 1", tp=1).replicas.squeeze()))
+    best = ds.sel(setting="dp 8, ep 8").squeeze()  # the choice's GPUs count the ranks too
+    assert float(best.best_gpus) == float(best.best_replicas) * int(best.best_tp) * 8
 
 
 def test_expert_kernels_by_hand():

@@ -374,7 +374,7 @@ def _batch(x: dict, cells: dict, out: dict) -> dict:
         best_batch=choice(jnp.where(any_feasible, batch[best % n_batch], 0.0)),
         best_replicas=choice(best_replicas),
         best_pp=choice(best_pp),
-        best_gpus=choice(best_replicas * best_tp * best_pp),
+        best_gpus=choice(jnp.where(any_feasible, proc.at_candidate(gpus_total, best, best.shape), jnp.nan)),
         best_cost_per_hour=choice(best_cost),
         best_cost_per_mtok=choice(jnp.where(any_feasible, proc.at_candidate(cost_per_mtok, best, best.shape), jnp.nan)),
         binding_reason=choice(jnp.where(any_feasible, 0, jnp.where(no_rate, 0, furthest))),

@@ -332,7 +332,7 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     out["best_batch"] = choice(np.where(any_ok, batch[best % n_b], 0.0))
     out["best_replicas"] = choice(pick(replicas))
     out["best_replicas_screen"] = choice(pick(ds["replicas"].transpose(*SIZED).values))
-    out["best_gpus"] = choice(pick(replicas) * best_tp * best_pp)
+    out["best_gpus"] = choice(pick(gpus_total))  # R·n_tp·n_pp·D
     best_cost = pick(cost)
     out["best_cost_per_hour"] = choice(best_cost)
     out["best_cost_per_mtok"] = choice(pick(out["cost_per_mtok"].values))
