@@ -448,7 +448,9 @@ def capacity(
         # the fix a user needs is the group that holds this batch, not only one sequence
         result["batch"] = float(batch)
         result["n_gpu_to_fit_batch"] = float(sweepfile.smallest_tp_for_batch(sw, input_len + output_len, batch)[0, 0])
-        result["efficiency"] = sw.serving_table[sw.models[0]][sw.gpus[0]]["efficiency"]  # with its constants' source
+        table = sw.serving_table[sw.models[0]][sw.gpus[0]]
+        result["efficiency"] = table["efficiency"]  # with its constants' source
+        result["dp"] = float(table.get("dp", 1))  # the group is n_tp·n_pp·D GPUs (docs/layouts.md)
     return result
 
 

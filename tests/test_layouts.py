@@ -395,3 +395,19 @@ def test_the_calibrated_preset_takes_each_engines_expert_kernels():
     want = block["expert_compute_efficiency"]["engines"]["vllm"]["value"]
     assert float(spec.expert_compute_efficiency.reshape(-1)[0]) == want
     assert "e_XF, e_XB" in table["gpt-oss-120b"]["H200"]["efficiency"]
+
+
+def test_the_capacity_card_counts_the_groups_gpus():
+    """`slimjax capacity --n-gpu 1 --dp 8 --ep 8`: the card says the group is 8 GPUs (TP 1 × PP 1 × DP 8), its KV pool
+    the 8 ranks' together, and its max_seqs theirs."""
+    from click.testing import CliRunner
+
+    from slimjax.cli import main
+
+    args = ["capacity", "--model", "DeepSeek-V3", "--gpu", "H200", "--n-gpu", "1", "--dp", "8", "--ep", "8"]
+    args += ["--kv-replication", "1", "--input-len", "1024", "--output-len", "256", "--batch", "64"]
+    out = CliRunner().invoke(main, args).output
+    assert "GPUs in the group              8 (TP 1 × PP 1 × DP 8)" in out, out
+    kv, _ = _kv("DeepSeek-V3", "H200", 1280.0, n_gpu=1.0, dp=8.0, ep=8.0, kv_replication=1.0)
+    seqs = [ln for ln in out.splitlines() if "Max concurrent sequences" in ln][0]
+    assert int(seqs.split()[-1].replace(",", "")) == 8 * int(kv["max_seqs"])

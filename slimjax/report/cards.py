@@ -299,6 +299,9 @@ def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
             value = result[key]
             if key == "n_gpu":
                 text = f"{int(value)}" if value else "none of 1, 2, 4, 8 fits"
+                pp, dp = int(result.get("pp", 1) or 1), int(result.get("dp", 1) or 1)
+                if value and pp * dp > 1:  # the group's GPUs, not one rank's tensor-parallel ones
+                    text = f"{int(value) * pp * dp} (TP {int(value)} × PP {pp} × DP {dp})"
             elif key == "max_seqs":
                 text = f"{int(value):,}"
             elif key == "kv_pool_bytes" and value <= 0:  # no negative size: say what it means
