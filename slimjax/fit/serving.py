@@ -34,6 +34,7 @@ from ..inputs.harnesses import DEFAULT as DEFAULT_HARNESS
 from ..inputs.harnesses import harnesses, request_lengths
 from ..inputs.physics import row_specs
 from ..inputs.serving import SERVING, default_serving
+from ..inputs.traces import LAYOUT_COLUMNS
 from ..model import batching as floor
 from ..model.calculator import replicated_kv
 from .solver import coefficient_slopes, coefficients_from, parameters_from
@@ -173,7 +174,10 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_p
         gpu=g,
         n_gpu=n,
         clients=batch,
-        **{k: rows[k].fillna(v).to_numpy(float) if k in rows else np.full(len(rows), v) for k, v in LAYOUT.items()},
+        **{
+            k: rows[k].fillna(v).to_numpy(float) if k in rows else np.full(len(rows), v)
+            for k, v in LAYOUT_COLUMNS.items()
+        },
         input_len=I,
         output_len=rows["output_len"].to_numpy(float),
         step_tokens=np.where(offline, batch * I, budget),
@@ -183,11 +187,6 @@ def lane_inputs(rows: pd.DataFrame, step_tokens: float | None = None, requests_p
         **settings,
         **{k: v.to_numpy() for k, v in row_harnesses(rows, requests_per_client).items()},
     )
-
-
-# a row's layout beyond tensor parallel (docs/layouts.md): its serving keys, as the rows' columns name them, and their
-# value where a row has none
-LAYOUT = {"dp": 1.0, "ep": 1.0, "moe_tp": 0.0}
 
 
 def rank_clients(rows: pd.DataFrame) -> np.ndarray:
@@ -235,7 +234,7 @@ def _bucket(
         named.update({k: named[FP8_OF[k]] for k in follow})
         link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}  # GPU fields, the rest serving
         gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
-        given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication", *LAYOUT)}
+        given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication", *LAYOUT_COLUMNS)}
         serving = default_serving(x["model"], n_gpu=x["n_gpu"], **given, **named)
         terms = engine.with_parts(floor.replica_terms(x["model"], gpu, serving), parts)  # the rows' engine
         I, O = x["input_lens"], x["output_lens"]

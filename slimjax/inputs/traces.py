@@ -241,16 +241,16 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
     run = df["precision"].map(precision_bytes) if "precision" in df else pd.Series(np.nan, index=df.index)
     kv_bytes = run.map(lambda b: 1.0 if b is not None and np.isfinite(b) and b <= 1 else np.nan)
 
+    def column(col, default):
+        return pd.to_numeric(df[col], errors="coerce").fillna(default) if col in df else default
+
     def above_one(col):
-        return pd.to_numeric(df[col], errors="coerce").fillna(1) > 1 if col in df else False
+        return column(col, 1.0) > 1
 
     layout = pd.Series("", index=df.index)
     layout = layout.where(~(above_one("pp_size")), "pipeline")
     if "mode" in df:
         layout = layout.where(df["mode"].astype(str).str.strip().str.lower() != "disagg", "disaggregated")
-
-    def column(col, default):
-        return pd.to_numeric(df[col], errors="coerce").fillna(default) if col in df else default
 
     # with attention data parallel, batch_size is each rank's concurrency: the client ran batch_size·dp (the rows'
     # own silicon_concurrency says so for every such row)

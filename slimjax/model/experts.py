@@ -28,11 +28,19 @@ def distinct_experts(n_tokens, n_experts, experts_per_token):
     return jnp.where(n_experts > 0, n_experts * (1.0 - (1.0 - experts_per_token / safe) ** n_tokens), 0.0)
 
 
-def weights_read_bytes(n_tokens, weights, routed_expert_bytes, n_experts, experts_per_token):
+def weights_read_bytes(
+    n_tokens, weights, routed_expert_bytes, n_experts, experts_per_token, dp_ranks=1.0, expert_bandwidth_efficiency=1.0
+):
     """M_W(n) = b_w·[P − L_moe·(E − E_t(n))·P_e] = M_W − (E − E_t(n))·b_w·L_moe·P_e: weight bytes a pass
     over n tokens reads (``routed_expert_bytes`` = b_w·L_moe·P_e, one expert across the MoE layers;
-    = M_W for dense)."""
-    return weights - (n_experts - distinct_experts(n_tokens, n_experts, experts_per_token)) * routed_expert_bytes
+    = M_W for dense). On one of D attention data-parallel ranks (docs/layouts.md), in group units: the dense part
+    whole and its 1/D share of the routed experts the D ranks' D·n tokens touch, E_t(D·n)·b_w·L_moe·P_e/D (every
+    expert GPU reads its touched experts once for all ranks), at 1/e_XB where the experts' grouped GEMMs stream their
+    weights at a fraction e_XB of the dense kernels' bandwidth (``expert_bandwidth_efficiency``); D = e_XB = 1: §4b."""
+    touched = distinct_experts(dp_ranks * n_tokens, n_experts, experts_per_token) / (
+        dp_ranks * expert_bandwidth_efficiency
+    )
+    return weights - (n_experts - touched) * routed_expert_bytes
 
 
 def attention_flops_coefficients(n_layers, n_heads, head_dim, mla, kv_lora_rank, rope_dim, qk_nope_dim, v_head_dim):
@@ -72,17 +80,3 @@ def expert_imbalance(n_tokens, n_experts, experts_per_token, expert_ranks, skew=
     uniform = 1.0 + expected_max_standard_normal(ep) * sd / (mean * jnp.sqrt(n))
     bound = ep * jnp.minimum(k, e / ep) / k
     return jnp.where(on, jnp.minimum(skew * uniform, bound), 1.0)
-
-
-def layout_weights_read_bytes(
-    n_tokens, weights, routed_expert_bytes, n_experts, experts_per_token, dp_ranks, expert_bandwidth_efficiency=1.0
-):
-    """Weight bytes one attention data-parallel rank's pass over n tokens costs its n_tp GPUs, in group units
-    (docs/layouts.md): the dense part whole, M_W − E·b_w·L_moe·P_e, and its 1/D share of the routed experts the D
-    ranks' D·n tokens touch, E_t(D·n)·b_w·L_moe·P_e/D (every expert GPU reads its touched experts once for all
-    ranks), at 1/e_XB where the experts' grouped GEMMs stream their weights at a fraction e_XB of the dense
-    kernels' bandwidth (``expert_bandwidth_efficiency``). = :func:`weights_read_bytes` at D = e_XB = 1."""
-    touched = distinct_experts(dp_ranks * n_tokens, n_experts, experts_per_token) / (
-        dp_ranks * expert_bandwidth_efficiency
-    )
-    return weights - (n_experts - touched) * routed_expert_bytes

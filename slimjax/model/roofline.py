@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
-from .experts import expert_imbalance, layout_weights_read_bytes
+from .experts import expert_imbalance, weights_read_bytes
 from .memory import kv_read_bytes
 
 
@@ -88,8 +88,8 @@ def comm_s(roof: Roof, tokens):
 
 def pass_weights_bytes(roof: Roof, tokens):
     """M_W(n) of one pass of n tokens (§4b), on a rank of a data-parallel group its share of the experts all D ranks'
-    tokens touch (:func:`slimjax.model.experts.layout_weights_read_bytes`), bytes."""
-    return layout_weights_read_bytes(
+    tokens touch (:func:`slimjax.model.experts.weights_read_bytes`), bytes."""
+    return weights_read_bytes(
         tokens,
         roof.weights,
         roof.routed_expert_bytes,

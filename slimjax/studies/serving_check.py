@@ -23,6 +23,7 @@ from ..engine import sim as engine
 from ..fit import serving as serving_fit
 from ..inputs.engines import GENERIC, resolve_engine
 from ..inputs.serving import calibrated_efficiency, calibrated_link, calibrated_request_overhead, default_serving
+from ..inputs.traces import LAYOUT_COLUMNS
 from .candidates import candidate_inputs
 
 CONCURRENCY_BANDS = ((1, 4), (5, 16), (17, 64), (65, 256), (257, np.inf))
@@ -92,7 +93,7 @@ def cannot_run(rows: pd.DataFrame) -> pd.Series:
     with float64_scope():
         x = serving_fit.lane_inputs(rows)
         m, g = x["model"], x["gpu"]
-        given = {k: x[k] for k in (*serving_fit.PROFILE_KEYS, "kv_replication", *serving_fit.LAYOUT)}
+        given = {k: x[k] for k in (*serving_fit.PROFILE_KEYS, "kv_replication", *LAYOUT_COLUMNS)}
         serving = default_serving(m, n_gpu=x["n_gpu"], **given)
         lengths = SimpleNamespace(input_len=x["input_len"], output_len=x["output_len"])
         terms, footprint, fits = candidate_inputs(m, g, serving, lengths, np.float64)
