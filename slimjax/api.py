@@ -579,9 +579,10 @@ def validate(
 ) -> Validation:
     """The SLIM paper's generalization study on measured ``traces`` (default: LLM-Inference-Bench and its TTFT
     table under $SLIMJAX_DATA or ../shared/data): held-out MAPE of throughput / E2E per scenario and method.
-    ``serving``: the §9 simulation (a closed loop at each row's concurrency) scored against measured TTFT and
-    TPOT instead, with its MAPE and bias per GPU, TP, precision and concurrency band (default: the shared
-    serving runs). ``said`` is given each file's read line as it is read."""
+    ``serving``: the §9 simulation (a closed loop at each row's concurrency; a disaggregated row's through §10's two
+    pools) scored against measured TTFT and TPOT instead, with its MAPE and bias per engine, model, layout kind, GPU,
+    TP, precision and concurrency band (default: the shared serving runs). ``said`` is given each file's read line
+    as it is read."""
     from .fit import validate as study
     from .inputs.traces import load_many
 
@@ -591,9 +592,19 @@ def validate(
             raise SlimjaxError("traces", f"{p} not found (give a trace file, or set SLIMJAX_DATA)")
     frame, read = load_many(paths, format, said)
     if serving:
-        from .studies.serving_check import error_markdown, error_table, simulate_rows
+        import pandas as pd
+
+        from .studies.serving_check import error_markdown, error_table, simulate_disaggregated_rows, simulate_rows
 
         scored = simulate_rows(frame, requests_per_client=requests_per_client)
+        # the disaggregated deployments the same files hold, through §10's closed loop (docs/layouts.md)
+        apart, read_apart = load_many(paths, format, said, disaggregated=True)
+        read = read + [f"{line} (disaggregated)" for line in read_apart]
+        if len(apart):
+            scored = pd.concat(
+                [scored, simulate_disaggregated_rows(apart, requests_per_client=requests_per_client)],
+                ignore_index=True,
+            )
         table = error_table(scored)
         return Validation(read, table, error_markdown(table), scored, {})
     options = {k: v for k, v in (("methods", methods), ("scenarios", scenarios)) if v is not None}

@@ -474,29 +474,34 @@ def simulate_pipeline(t: dict, arrivals, inputs, outputs, batch, replicas=1, eng
     return dict(ttft=ttft, e2e=e2e, busy=busy, steps=steps)
 
 
-def simulate_prefill_pool(t: dict, arrivals, inputs, hold, replicas):
-    """MODEL.md §10's prefill pool: request i to replica i mod R; admitted FCFS while footprint(I_i) fits the free
-    KV (no batch limit); steps hold only prefill chunks (budget step_tokens); its first token at the end of its
-    last prefill step; its KV freed ``hold[i]`` (the transfer) later. Returns the first-token times."""
+def simulate_prefill_pool(t: dict, arrivals, inputs, hold, replicas, batch=math.inf, engines=1):
+    """MODEL.md §10's prefill pool: request i to replica i mod R, a replica's requests dealt to its ``engines``
+    (n_pp·D) round robin; admitted FCFS while footprint(I_i) fits the free KV and, with a ``batch`` limit (per
+    replica; ⌊batch/engines⌋ per engine), fewer requests are held, a completed prompt held until its transfer
+    ends; steps hold only prefill chunks (budget step_tokens); its first token at the end of its last prefill step;
+    its KV freed ``hold[i]`` (the transfer) later. Returns the first-token times."""
     N = len(inputs)
     fp = [footprint(t["arch"], inputs[i], t["block"], t["r"], t["o"]) for i in range(N)]
     first = [math.nan] * N
-    for r in range(replicas):
-        queue = deque(i for i in range(N) if i % replicas == r)
+    limit = math.floor(batch / engines) if math.isfinite(batch) else math.inf
+    for r, e in [(r, e) for r in range(replicas) for e in range(engines)]:
+        queue = deque([i for i in range(N) if i % replicas == r][e::engines])
         free, clock, running, held = t["pool"], 0.0, [], []  # held: (release time, bytes)
         while queue or running:
             if running:
                 now = clock
             else:
                 now = max(clock, arrivals[queue[0]])
+                if math.isinf(now):  # the rest never arrive
+                    break
             for rel in [h for h in held if h[0] <= now]:
                 free += rel[1]
                 held.remove(rel)
-            while queue and arrivals[queue[0]] <= now and fp[queue[0]] <= free:
+            while queue and arrivals[queue[0]] <= now and fp[queue[0]] <= free and len(running) + len(held) < limit:
                 i = queue.popleft()
                 free -= fp[i]
                 running.append(dict(i=i, p=0))
-            if not running:  # the head waits for a transfer to free KV
+            if not running:  # the head waits for a transfer to free KV (or a slot)
                 assert held, "a prompt that cannot fit an empty replica"
                 clock = max(now, min(h[0] for h in held))
                 continue
@@ -520,17 +525,20 @@ def simulate_prefill_pool(t: dict, arrivals, inputs, hold, replicas):
     return first
 
 
-def simulate_disaggregated(tp_: dict, td: dict, arrivals, inputs, outputs, R_p, R_d, batch_d, xfer):
-    """MODEL.md §10: the prefill pool (``tp_``), then each request's KV moved in ``xfer(i)`` seconds to decode
-    replica k mod R_d, k its rank in arrival order at the decode pool (ties to the lower index); the decode pool
-    (``td``) admits by B_d slots and footprint(I + O). Per request ttft, e2e."""
+def simulate_disaggregated(
+    tp_: dict, td: dict, arrivals, inputs, outputs, R_p, R_d, batch_d, xfer, batch_p=math.inf, engines=(1, None)
+):
+    """MODEL.md §10: the prefill pool (``tp_``, ``batch_p`` per replica, ``engines[0]`` engines each), then each
+    request's KV moved in ``xfer(i)`` seconds to decode replica k mod R_d, k its rank in arrival order at the decode
+    pool (ties to the lower index); the decode pool (``td``) admits by B_d slots and footprint(I + O), its replica
+    ``engines[1]`` engines (default its n_pp). Per request ttft, e2e."""
     N = len(inputs)
     hold = [xfer(i) if outputs[i] > 1 else 0.0 for i in range(N)]
-    first = simulate_prefill_pool(tp_, arrivals, inputs, hold, R_p)
+    first = simulate_prefill_pool(tp_, arrivals, inputs, hold, R_p, batch_p, engines[0])
     ttft = [first[i] - arrivals[i] for i in range(N)]
     e2e = list(ttft)
     later = sorted((first[i] + hold[i], i) for i in range(N) if outputs[i] > 1)
-    n_pp = td.get("n_pp", 1)
+    n_pp = engines[1] or td.get("n_pp", 1)
     for r in range(R_d):
         for e in range(n_pp):  # a pipelined decode replica: n_pp virtual engines dealt its arrivals round robin
             mine = [i for k, (_, i) in enumerate(later) if k % R_d == r][e::n_pp]
@@ -547,6 +555,40 @@ def simulate_disaggregated(tp_: dict, td: dict, arrivals, inputs, outputs, R_p, 
             for k, i in enumerate(mine):
                 e2e[i] = got["end"][k] - arrivals[i]
     return dict(ttft=ttft, e2e=e2e, first=first)
+
+
+def closed_loop_disaggregated(tp_, td, inputs, outputs, clients, R_p, R_d, batch_p, batch_d, xfer, engines=(1, 1)):
+    """docs/layouts.md, disaggregated rows: ``clients`` closed-loop clients, request q client q mod C's (q div C)-th,
+    sent when that client's previous request ends; the arrivals iterated to their fixed point over
+    :func:`simulate_disaggregated` (each pass on the stream in arrival order, ties by index; unsent requests left
+    out). Per request arrival, first-token and end times, and the passes."""
+    N = len(inputs)
+    arrivals = [0.0 if q < clients else math.inf for q in range(N)]
+    for passes in range(1, 1000):
+        sent = sorted((arrivals[q], q) for q in range(N) if math.isfinite(arrivals[q]))
+        order = [q for _, q in sent]
+        got = simulate_disaggregated(
+            tp_,
+            td,
+            [arrivals[q] for q in order],
+            [inputs[q] for q in order],
+            [outputs[q] for q in order],
+            R_p,
+            R_d,
+            batch_d,
+            lambda k, order=order: xfer(order[k]),
+            batch_p,
+            engines,
+        )
+        first, end = [math.inf] * N, [math.inf] * N
+        for k, q in enumerate(order):
+            first[q] = got["first"][k]
+            end[q] = got["e2e"][k] + arrivals[q]
+        nxt = [0.0 if q < clients else end[q - clients] for q in range(N)]
+        if nxt == arrivals:
+            return dict(arrival=arrivals, first=first, end=end, passes=passes)
+        arrivals = nxt
+    raise AssertionError("the closed loop did not settle")
 
 
 def study_gpu(sim, j: int = 0) -> dict:

@@ -266,3 +266,118 @@ def test_several_models_each_equal_the_model_alone():
         for name in ("disagg_ttft_s", "disagg_e2e_s", "disagg_transfer_s"):
             np.testing.assert_array_equal(together[name].sel(model=model).values, alone[name].sel(model=model).values)
     assert np.isfinite(together.disagg_e2e_s.values).all()
+
+
+# closed loops on two pools (docs/layouts.md, disaggregated rows): (model, deployment, serving, clients C,
+# requests per client K, prefill batch per replica)
+CLOSED = {
+    "llama8b_prefill_batch_1_two_by_two": (
+        "Llama-3.1-8B",
+        dict(
+            prefill={"gpu": "H100-SXM", "tp": 1, "replicas": 2},
+            decode={"gpu": "H100-SXM", "tp": 1, "batch": 3, "replicas": 2},
+        ),
+        dict(chunk_size=512, step_tokens=1024),
+        6,
+        3,
+        1,
+    ),
+    "gpt_oss_dp2_ep2_pools": (
+        "gpt-oss-120b",
+        dict(prefill={"gpu": "H200", "tp": 1}, decode={"gpu": "H200", "tp": 1, "batch": 8}),
+        dict(dp=2, ep=2, step_overhead_s=1e-3),
+        5,
+        3,
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CLOSED))
+def test_closed_loop_equals_the_event_loop(case):
+    """§10's pools under C closed-loop clients (the disaggregated rows' forward model) against the plain event loop
+    iterated to its own fixed point (tests/serving_reference.py) per request to 1e-9 in float64; every request after
+    a client's first arrives exactly when that client's previous one ended."""
+    from slimjax.studies import disaggregated as dis
+
+    model, dep, serving, C, K, batch_p = CLOSED[case]
+    sim = simulate.parse(_spec(model, [dep], **serving))
+    d = sim.deployments[0]
+    rng = np.random.default_rng(11)
+    n = C * K
+    stream = dict(input_len=rng.integers(200, 2500, n).astype(float), output_len=rng.integers(1, 40, n).astype(float))
+    inputs = dis.pool_inputs([model], sim.model, d, dict(stream, arrival_s=np.zeros(n)))
+    dp = int(np.asarray(d.prefill.serving.dp_ranks)[0])
+    got = dis.closed_loop(
+        inputs["terms_p"],
+        np.array([float(batch_p)]),
+        [d.prefill.replicas],
+        inputs["terms_d"],
+        np.array([d.decode.batch]),
+        [d.decode.replicas],
+        [stream],
+        [inputs["fp_p"][0]],
+        [inputs["fp_d"][0]],
+        [inputs["xfer"][0]],
+        [C],
+    )[0]
+    arch = catalog.resolve_model(model)[1]
+
+    def rank_terms(pool):
+        sv = {k: float(np.asarray(v)[0]) for k, v in pool.serving.fields().items()}
+        return sref.replica_terms(arch, pool.gpu_row, sv)
+
+    xfer = inputs["xfer"][0]
+    want = sref.closed_loop_disaggregated(
+        rank_terms(d.prefill),
+        rank_terms(d.decode),
+        stream["input_len"].astype(int).tolist(),
+        stream["output_len"].astype(int).tolist(),
+        C,
+        d.prefill.replicas,
+        d.decode.replicas,
+        batch_p,
+        int(d.decode.batch),
+        lambda q: float(xfer[q]),
+        engines=(dp, dp),
+    )
+    assert got["settled"]
+    np.testing.assert_allclose(got["arrival_s"], want["arrival"], rtol=1e-9, atol=0)
+    np.testing.assert_allclose(got["first_token_s"], want["first"], rtol=1e-9, atol=0)
+    np.testing.assert_allclose(got["end_s"], want["end"], rtol=1e-9, atol=0)
+    assert np.array_equal(got["arrival_s"][C:], got["end_s"][:-C])  # the loop is closed
+    assert (got["arrival_s"][:C] == 0).all()
+
+
+def test_one_client_sends_each_request_when_the_last_ends():
+    """One client: its requests never meet, so each one's TTFT is the prefill pool's time for its prompt alone and
+    its end its first token + transfer + its decode alone, whatever came before (the open pools on one request)."""
+    from slimjax.studies import disaggregated as dis
+
+    model, dep, serving, _, _, _ = CLOSED["llama8b_prefill_batch_1_two_by_two"]
+    sim = simulate.parse(_spec(model, [dep], **serving))
+    d = sim.deployments[0]
+    stream = dict(input_len=np.array([900.0, 1500.0, 300.0]), output_len=np.array([20.0, 1.0, 7.0]))
+    inputs = dis.pool_inputs([model], sim.model, d, dict(stream, arrival_s=np.zeros(3)))
+    got = dis.closed_loop(
+        inputs["terms_p"],
+        np.array([1.0]),
+        [2],
+        inputs["terms_d"],
+        np.array([3.0]),
+        [2],
+        [stream],
+        [inputs["fp_p"][0]],
+        [inputs["fp_d"][0]],
+        [inputs["xfer"][0]],
+        [1],
+    )[0]
+    assert got["settled"] and got["passes"] == 3  # each pass sends the next request, the third moves none
+    for q in range(3):
+        alone = {k: v[q : q + 1] for k, v in stream.items()}
+        one = dis.pool_inputs([model], sim.model, d, dict(alone, arrival_s=np.zeros(1)))
+        pre = dis.prefill_phase(one, dict(alone, arrival_s=np.zeros(1)), [1])
+        dec = dis.decode_phase(one, dict(alone, arrival_s=np.zeros(1)), pre["first"], 3.0, [1])
+        start = got["arrival_s"][q]
+        assert got["first_token_s"][q] - start == pytest.approx(pre["first"][0, 0], rel=1e-12)
+        assert got["end_s"][q] - start == pytest.approx(dec["end"][0, 0], rel=1e-12)

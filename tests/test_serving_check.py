@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 import slimjax
 from slimjax.cli import main
+from slimjax.inputs import catalog
 from slimjax.inputs.serving import calibrated_request_overhead
 from slimjax.inputs.traces import LAYOUT_REASONS
 from slimjax.studies import serving_check, simulate
@@ -128,3 +129,49 @@ def test_a_row_that_cannot_be_built_is_listed_not_fatal(shared_data):
     ((why, n),) = table.attrs["not_run"].items()
     assert n == 1 and "does not divide the query heads" in why
     assert f"not run: 1 rows: {why}" in serving_check.error_markdown(table)
+
+
+def test_disaggregated_rows_are_read_apart_and_run_through_both_pools(shared_data, tmp_path):
+    """The shared file's disaggregated rows: read only with disaggregated=True (clients = the decode pool's slots,
+    n_gpu = both pools' GPUs), those without their pools' workers listed with why, a pool whose attention TP crosses
+    nodes listed with its pool named; a runnable row's closed loop settles, every later request of a client arriving
+    as its last ends (docs/layouts.md), and its TPOT is no faster than the decode group's weights read once per step."""
+    raw = pd.read_csv(shared_data / "measured" / "serving_silicon_h100_h200.csv")
+    disagg = raw[raw["mode"] == "disagg"]
+    stated = disagg[disagg.prefill_num_workers.notna()]
+    small = stated[(stated.system == "h200_sxm") & (stated.decode_batch_size == 4) & (stated.prefill_tp_size == 8)]
+    picked = pd.concat(
+        [
+            small.head(1),
+            stated[stated.decode_tp_size == 16].head(1),  # TP 16 attention over two H100 nodes
+            disagg[disagg.prefill_num_workers.isna()].head(1),
+            raw[raw["mode"] == "agg"].head(1),
+        ]
+    )
+    path = tmp_path / "disagg.csv"
+    picked.to_csv(path, index=False)
+    assert len(slimjax.load_traces(path)) == 1  # the aggregated row only
+    rows = slimjax.load_traces(path, disaggregated=True)
+    dropped = rows.attrs["dropped"]
+    assert len(rows) == 2 and sum(dropped.values()) == 2
+    assert any("workers or batch are not stated" in why for why in dropped)
+    first = picked.iloc[0]
+    clients = first.decode_batch_size * first.decode_num_workers * first.decode_attention_dp_size
+    assert rows.batch.iloc[0] == clients and rows.n_gpu.iloc[0] == 8 + 8 * first.decode_num_workers
+    scored = serving_check.simulate_disaggregated_rows(rows, requests_per_client=2)
+    ok, crossing = scored.iloc[0], scored.iloc[1]
+    assert np.isfinite([ok.sim_ttft_s, ok.sim_tpot_s]).all() and ok.not_run == ""
+    assert ok.closed_loop_passes >= 2 and ok.layout_kind == "disaggregated"
+    assert np.isnan(crossing.sim_ttft_s) and crossing.not_run.startswith("its decode pool: ")
+    assert "more than one node" in crossing.not_run
+    # back of the envelope: a decode step reads at least the dense part and one expert's weights per MoE layer on
+    # each of the decode group's 8 GPUs at its full HBM bandwidth
+    arch = catalog.resolve_model("DeepSeek-V3")[1]
+    gpu = catalog.resolve_gpu("H200", "gpu")[1]
+    P_e = arch["n_ffn"] * arch["hidden"] * arch["expert_ffn_dim"]
+    dense = arch["n_params"] - arch["n_experts"] * arch["n_moe_layers"] * P_e
+    floor = (dense + arch["n_moe_layers"] * P_e) * 1.0 / (8 * gpu["bandwidth_bytes_per_s"])
+    assert ok.sim_tpot_s > floor
+    table = serving_check.error_table(scored)
+    assert table[table.dimension == "layout_kind"].value.tolist() == ["disaggregated"]
+    assert "its decode pool" in serving_check.error_markdown(table)

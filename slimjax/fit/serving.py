@@ -232,11 +232,7 @@ def _bucket(
         theta = coefficients_from(z.at[:, list(free)].add(delta), SERVING_PARAMS, SERVING_BOUNDED)
         named = {p: theta[:, k] for k, p in enumerate(SERVING_PARAMS)}
         named.update({k: named[FP8_OF[k]] for k in follow})
-        link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}  # GPU fields, the rest serving
-        gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
-        given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication", *LAYOUT_COLUMNS)}
-        serving = default_serving(x["model"], n_gpu=x["n_gpu"], **given, **named)
-        terms = engine.with_parts(floor.replica_terms(x["model"], gpu, serving), parts)  # the rows' engine
+        serving, terms = row_terms(x, named, parts)
         I, O = x["input_lens"], x["output_lens"]
         footprint = floor.request_footprint_bytes(
             jax.tree_util.tree_map(lambda a: a[:, None], x["model"]),
@@ -260,6 +256,18 @@ def _bucket(
     jac = jax.jacfwd(lambda d: (summaries(d), summaries(d)), has_aux=True)
     J, value = jac(delta)  # (lanes, 3, free)
     return value, J
+
+
+def row_terms(x: dict, named: dict, parts: tuple[bool, ...] = (False, False)):
+    """(serving, replica terms) of lanes ``x`` (:func:`lane_inputs`, gathered per lane) at the constants ``named``
+    (:data:`SERVING_PARAMS` name -> per-lane value; the link's two are GPU fields, the rest serving keys): the rows'
+    engine, its optional lane parts ``parts`` (:func:`slimjax.engine.sim.with_parts`)."""
+    named = dict(named)
+    link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}
+    gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
+    given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication", *LAYOUT_COLUMNS)}
+    serving = default_serving(x["model"], n_gpu=x["n_gpu"], **given, **named)
+    return serving, engine.with_parts(floor.replica_terms(x["model"], gpu, serving), parts)
 
 
 def _buckets(rows: pd.DataFrame, inputs: dict) -> dict[tuple, np.ndarray]:
@@ -516,10 +524,9 @@ def calibrate_serving(
     return ds.set_index(group=group_by).unstack("group")
 
 
-def _row_parameters(rows: pd.DataFrame, constants: pd.DataFrame | dict) -> np.ndarray:
-    """Per row, :data:`SERVING_PARAMS` in the fit's unconstrained coordinates from ``constants`` (one value per
-    name, or a frame of them row by row; a name left out: :data:`DEFAULT_START`; e_F8 or e_B8 left out or NaN: e_F,
-    e_B), exact to 1e-12 (a fraction of 1 included)."""
+def row_constants(rows: pd.DataFrame, constants: pd.DataFrame | dict) -> dict[str, np.ndarray]:
+    """Per row, each of :data:`SERVING_PARAMS` from ``constants`` (one value per name, or a frame of them row by row;
+    a name left out: :data:`DEFAULT_START`; e_F8 or e_B8 left out or NaN: e_F, e_B)."""
     given = pd.DataFrame(constants, index=rows.index) if isinstance(constants, dict) else constants
     columns = {
         p: given[p].to_numpy(float) if p in given else np.full(len(rows), DEFAULT_START[p]) for p in SERVING_PARAMS
@@ -527,6 +534,13 @@ def _row_parameters(rows: pd.DataFrame, constants: pd.DataFrame | dict) -> np.nd
     for k, base in FP8_OF.items():  # unset (left out or NaN): e_F, e_B
         own = columns[k] if k in given else np.full(len(rows), np.nan)
         columns[k] = np.where(np.isnan(own), columns[base], own)
+    return columns
+
+
+def _row_parameters(rows: pd.DataFrame, constants: pd.DataFrame | dict) -> np.ndarray:
+    """Per row, :data:`SERVING_PARAMS` in the fit's unconstrained coordinates (:func:`row_constants`), exact to 1e-12
+    (a fraction of 1 included)."""
+    columns = row_constants(rows, constants)
     theta = np.stack([columns[p] for p in SERVING_PARAMS], axis=1)
     bounded = np.isin(SERVING_PARAMS, SERVING_BOUNDED)
     t = np.where(bounded, np.clip(theta, 1e-12, 1 - 1e-12), np.maximum(theta, np.exp(-30.0)))

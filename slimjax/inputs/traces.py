@@ -54,6 +54,21 @@ CANONICAL = (
     "ep",
     "moe_tp",
 )
+# a disaggregated row's two pools (docs/layouts.md, disaggregated rows): per pool its workers (replica groups), batch
+# per attention rank and layout, from the aiconfigurator columns `{pool}_num_workers`, `{pool}_batch_size`,
+# `{pool}_tp_size`, …; the value where a row has none (NaN: required)
+POOL_KINDS = ("prefill", "decode")
+POOL_FIELDS = {
+    "workers": ("num_workers", np.nan),
+    "batch": ("batch_size", np.nan),
+    "tp": ("tp_size", 1.0),
+    "pp": ("pp_size", 1.0),
+    "dp": ("attention_dp_size", 1.0),
+    "ep": ("moe_ep_size", 1.0),
+    "moe_tp": ("moe_tp_size", 0.0),
+}
+POOL_COLUMNS = tuple(f"{pool}_{field}" for pool in POOL_KINDS for field in POOL_FIELDS)
+CANONICAL = (*CANONICAL, *POOL_COLUMNS)
 MEASURES = ("e2e_s", "throughput", "ttft_s", "itl_s")
 PERCENTILES = ("ttft_p90_s", "itl_p90_s")
 # arrival_rate: the Poisson (or fixed) request rate the client offered, requests/s; NaN for concurrency-driven runs
@@ -67,8 +82,8 @@ LAYOUT_COLUMNS = {"dp": 1.0, "ep": 1.0, "moe_tp": 0.0}
 # layout: why a row's deployment is not one tensor-parallel group slimjax can serve yet (empty: it is); such rows
 # are dropped at load with that reason, so that none is scored as another layout
 LAYOUT_REASONS = {
-    "disaggregated": "a disaggregated deployment (prefill and decode pools with their own layouts): its benchmark's "
-    "closed loop across two pools is not simulated yet (MODEL.md §10 runs open streams)",
+    "disaggregated": "a disaggregated deployment (prefill and decode pools with their own layouts): read apart "
+    "(load_traces(..., disaggregated=True)) and scored by validate --serving's disaggregated closed loop",
     "pipeline": "pipeline stages (pp_size > 1): the serving check runs tensor-parallel groups only",
 }
 _SIGNATURES = {
@@ -255,27 +270,42 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
     # with attention data parallel, batch_size is each rank's concurrency: the client ran batch_size·dp (the rows'
     # own silicon_concurrency says so for every such row)
     dp = column("attention_dp_size", 1.0)
+    pools = {
+        f"{pool}_{field}": column(f"{pool}_{source}", default)
+        for pool in POOL_KINDS
+        for field, (source, default) in POOL_FIELDS.items()
+    }
+    pools = {k: v if isinstance(v, pd.Series) else pd.Series(v, index=df.index, dtype=float) for k, v in pools.items()}
+    disagg = layout == "disaggregated"
+    # a disaggregated row: its clients are the decode pool's slots, batch·workers·dp (each such row's
+    # silicon_concurrency says so), its GPUs both pools' (workers·tp·pp·dp each); its group columns stay 1
+    clients = pools["decode_batch"] * pools["decode_workers"] * pools["decode_dp"]
+    gpus = sum(
+        pools[f"{pool}_workers"] * pools[f"{pool}_tp"] * pools[f"{pool}_pp"] * pools[f"{pool}_dp"]
+        for pool in POOL_KINDS
+    )
     return pd.DataFrame(
         dict(
             weight_dtype_bytes=weight_bytes,
             model=df["model_path"],
             gpu=df["system"],
-            n_gpu=df["tp_size"],
-            dp=dp,
-            ep=column("moe_ep_size", 1.0),
-            moe_tp=column("moe_tp_size", 0.0),
+            n_gpu=df["tp_size"].where(~disagg, gpus),
+            dp=pd.Series(dp, index=df.index).where(~disagg, 1.0),
+            ep=pd.Series(column("moe_ep_size", 1.0), index=df.index).where(~disagg, 1.0),
+            moe_tp=pd.Series(column("moe_tp_size", 0.0), index=df.index).where(~disagg, 0.0),
             framework=framework,
-            batch=df["batch_size"] * dp,
+            batch=(df["batch_size"] * dp).where(~disagg, clients),
             input_len=df["isl"],
             output_len=df["osl"],
             e2e_s=e2e,
-            throughput=df["batch_size"] * (df["isl"] + df["osl"]) / e2e,
+            throughput=df["batch_size"].where(~disagg, clients) * (df["isl"] + df["osl"]) / e2e,
             ttft_s=ttft,
             itl_s=itl,
             kv_dtype_bytes=kv_bytes,
             layout=layout,
             # how its client ran (configs/harnesses.yaml), recognised from its source
             harness=df["silicon_data_source"].map(harness_of) if "silicon_data_source" in df else DEFAULT_HARNESS,
+            **{k: v.where(disagg) for k, v in pools.items()},
         )
     )
 
@@ -529,11 +559,11 @@ def _canonical(path: Path, defaults: dict) -> pd.DataFrame:
             df[col] = defaults.get(
                 col,
                 np.nan
-                if col in (*MEASURES, *PERCENTILES, *OPTIONAL)
+                if col in (*MEASURES, *PERCENTILES, *OPTIONAL, *POOL_COLUMNS)
                 else {"n_gpu": 1, "framework": "unknown", "offline": False}.get(col),
             )
     df["offline"] = df["offline"].map(_offline_flag(path))
-    numeric = ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, *OPTIONAL]
+    numeric = ["n_gpu", "batch", "input_len", "output_len", *MEASURES, *PERCENTILES, *OPTIONAL, *POOL_COLUMNS]
     return _numeric(df, numeric, path)[list(CANONICAL)]
 
 
@@ -661,8 +691,15 @@ def _context_len(model: str) -> float:
     return float(row.get("max_position_embeddings") or np.inf)
 
 
-def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) -> pd.DataFrame:
+def load_traces(
+    path: str | os.PathLike, format: str | None = None, *, disaggregated: bool = False, **defaults
+) -> pd.DataFrame:
     """The canonical trace table from ``path`` (a file, or a folder of vLLM result JSONs).
+
+    ``disaggregated``: keep only the disaggregated deployments (prefill and decode pools, :data:`POOL_COLUMNS`; their
+    ``n_gpu`` every GPU of both pools, ``batch`` the clients), which are otherwise left out with their reason, and
+    leave out the aggregated rows; a disaggregated row whose pools' workers or batch are not stated is left out
+    with why.
 
     Rows are dropped, with a count per cause in ``df.attrs['dropped']``: hardware that neither
     configs/hardware.yaml nor the GPU catalog (names, aliases, normalised) knows, counted per name; model not in
@@ -694,9 +731,19 @@ def load_traces(path: str | os.PathLike, format: str | None = None, **defaults) 
         return df  # a format's clean step goes on with the frame as the drop left it
 
     layout = df["layout"].fillna("").astype(str)
-    for kind, reason in LAYOUT_REASONS.items():
-        drop(layout == kind, reason)
+    if disaggregated:
+        drop(layout != "disaggregated", "an aggregated deployment (read without disaggregated=True)")
+        sizes = [f"{pool}_{field}" for pool in POOL_KINDS for field in ("workers", "batch")]
+        drop(
+            df[sizes].isna().any(axis=1),
+            "a disaggregated deployment whose pools' workers or batch are not stated (prefill_num_workers, "
+            "decode_num_workers, prefill_batch_size, decode_batch_size): its GPUs and each pool's slots are unknown",
+        )
         layout = df["layout"].fillna("").astype(str)
+    for kind, reason in LAYOUT_REASONS.items():
+        if not (disaggregated and kind == "disaggregated"):
+            drop(layout == kind, reason)
+            layout = df["layout"].fillna("").astype(str)
     unknown = df["weight_dtype_bytes"] == _UNKNOWN_PRECISION
     drop(unknown, "precision label not recognised (weights' bytes unknown; give a canonical weight_dtype_bytes column)")
     df["weight_dtype_bytes"] = df["weight_dtype_bytes"].astype(float)
@@ -765,13 +812,15 @@ def read_line(path, frame: pd.DataFrame) -> str:
     )
 
 
-def load_many(paths, format: str | None = None, said=None) -> tuple[pd.DataFrame, list[str]]:
+def load_many(
+    paths, format: str | None = None, said=None, disaggregated: bool = False
+) -> tuple[pd.DataFrame, list[str]]:
     """The traces of several files as one frame (its ``attrs['dropped']`` summed over the files), and each
     file's :func:`read_line` (also given to ``said`` as each file is read, so that it is shown whatever
-    comes next)."""
+    comes next); ``disaggregated``: their disaggregated deployments (:func:`load_traces`)."""
     frames = []
     for p in paths:
-        frames.append(load_traces(p, format=format))
+        frames.append(load_traces(p, format=format, disaggregated=disaggregated))
         if said is not None:
             said(read_line(p, frames[-1]))
     combined = pd.concat(frames, ignore_index=True)

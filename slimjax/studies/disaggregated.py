@@ -155,72 +155,166 @@ def _cast(tree, dtype):
     return jax.tree_util.tree_map(lambda x: np.asarray(x).astype(dtype), tree)
 
 
-def prefill_phase(inputs: dict, stream: dict, replicas, dtype=np.float64) -> dict:
-    """The prefill pool of each model at ``replicas[m]`` replicas: first-token times (M, N) and busy time, steps."""
-    N = len(stream["arrival_s"])
-    M = len(inputs["fits"])
-    cast = {k: np.asarray(v).astype(dtype) for k, v in stream.items()}
-    streams = [dict(cast, output_len=np.ones(N, dtype), hold_s=inputs["xfer"][m].astype(dtype)) for m in range(M)]
-    jobs = np.arange(M)
+def prefill_jobs(terms, batch, replicas, streams, footprints, hold, dtype=np.float64) -> dict:
+    """The prefill pool (§10) of each job j, candidate j of ``terms`` and ``batch`` (leaves (J,)) at ``replicas[j]``
+    replicas on its own stream ``streams[j]`` (arrival_s, input_len, …; (N_j,)), each request's KV footprint of its
+    prompt ``footprints[j]`` held ``hold[j]`` (its transfer) past its first token; requests dealt round robin in
+    arrival order (ties to the lower index). Returns per job its first-token times (N_j,) in its stream's order, and
+    the pool's busy time and steps summed over jobs."""
+    J = len(streams)
+    subs, fps, orders = [], [], []
+    for st, fp, h in zip(streams, footprints, hold, strict=True):
+        a = np.asarray(st["arrival_s"])
+        order = np.lexsort((np.arange(len(a)), a))
+        orders.append(order)
+        sub = {k: np.asarray(v)[order].astype(dtype) for k, v in st.items()}
+        subs.append(dict(sub, output_len=np.ones(len(a), dtype), hold_s=np.asarray(h)[order].astype(dtype)))
+        fps.append(np.broadcast_to(np.asarray(fp)[order].astype(dtype), (J, len(a))))  # candidate j reads row j
+    jobs = np.arange(J)
     with jax.enable_x64(dtype == np.float64):
         rec = engine.round_robin_jobs(
-            _cast(inputs["terms_p"], dtype),
-            np.full(M, PREFILL_BATCH, dtype),
-            [inputs["fp_p"].astype(dtype)] * M,  # stream m's job is candidate m: row m of every model's
-            streams,
-            jobs,
-            jobs,
-            np.asarray(replicas),
+            _cast(terms, dtype), np.asarray(batch).astype(dtype), fps, subs, jobs, jobs, np.asarray(replicas)
         )
+    first = []
+    for j, order in enumerate(orders):
+        f = np.empty(len(order))
+        f[order] = rec[j]["first_token_s"][0]
+        first.append(f)
     return dict(
-        first=np.stack([rec[m]["first_token_s"][0] for m in range(M)]).astype(np.float64),
-        busy=np.array([np.sum(rec[m]["busy_s"]) for m in range(M)]),
-        steps=int(sum(np.sum(rec[m]["steps"]) for m in range(M))),
+        first=first,
+        busy=np.array([np.sum(rec[j]["busy_s"]) for j in range(J)]),
+        steps=int(sum(np.sum(rec[j]["steps"]) for j in range(J))),
     )
+
+
+def decode_jobs(terms, batch, replicas, streams, footprints, later, dtype=np.float64) -> dict:
+    """The decode pool (§10) of each job j (as :func:`prefill_jobs`): each request with O > 1 arrives at ``later[j]``
+    (first token + transfer), the k-th arrival (ties to the lower index) to replica k mod R_d, its KV of I + O
+    ``footprints[j]``; completion times (N_j,) in stream order (NaN where O = 1: done at its first token)."""
+    J = len(streams)
+    subs, fps, orders = [], [], []
+    for st, fp, t_all in zip(streams, footprints, later, strict=True):
+        t_all = np.asarray(t_all)
+        go = np.flatnonzero(np.asarray(st["output_len"]) > 1)
+        t = np.where(np.isfinite(t_all[go]), t_all[go], np.inf)
+        order = go[np.lexsort((go, t))]
+        orders.append(order)
+        subs.append(
+            {
+                "arrival_s": np.where(np.isfinite(t_all[order]), t_all[order], np.inf).astype(dtype),
+                "input_len": np.asarray(st["input_len"])[order].astype(dtype),
+                "output_len": np.asarray(st["output_len"])[order].astype(dtype),
+                "prefilled": np.ones(len(order), dtype),
+            }
+        )
+        fps.append(np.broadcast_to(np.asarray(fp)[order].astype(dtype), (J, len(order))))
+    end = [np.full(len(np.asarray(st["output_len"])), np.nan) for st in streams]
+    if not any(len(o) for o in orders):
+        return dict(end=end, busy=np.zeros(J), steps=0)
+    jobs = np.arange(J)
+    with jax.enable_x64(dtype == np.float64):
+        rec = engine.round_robin_jobs(
+            _cast(terms, dtype), np.asarray(batch).astype(dtype), fps, subs, jobs, jobs, np.asarray(replicas)
+        )
+    for j, order in enumerate(orders):
+        end[j][order] = rec[j]["end_s"][0]
+    return dict(
+        end=end,
+        busy=np.array([np.sum(rec[j]["busy_s"]) for j in range(J)]),
+        steps=int(sum(np.sum(rec[j]["steps"]) for j in range(J))),
+    )
+
+
+def prefill_phase(inputs: dict, stream: dict, replicas, dtype=np.float64) -> dict:
+    """The prefill pool of each model at ``replicas[m]`` replicas: first-token times (M, N) and busy time, steps."""
+    M = len(inputs["fits"])
+    got = prefill_jobs(
+        inputs["terms_p"],
+        np.full(M, PREFILL_BATCH),
+        replicas,
+        [stream] * M,
+        list(inputs["fp_p"]),  # stream m's job is candidate m: row m of every model's
+        list(inputs["xfer"]),
+        dtype,
+    )
+    return dict(first=np.stack(got["first"]).astype(np.float64), busy=got["busy"], steps=got["steps"])
 
 
 def decode_phase(inputs: dict, stream: dict, first, batch: float, replicas, dtype=np.float64) -> dict:
     """The decode pool of each model at ``replicas[m]``: each request arrives at first token + transfer, the k-th
     arrival (ties to the lower index) to replica k mod R_d; completion times (M, N) (the first token's where O = 1)."""
-    i_len, o_len = np.asarray(stream["input_len"], float), np.asarray(stream["output_len"], float)
     M = len(inputs["fits"])
     later = first + inputs["xfer"]
-    go = np.flatnonzero(o_len > 1)
-    streams, orders, footprints = [], [], []
-    for m in range(M):
-        t = np.where(np.isfinite(later[m, go]), later[m, go], np.inf)
-        order = go[np.lexsort((go, t))]
-        orders.append(order)
-        streams.append(
-            {
-                "arrival_s": np.where(np.isfinite(later[m, order]), later[m, order], np.inf).astype(dtype),
-                "input_len": i_len[order].astype(dtype),
-                "output_len": o_len[order].astype(dtype),
-                "prefilled": np.ones(len(order), dtype),
-            }
-        )
-        footprints.append(inputs["fp_d"][:, order].astype(dtype))  # stream m's job is candidate m: its row m
-    jobs = np.arange(M)
-    end = np.array(first, dtype=np.float64)
-    if len(go) == 0:
-        return dict(end=end, busy=np.zeros(M), steps=0)
-    with jax.enable_x64(dtype == np.float64):
-        rec = engine.round_robin_jobs(
-            _cast(inputs["terms_d"], dtype),
-            np.full(M, batch, dtype),
-            footprints,
-            streams,
-            jobs,
-            jobs,
-            np.asarray(replicas),
-        )
-    for m in range(M):
-        end[m, orders[m]] = rec[m]["end_s"][0]
-    return dict(
-        end=end,
-        busy=np.array([np.sum(rec[m]["busy_s"]) for m in range(M)]),
-        steps=int(sum(np.sum(rec[m]["steps"]) for m in range(M))),
+    got = decode_jobs(
+        inputs["terms_d"], np.full(M, batch), replicas, [stream] * M, list(inputs["fp_d"]), list(later), dtype
     )
+    done = np.asarray(stream["output_len"]) <= 1  # done at its first token
+    end = np.where(done[None, :], np.asarray(first, np.float64), np.stack(got["end"]))
+    return dict(end=end, busy=got["busy"], steps=got["steps"])
+
+
+def closed_loop(
+    terms_p,
+    batch_p,
+    replicas_p,
+    terms_d,
+    batch_d,
+    replicas_d,
+    streams,
+    fp_p,
+    fp_d,
+    xfer,
+    clients,
+    max_passes: int = 256,
+    dtype=np.float64,
+) -> list[dict]:
+    """§10 under a closed loop of clients (docs/layouts.md, disaggregated rows): job j (candidate j of each pool's
+    ``terms``/``batch``, at ``replicas_*[j]`` replicas) has ``clients[j]`` = C clients, each sending its next request
+    when its last completes; request q of ``streams[j]`` (input_len, output_len, (N_j,), N_j a multiple of C) is
+    client q mod C's (q div C)-th, with its prompt's footprint ``fp_p[j]``, its I + O footprint ``fp_d[j]`` and its
+    transfer ``xfer[j]`` (N_j,).
+
+    The arrivals are the fixed point of a(q) = 0 for q < C, a(q) = end(q − C) after, where end is the open pools'
+    (:func:`prefill_jobs`, :func:`decode_jobs`) at those arrivals: iterated from every later request unsent (+inf)
+    until a pass changes no arrival (exactly). Both pools are non-anticipating (a step depends only on what arrived
+    before it), so a pass leaves every event before the first wrong arrival right, and that point moves by at least
+    the shortest request's latency each pass: the iteration ends, and its fixed point is the closed loop's. Returns
+    per job arrival_s, first_token_s, end_s (N_j,), passes and settled (False: ``max_passes`` ran out; its times are
+    not the closed loop's)."""
+    arrival = []
+    for st, c in zip(streams, clients, strict=True):
+        n = len(np.asarray(st["input_len"]))
+        arrival.append(np.where(np.arange(n) < int(c), 0.0, np.inf))
+    settled = np.zeros(len(streams), bool)
+    passes = np.zeros(len(streams), int)
+    for k in range(1, max_passes + 1):
+        opened = [dict(st, arrival_s=a) for st, a in zip(streams, arrival, strict=True)]
+        pre = prefill_jobs(terms_p, batch_p, replicas_p, opened, fp_p, xfer, dtype)
+        later = [f + x for f, x in zip(pre["first"], xfer, strict=True)]
+        dec = decode_jobs(terms_d, batch_d, replicas_d, opened, fp_d, later, dtype)
+        first = pre["first"]
+        end = [
+            np.where(np.asarray(st["output_len"]) <= 1, f, e)
+            for st, f, e in zip(streams, first, dec["end"], strict=True)
+        ]
+        moved = False
+        for j, (a, e, c) in enumerate(zip(arrival, end, clients, strict=True)):
+            nxt = a.copy()
+            nxt[int(c) :] = np.where(np.isfinite(e[: len(a) - int(c)]), e[: len(a) - int(c)], np.inf)
+            if not settled[j]:
+                passes[j] = k
+            if np.array_equal(nxt, a):
+                settled[j] = True
+            else:
+                moved = True
+                settled[j] = False
+            arrival[j] = nxt
+        if not moved:
+            break
+    return [
+        dict(arrival_s=a, first_token_s=f, end_s=e, passes=int(p), settled=bool(ok))
+        for a, f, e, p, ok in zip(arrival, first, end, passes, settled, strict=True)
+    ]
 
 
 def request_times(first, end, stream: dict):
