@@ -1,9 +1,21 @@
 import os
 from pathlib import Path
 
+import jax
 import pytest
 
 import slimjax
+
+# compiled programs kept on disk for the session's workers and the processes its tests start (compiling is most of
+# a simulation test's time, and the workers compile the same loops): .pytest_cache/jax, or $SLIMJAX_JAX_CACHE
+CACHE = Path(os.environ.get("SLIMJAX_JAX_CACHE", Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
+for key, value, kind in (
+    ("JAX_COMPILATION_CACHE_DIR", str(CACHE), str),
+    ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0", float),
+    ("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0", int),
+):
+    os.environ.setdefault(key, value)  # for the processes tests start
+    jax.config.update(key.lower(), kind(os.environ[key]))  # this one imported JAX with slimjax already
 
 # one XLA CPU device per core and float64, before any test runs JAX
 slimjax.configure()
