@@ -37,3 +37,26 @@ def shared_data() -> Path:
             pytest.fail("shared data not found at ../shared/data or $SLIMJAX_DATA, and CI=true forbids skipping")
         pytest.skip("shared data not found: set SLIMJAX_DATA or place ../shared/data beside the repo")
     return path
+
+
+# The default run (README's test command, .ci/run) leaves out the slowest recovery and equality cases whose mechanism a
+# lighter test also covers, to stay within CI's ten minutes; SLIMJAX_TESTS=all runs every one of them.
+HEAVY = "heavy: a slow case the default run leaves out (a lighter test covers its mechanism); SLIMJAX_TESTS=all runs it"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", HEAVY)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("SLIMJAX_TESTS") == "all":
+        return
+    heavy = [item for item in items if item.get_closest_marker("heavy")]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [item for item in items if not item.get_closest_marker("heavy")]
+
+
+def pytest_report_header(config):
+    if os.environ.get("SLIMJAX_TESTS") != "all":
+        return "slimjax: the cases marked heavy are left out (SLIMJAX_TESTS=all runs them)"

@@ -118,6 +118,7 @@ def test_constant_rules_score_as_a_hand_count(shared_data, result):
         assert len(loco) == len(truths) and set(loco["chosen_b"]) <= {float(m.split("= ")[1]) for m in rules}
 
 
+@pytest.mark.heavy
 def test_leave_one_curve_out_equals_separate_calibrations(shared_data):
     """The batched leave-one-curve-out calibration (one group per left-out curve) predicts each curve as a
     calibration without that curve, run on its own, does (a sample of curves)."""

@@ -331,6 +331,7 @@ def test_eta_c_is_bounded_to_a_fraction_of_peak():
     )
 
 
+@pytest.mark.heavy
 def test_roofline_calibration_from_p90_ttft_at_a_known_arrival_rate():
     """Rate-driven runs report p90 TTFT at an offered rate: the fit goes through §5's wait quantile."""
     import math

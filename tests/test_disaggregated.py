@@ -190,6 +190,7 @@ def studies():
     return slimjax.procure(STUDY), slimjax.procure(dict(STUDY, disaggregated=SECTION))
 
 
+@pytest.mark.heavy
 def test_study_sizing_equals_the_brute_force(studies):
     """R_p the smallest meeting TTFT, then R_d the smallest meeting ITL and E2E at it: equal to trying every
     R_p, R_d ≤ 16."""

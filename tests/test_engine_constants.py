@@ -67,6 +67,7 @@ def _engine_rows(truth_by_gpu: dict, truth_by_engine: dict):
     return rows.assign(ttft_s=p.ttft_sim_s.to_numpy(), itl_s=p.tpot_sim_s.to_numpy()), held
 
 
+@pytest.mark.heavy
 def test_a_joint_fit_recovers_constants_tied_to_gpus_and_engines():
     """Rows made at e_B8 per GPU and t_step per engine (H200 measured under both engines, H100 under vLLM alone: its
     t_step comes from H200's rows through the tie) are recovered to 1e-3, every value identified, each with the rows

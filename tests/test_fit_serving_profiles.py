@@ -8,7 +8,10 @@ from servingfit import TRUTH, serving_rows
 from slimjax.fit import serving as fit
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+# one engine in the default run, all three with SLIMJAX_TESTS=all (tests/conftest.py)
+@pytest.mark.parametrize(
+    "engine", [pytest.param("vllm", marks=pytest.mark.heavy), "sglang", pytest.param("trtllm", marks=pytest.mark.heavy)]
+)
 def test_fit_recovers_known_constants_with_each_engine_profile(engine):
     """Rows a run of each engine would give (its profile: vLLM's paged cache and 8,192-token steps, SGLang's
     prefill-first steps and retract, TensorRT-LLM's reservation and 32-token blocks), made by the forward model at

@@ -98,6 +98,7 @@ def test_the_store_equals_memory_and_resumes_after_sigkill_bit_identically(tmp_p
     assert r.exit_code == 0 and "4 of 4 blocks" in r.output
 
 
+@pytest.mark.heavy
 def test_a_dask_cluster_gives_identical_values(tmp_path, reference):
     pytest.importorskip("dask.distributed") if os.environ.get("CI") != "true" else None
     out = tmp_path / "d.zarr"
