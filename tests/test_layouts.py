@@ -4,6 +4,7 @@ expert-load imbalance against a seeded Monte Carlo, the jitted simulation agains
 (float64, 1e-9), and the limits (D = ep = 1 as before, expert reads bounded by the experts the tokens touch)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import serving_reference as sref
 
 import slimjax
 from slimjax.errors import SlimjaxError
-from slimjax.inputs import catalog
+from slimjax.inputs import catalog, layouts
 from slimjax.inputs.collectives import read_collectives
 from slimjax.inputs.serving import default_serving
 from slimjax.model import batching, calculator, experts, roofline
@@ -411,3 +412,86 @@ def test_the_capacity_card_counts_the_groups_gpus():
     kv, _ = _kv("DeepSeek-V3", "H200", 1280.0, n_gpu=1.0, dp=8.0, ep=8.0, kv_replication=1.0)
     seqs = [ln for ln in out.splitlines() if "Max concurrent sequences" in ln][0]
     assert int(seqs.split()[-1].replace(",", "")) == 8 * int(kv["max_seqs"])
+
+
+LAYOUT_STUDY = dict(
+    models=["DeepSeek-V3", "Llama-3.1-70B"],
+    gpus=["H200"],
+    layouts=[8],
+    batch=[16],
+    precision="float64",
+    serving={"efficiency": "calibrated"},
+    stream={"requests": {"arrival_s": [0.0, 0.1, 0.2], "input_len": [500, 800, 300], "output_len": [10, 5, 20]}},
+)
+
+
+def test_layouts_are_every_layout_of_their_gpu_counts_and_equal_the_point_runs():
+    """`layouts: [8]`: the (tp, setting) candidates that run are exactly valid_layouts(8) of each model (one stage:
+    DeepSeek-V3's 16 on an H200 node, Llama-3.1-70B's TP 8 alone), every other pair does not run (NaN), and a
+    candidate's results equal a simulation of that layout given by hand."""
+    sim = simulate.parse(LAYOUT_STUDY)
+    assert list(sim.tp) == [1, 2, 4, 8]
+    ds = simulate.run(sim)
+    settings = [dict(kv.split(" ") for kv in label.split(", ")) for label in sim.settings]
+    for m, model in enumerate(sim.models):
+        arch = catalog.resolve_model(model)[1]
+        want = {
+            (lay.tp, lay.dp, lay.ep, lay.moe_tp)
+            for lay in layouts.valid_layouts(
+                8, int(arch["n_heads"]), int(arch["n_experts"]), int(arch["n_layers"]), 8, 1
+            )
+        }
+        ttft = ds.ttft_s.isel(model=m).squeeze()
+        runs = {
+            (int(t), int(s["dp"]), int(s["ep"]), int(s["moe_tp"]))
+            for i, t in enumerate(sim.tp)
+            for j, s in enumerate(settings)
+            if np.isfinite(ttft.isel(tp=i, setting=j).values).all()
+        }
+        assert runs == want
+        assert len(sim.serving_table[model]["H200"]["layouts"]) == len(want)
+    assert len(runs) == 1  # a dense model: TP 8 only
+    tp, dp, ep, moe_tp = 1, 8, 8, 1  # DP 8 × EP 8 by hand
+    point = dict(LAYOUT_STUDY, models=["DeepSeek-V3"], tp=[tp])
+    point.pop("layouts")
+    point["serving"] = dict(LAYOUT_STUDY["serving"], dp=dp, ep=ep, moe_tp=moe_tp)
+    alone = simulate.run(simulate.parse(point)).ttft_s.squeeze().values
+    j = sim.settings.index(f"dp {dp}, ep {ep}, moe_tp {moe_tp}")
+    got = ds.ttft_s.isel(model=0, tp=list(sim.tp).index(tp), setting=j).squeeze().values
+    np.testing.assert_array_equal(got, alone)
+
+
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        (dict(tp=[8]), "layouts", "give tp or layouts, not both"),
+        (dict(settings=[{"dp": 2}]), "settings[0].dp", "layouts sets the layout keys"),
+        (dict(layouts=[6]), "layouts[0]", "a power of two"),
+    ],
+)
+def test_a_layouts_mistake_is_one_line(change, field, words):
+    with pytest.raises(SlimjaxError, match=rf"^{re.escape(field)}: .*{words}"):
+        simulate.parse(dict(LAYOUT_STUDY, **change))
+
+
+def test_a_procurement_study_takes_layouts():
+    """procure's file takes `layouts` too: its tp axis, one variant per layout (crossed with engine settings), a
+    pair that is not one of a model's layouts not run."""
+    from slimjax.studies.procure import spec as procurefile
+
+    study = procurefile.parse(
+        dict(
+            workloads=[dict(name="chat", input_len=1000, output_len=200)],
+            rates=[1.0],
+            models=["DeepSeek-V3"],
+            gpus=["H200"],
+            layouts=[8],
+            settings=[{"step_tokens": 2048}],
+            slo=dict(ttft_s=2.0, itl_s=0.1),
+        )
+    )
+    assert list(study.tp) == [1, 2, 4, 8] and len(study.variants) == 16
+    label, v = next((label, v) for label, v in study.variants if label.endswith("dp 8, ep 8, moe_tp 1"))
+    assert label.startswith("step_tokens 2048, ")
+    n = np.asarray(v.serving.n_gpu).reshape(len(study.tp), -1)[:, 0]
+    assert np.isfinite(n).tolist() == [True, False, False, False]

@@ -72,3 +72,54 @@ def valid_layouts(
                     continue
                 out.append(Layout(tp, pp, dp, ep, stage // ep))
     return out
+
+
+class StudyLayouts(NamedTuple):
+    """A study's ``layouts`` expanded (docs/layouts.md, layouts as candidates): the tp axis, the settings entries
+    (label, {dp, ep, moe_tp}), and per (model, GPU) label the layouts (tp, dp, ep, moe_tp) that are candidates."""
+
+    tp: tuple[int, ...]
+    settings: tuple[tuple[str, dict], ...]
+    valid: dict
+
+
+def layout_label(dp: int, ep: int, moe_tp: int) -> str:
+    """A settings entry's label, as :func:`slimjax.inputs.engines.engine_settings` labels the keys it sets."""
+    return f"dp {dp}, ep {ep}, moe_tp {moe_tp}"
+
+
+def study_layouts(value, models, gpus, field: str = "layouts") -> StudyLayouts:
+    """``layouts: [8, 16]``: every one-stage layout of each GPU count (:func:`valid_layouts`, pp = 1) of every model
+    on every GPU of the study, as a tp axis and a settings axis whose product holds them all; a (tp, setting) pair
+    that is not one of a (model, GPU)'s layouts does not run there. Tensor parallel stays within the smallest node
+    of the study's GPUs (one tp axis serves them all); a stage beyond a node needs the GPU's network. ``models``,
+    ``gpus``: (label, catalog row) pairs."""
+    counts = value if isinstance(value, (list, tuple)) else [value]
+    if not counts:
+        raise SlimjaxError(field, "must list GPU counts, e.g. [8, 16]")
+    sizes = []
+    for i, n in enumerate(counts):
+        where = f"{field}[{i}]" if isinstance(value, (list, tuple)) else field
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n) or n < 1 or int(n) & (int(n) - 1):
+            raise SlimjaxError(where, f"must be a GPU count, a power of two (1, 2, 4, 8, …), got {n!r}")
+        sizes.append(int(n))
+    node = min(int(row["gpus_per_node"]) for _, row in gpus)
+    valid = {}
+    for m, arch in models:
+        for g, row in gpus:
+            networked = row.get("network_bytes_per_s", 0) > 0
+            valid[m, g] = {
+                (lay.tp, lay.dp, lay.ep, lay.moe_tp)
+                for n in sizes
+                for lay in valid_layouts(
+                    n, int(arch["n_heads"]), int(arch["n_experts"]), int(arch["n_layers"]), node, max_pp=1
+                )
+                if networked or lay.tp * lay.dp <= row["gpus_per_node"]
+            }
+    every = set().union(*valid.values())
+    if not every:
+        raise SlimjaxError(field, f"no layout of {sizes} GPUs serves these models on these GPUs")
+    tp = tuple(sorted({t for t, *_ in every}))
+    entries = sorted({(dp, ep, moe_tp) for _, dp, ep, moe_tp in every})
+    settings = tuple((layout_label(*e), {"dp": e[0], "ep": e[1], "moe_tp": e[2]}) for e in entries)
+    return StudyLayouts(tp, settings, valid)

@@ -31,7 +31,7 @@ from ..model.pipeline import PP_DEGREES
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .catalog import config_yaml, dtype_bytes, gpu_catalog, require_network, resolve_model
 from .checks import checked_number, is_integer, split_keyed_block
-from .engines import GENERIC, EngineProfile, resolve_engine
+from .engines import GENERIC, LAYOUT_SETTING_KEYS, EngineProfile, resolve_engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -670,6 +670,11 @@ def check_group_shape(gpu: str, row: Mapping, tp, pp, tp_field: str, pp_field: s
         require_network(gpu, row, pp_field, f"{who}pipeline stages on {gpu} pass activations")
 
 
+def layout_text(tp: int, dp: int, ep: int, moe_tp: int) -> str:
+    """A layout as a table reads it: ``tp 1 × dp 8, ep 8 (moe_tp 1)``."""
+    return f"tp {tp} × dp {dp}, ep {ep} (moe_tp {moe_tp})"
+
+
 def check_layout(gpu: str, row: Mapping, checked: Mapping, where: Mapping, who: str = "") -> None:
     """A group's attention and expert layouts cover the same GPUs per stage (docs/layouts.md): n_gpu·dp =
     moe_tp·ep (moe_tp given) or ep dividing n_gpu·dp (moe_tp derived), and a stage beyond one node needs the network
@@ -700,10 +705,14 @@ def serving_block(
     gpus: list[tuple[str, dict]],
     max_tokens: float,
     tp_degrees=None,
+    layouts: dict | None = None,
 ) -> tuple[ServingSpec, dict]:
     """The sweep file's ``serving`` block: per (model, GPU) settings, defaults < top level < GPU entry
     < model entry; the layout checked at each of ``tp_degrees`` (a study's tp axis; default its own n_gpu): a degree
     it cannot take is recorded (``layout_invalid``: {degree: why}) and does not run; none it can take is the error.
+    ``layouts`` (a study's ``layouts``, :func:`slimjax.inputs.layouts.study_layouts`: per (model, GPU) the candidate
+    (tp, dp, ep, moe_tp)): a degree whose layout is not one of them does not run either, and a (model, GPU) none of
+    whose degrees is one is recorded, not an error.
     Returns the ServingSpec (leaves (M, G), base units) and {model: {gpu: {key: value in the key's units, "auto":
     [keys resolved from auto]}}} for the Dataset's attrs (NaN n_gpu: no TP degree fits)."""
     names, gpu_names = [m for m, _ in models], [g for g, _ in gpus]
@@ -729,13 +738,16 @@ def serving_block(
                 arch,
                 lambda s, m=m, g=g, arch=arch, gpu=gpu: AutoContext(m, g, arch, gpu, dict(s), max_tokens),
             )
+            unfit = ""  # with study layouts: why this model takes none of them
             for row in SERVING.values():
                 problem = (
                     row.model_check(checked[row.key], arch)
                     if row.model_check and not math.isnan(checked[row.key])
                     else None
                 )
-                if problem:
+                if problem and layouts is not None and row.key in LAYOUT_SETTING_KEYS:
+                    unfit = f"{m}: {problem}"
+                elif problem:
                     raise SlimjaxError(where.get(row.key, f"serving.{row.key}"), f"{m}: {problem}")
             check_group_shape(
                 g,
@@ -748,10 +760,14 @@ def serving_block(
             )
             invalid = {}
             for n in [checked["n_gpu"]] if tp_degrees is None else tp_degrees:
+                shape = (n, *(checked[k] for k in ("dp", "ep", "moe_tp")))
+                if layouts is not None and (unfit or tuple(map(int, shape)) not in layouts[m, g]):
+                    invalid[str(int(n))] = unfit or f"{m} on {g}: not one of the study's layouts (layouts)"
+                    continue
                 try:
                     check_layout(g, gpu, {**checked, "n_gpu": float(n)}, where, f"{m} on {g}: ")
                 except SlimjaxError as e:  # on a study's tp axis, a degree the layout cannot take does not run
-                    if tp_degrees is None or len(invalid) + 1 == len(tp_degrees):
+                    if tp_degrees is None or (layouts is None and len(invalid) + 1 == len(tp_degrees)):
                         raise
                     invalid[str(int(n))] = str(e)
             rows.append({row.field: row.to_base(checked[row.key]) for row in SERVING.values()})
@@ -762,6 +778,7 @@ def serving_block(
                 "constants": constants_source(g, preset)[0],  # (an unknown preset was refused above)
                 **({"auto": autos} if autos else {}),
                 **({"layout_invalid": invalid} if invalid else {}),
+                **({"layouts": [layout_text(*shape) for shape in sorted(layouts[m, g])]} if layouts else {}),
             }
     spec = stack(ServingSpec, rows)
     return ServingSpec(**{k: v.reshape(len(models), len(gpus)) for k, v in spec.fields().items()}), table

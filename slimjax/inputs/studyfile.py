@@ -14,7 +14,15 @@ from ..errors import SlimjaxError, suggest
 from ..model.calculator import replicated_kv
 from ..model.specs import ServingSpec
 from . import catalog
-from .serving import check_group_shape, check_serving_value, constants_source, resolve_study_model, serving_block
+from .layouts import study_layouts
+from .serving import (
+    check_group_shape,
+    check_serving_value,
+    constants_source,
+    layout_text,
+    resolve_study_model,
+    serving_block,
+)
 from .sweepfile import load_spec
 
 # a study's serving defaults where a sweep's differ: calibrated constants, KV replicated where TP exceeds H_kv
@@ -50,10 +58,11 @@ def models_and_gpus(data: Mapping, base_dir: Path | None) -> tuple[list, list]:
 
 
 def serving_per_tp(
-    value: Any, models, gpus, tp: np.ndarray, max_tokens: float, calibrated: bool = True
+    value: Any, models, gpus, tp: np.ndarray, max_tokens: float, calibrated: bool = True, layouts: dict | None = None
 ) -> tuple[ServingSpec, dict]:
     """Serving per (model, GPU) as sweeps read it (n_gpu is the study's tp axis), then per TP degree n:
-    n_gpu = n and, where kv_replication is auto, r = max(1, n / H_kv) (§4c)."""
+    n_gpu = n and, where kv_replication is auto, r = max(1, n / H_kv) (§4c). ``layouts``: a study's candidate layouts
+    (:func:`slimjax.inputs.serving.serving_block`); a degree whose layout is not one does not run."""
     block = dict(value or {})
     for key, axis in (("n_gpu", "tp"), ("pp", "pp")):
         if key in block or any(isinstance(v, Mapping) and key in v for v in block.values()):
@@ -65,7 +74,7 @@ def serving_per_tp(
     block.setdefault("kv_replication", DEFAULT_SERVING["kv_replication"])
     for g, row in gpus:
         check_group_shape(g, row, tp, [], "tp", "pp")
-    base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens, tp_degrees=tp)
+    base, table = serving_block({**block, "n_gpu": 1}, models, gpus, max_tokens, tp_degrees=tp, layouts=layouts)
     fields = base.fields()
     n = tp[None, None, :]
     kv_auto = np.array([[["kv_replication" in table[m][g].get("auto", ())] for g, _ in gpus] for m, _ in models])
@@ -90,13 +99,20 @@ def serving_per_tp(
 
 
 def serving_per_group(
-    value: Any, models, gpus, tp: np.ndarray, pp: np.ndarray, max_tokens: float, calibrated: bool = True
+    value: Any,
+    models,
+    gpus,
+    tp: np.ndarray,
+    pp: np.ndarray,
+    max_tokens: float,
+    calibrated: bool = True,
+    layouts: dict | None = None,
 ) -> tuple[ServingSpec, dict]:
     """:func:`serving_per_tp` with a pipeline axis: leaves (M, G, N, P), ``pipeline_stages`` = pp (MODEL.md §10).
     Stages pass activations over the network: a GPU without ``network_gbs`` cannot take pp > 1 (named)."""
     for g, row in gpus:
         check_group_shape(g, row, [], pp, "tp", "pp")
-    base, table = serving_per_tp(value, models, gpus, tp, max_tokens, calibrated)
+    base, table = serving_per_tp(value, models, gpus, tp, max_tokens, calibrated, layouts)
     out = {k: np.repeat(np.asarray(v)[..., None], len(pp), axis=-1) for k, v in base.fields().items()}
     out["pipeline_stages"] = np.broadcast_to(np.asarray(pp, float), out["pipeline_stages"].shape).copy()
     for m in table:
@@ -114,6 +130,7 @@ def serving_per_setting(
     max_tokens: float,
     settings: tuple = (),
     calibrated: bool = True,
+    layouts: dict | None = None,
 ) -> tuple[ServingSpec, dict]:
     """:func:`serving_per_group` once per engine setting (``settings``: (label, keys) pairs of
     :func:`slimjax.inputs.engines.engine_settings`), stacked on a last axis: leaves (M, G, N, P, S). A setting's keys
@@ -125,12 +142,14 @@ def serving_per_setting(
     block = dict(value or {})
     specs = []
     for merged in setting_blocks(block, settings, [label for label, _ in (*models, *gpus)]):
-        spec, _ = serving_per_group(merged, models, gpus, tp, pp, max_tokens, calibrated)
+        spec, _ = serving_per_group(merged, models, gpus, tp, pp, max_tokens, calibrated, layouts)
         specs.append(spec.fields())
     _, table = serving_per_group(block, models, gpus, tp, pp, max_tokens, calibrated)
     for m in table:
         for g in table[m]:
             table[m][g]["settings"] = [label for label, _ in settings]
+            if layouts is not None:
+                table[m][g]["layouts"] = [layout_text(*shape) for shape in sorted(layouts[m, g])]
     stacked = {k: np.stack([np.asarray(s[k], float) for s in specs], axis=-1) for k in specs[0]}
     return ServingSpec(**stacked), table
 
@@ -151,3 +170,25 @@ def setting_blocks(value: Any, settings: tuple, names) -> list[dict]:
             check_serving_value(key, v, f"settings[{i}].{key}")
         out.append({**block, **keys})
     return out
+
+
+def with_layouts(data: Mapping, settings: tuple, base_dir: Path | None) -> tuple[list | None, tuple, dict | None]:
+    """A study file's ``layouts`` (GPU counts, docs/layouts.md): its tp axis and, crossed with its ``settings``
+    (engine settings), its settings axis, with per (model, GPU) the layouts that are candidates
+    (:func:`slimjax.inputs.layouts.study_layouts`); (None, ``settings``, None) where it gives none."""
+    if data.get("layouts") is None:
+        return None, settings, None
+    if "tp" in data:
+        raise SlimjaxError("layouts", "sets the tp axis itself: give tp or layouts, not both")
+    for i, (_, keys) in enumerate(settings):
+        taken = [k for k in keys if k in ("dp", "ep", "moe_tp")]
+        if taken:
+            raise SlimjaxError(f"settings[{i}].{taken[0]}", "layouts sets the layout keys: give them in one place")
+    models, gpus = models_and_gpus(data, base_dir)
+    expanded = study_layouts(data["layouts"], models, gpus)
+    crossed = tuple(
+        (f"{label}, {lay}" if label else lay, {**keys, **lay_keys})
+        for label, keys in (settings or (("", {}),))
+        for lay, lay_keys in expanded.settings
+    )
+    return list(expanded.tp), crossed, expanded.valid

@@ -34,7 +34,14 @@ from ...inputs.serving import (
     check_group_shape,
     with_calibrated_links,
 )
-from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group, serving_per_tp, setting_blocks
+from ...inputs.studyfile import (
+    models_and_gpus,
+    read_file,
+    serving_per_group,
+    serving_per_tp,
+    setting_blocks,
+    with_layouts,
+)
 from ...model.calculator import TP_DEGREES
 from ...model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
 
@@ -45,6 +52,7 @@ KEYS = (
     "models",
     "gpus",
     "tp",
+    "layouts",
     "pp",
     "batch",
     "slo",
@@ -286,8 +294,9 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     data, source, base_dir = read_file(
         spec, KEYS, REQUIRED, f"a study needs {', '.join(REQUIRED)} and rates and/or rate_scale", ("workloads",)
     )
-    settings = engine_settings(data.get("settings"))
-    study, serving_fields = _study(data, source, base_dir)
+    # layouts (docs/layouts.md): the tp axis and the layout settings of every layout of its GPU counts
+    tp_axis, settings, layouts = with_layouts(data, engine_settings(data.get("settings")), base_dir)
+    study, serving_fields = _study(data, source, base_dir, tp_axis, layouts)
     if not settings:
         return study
     blocks = setting_blocks(data.get("serving"), settings, [*study.models, *study.gpus])
@@ -298,7 +307,9 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     return dataclasses.replace(study, variants=variants)
 
 
-def _study(data: dict, source: str, base_dir: Path | None) -> tuple[Study, functools.partial]:
+def _study(
+    data: dict, source: str, base_dir: Path | None, tp_axis=None, layouts=None
+) -> tuple[Study, functools.partial]:
     """The study of a read file's ``data`` (its ``settings`` aside), and the function giving the Study fields a
     serving block decides (serving, its table, the GPUs' link constants, the deployments) for another block."""
     workloads = [_workload(w, i, base_dir) for i, w in enumerate(data["workloads"])]
@@ -311,11 +322,13 @@ def _study(data: dict, source: str, base_dir: Path | None) -> tuple[Study, funct
     gpu_names = [g for g, _ in gpus]
     prices, price_source = _prices(data.get("prices"), gpu_names, data["gpus"])
     gpu_rows = [{**row, **({"price_per_hour": prices[g]} if g in prices else {})} for g, row in gpus]
-    tp = parse_axis(data.get("tp", list(TP_DEGREES)), "tp").astype(float)
+    tp = parse_axis(tp_axis or data.get("tp", list(TP_DEGREES)), "tp").astype(float)
     batch = parse_axis(data.get("batch", list(DEFAULT_BATCH)), "batch").astype(float)
     max_tokens = max(float(np.max(w.classes.input_len + w.classes.output_len)) for w in workloads)
     sizing = _sizing(data.get("sizing"))
-    serving_fields = functools.partial(_serving_fields, data, models, gpus, gpu_rows, tp, max_tokens, prices, sizing)
+    serving_fields = functools.partial(
+        _serving_fields, data, models, gpus, gpu_rows, tp, max_tokens, prices, sizing, layouts=layouts
+    )
     decided = serving_fields(data.get("serving"))
     study = Study(
         workloads=workloads,
@@ -337,12 +350,12 @@ def _study(data: dict, source: str, base_dir: Path | None) -> tuple[Study, funct
     return study, serving_fields
 
 
-def _serving_fields(data, models, gpus, gpu_rows, tp, max_tokens, prices, sizing, block) -> dict:
+def _serving_fields(data, models, gpus, gpu_rows, tp, max_tokens, prices, sizing, block, layouts=None) -> dict:
     """The Study fields the serving block ``block`` decides: serving per (model, GPU, TP) with its stages and table,
     the GPUs with their link constants, and the disaggregated deployments (priced as the study prices its GPUs)."""
     from ...inputs.disaggregated import parse_study_section
 
-    serving, serving_table = serving_per_tp(block, models, gpus, tp, max_tokens)
+    serving, serving_table = serving_per_tp(block, models, gpus, tp, max_tokens, layouts=layouts)
     serving = with_stages(serving, serving_table, data.get("pp", 1), models, gpus, tp, max_tokens)
     labelled = [(g, row) for (g, _), row in zip(gpus, gpu_rows, strict=True)]
     linked = [row for _, row in with_calibrated_links(labelled, data["gpus"], serving_table)]

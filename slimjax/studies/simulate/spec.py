@@ -33,13 +33,14 @@ from ...inputs.disaggregated import parse_deployments
 from ...inputs.engines import engine_settings
 from ...inputs.requests import read_trace_entry
 from ...inputs.serving import with_calibrated_links
-from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group, serving_per_setting
+from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group, serving_per_setting, with_layouts
 from ...model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 
 KEYS = (
     "models",
     "gpus",
     "tp",
+    "layouts",
     "pp",
     "batch",
     "replicas",
@@ -243,7 +244,9 @@ def parse(spec: str | os.PathLike | Mapping) -> Simulation:
     if precision not in PRECISIONS:
         raise SlimjaxError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     models, gpus = models_and_gpus(data, base_dir)
-    tp = parse_axis(data.get("tp", [1]), "tp").astype(float)
+    # layouts (docs/layouts.md): the tp axis and the layout settings of every layout of its GPU counts
+    tp_axis, settings, layouts = with_layouts(data, engine_settings(data.get("settings")), base_dir)
+    tp = parse_axis(tp_axis or data.get("tp", [1]), "tp").astype(float)
     pp = parse_axis(data.get("pp", [1]), "pp").astype(float)
     if router != "round_robin" and np.any(pp > 1):
         raise SlimjaxError(
@@ -256,8 +259,9 @@ def parse(spec: str | os.PathLike | Mapping) -> Simulation:
     stream = _stream(data["stream"], base_dir)
     max_tokens = float(np.max(stream.input_len + stream.output_len))
     serving_value = dict(data.get("serving") or {})
-    settings = engine_settings(data.get("settings"))
-    serving, table = serving_per_setting(serving_value, models, gpus, tp, pp, max_tokens, settings, calibrated=False)
+    serving, table = serving_per_setting(
+        serving_value, models, gpus, tp, pp, max_tokens, settings, calibrated=False, layouts=layouts
+    )
     gpus = with_calibrated_links(gpus, data["gpus"], table)
     deployments = parse_deployments(
         data.get("disaggregated"),
