@@ -90,6 +90,7 @@ def test_a_joint_fit_recovers_constants_tied_to_gpus_and_engines():
     assert float(ds.mape_tpot) < 1e-6 and float(ds.mape_ttft) < 1e-6
 
 
+@pytest.mark.heavy
 def test_a_per_step_cost_an_engine_shares_with_the_gpu_is_reported_unidentified():
     """t_l per GPU and t_step per engine on rows of one GPU under one engine are one per-step cost: neither is
     identified (the fit says so instead of splitting it)."""

@@ -14,6 +14,7 @@ from slimjax.errors import SlimjaxError
 from slimjax.fit import serving as fit
 
 
+@pytest.mark.heavy
 def test_fit_recovers_known_constants_with_a_step_floor_and_a_link_fraction():
     """Closed-loop rows scored on TTFT and TPOT, offline batches on TTFT alone (a batch prefill, as splitwise's
     prompt_time) and on their latency alone (as LLM-Inference-Bench's)."""

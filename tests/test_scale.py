@@ -170,6 +170,7 @@ DEVICES = textwrap.dedent(
 )
 
 
+@pytest.mark.heavy
 def test_four_forced_cpu_devices_equal_one(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "SLIMJAX_CPU_DEVICES")}
     run = subprocess.run(

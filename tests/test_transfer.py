@@ -156,6 +156,7 @@ def transfer_store(reps, tmp_path_factory):
     return r.output, path
 
 
+@pytest.mark.heavy
 def test_transfer_coverage_is_nominal_where_the_form_error_is_known(reps):
     v = validate(reps, methods=["slim"], iterations=40)
     cover = v.table[("coverage_transfer", "slim")]
