@@ -79,6 +79,7 @@ def test_alpha_gamma_confounded_within_one_model_is_flagged(clean):
     assert float(ds.mape_throughput.max()) < 1e-3  # yet the fit itself is exact
 
 
+@pytest.mark.heavy
 def test_padded_masked_groups_equal_separate_fits(clean):
     uneven = pd.concat(
         [

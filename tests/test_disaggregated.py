@@ -37,6 +37,8 @@ def _spec(model, deployments, stream=None, **serving):
 
 def _pool_terms(pool, arch):
     sv = {k: float(np.asarray(v)[0]) for k, v in pool.serving.fields().items()}
+    if pool.dp > 1:  # one attention rank of the pool's layout (docs/layouts.md; one stage)
+        return sref.replica_terms(arch, pool.gpu_row, sv)
     return sref.stage_terms(arch, pool.gpu_row, sv, pool.pp)
 
 
@@ -44,7 +46,7 @@ def _xfer(dep, arch, sv_kv_bytes):
     """t_net(L·e_kv·I / min(n_p, n_d)) over the slower NIC, written from §10."""
     p, d = dep.prefill, dep.decode
     e_kv = sref.kv_bytes_per_layer_token({**arch, "kv_dtype_bytes": sv_kv_bytes})
-    n = min(p.tp * p.pp, d.tp * d.pp)
+    n = min(p.tp * p.pp, d.tp * d.pp)  # one attention rank's GPUs of each pool
     if dep.transfer == "nvlink":
         g = p.gpu_row
         return lambda i: (
@@ -82,6 +84,14 @@ DEPLOYMENTS = {
         ),
         dict(launch_overhead_s=1e-4, step_overhead_s=0.002),
     ),
+    "gpt_oss_pools_with_their_own_layouts": (
+        "gpt-oss-120b",
+        dict(
+            prefill={"gpu": "H200", "tp": 1, "dp": 2, "ep": 2, "replicas": 2},
+            decode={"gpu": "H200", "tp": 1, "dp": 4, "ep": 4, "batch": 16},
+        ),
+        dict(step_overhead_s=0.001),
+    ),
 }
 
 
@@ -104,6 +114,7 @@ def test_disaggregated_equals_the_event_loop(case):
         d.decode.replicas,
         int(d.decode.batch),
         xfer,
+        engines=(d.prefill.engines, d.decode.engines),
     )
     got = ds.isel(model=0, deployment=0)
     np.testing.assert_allclose(got.disagg_ttft_s.values, want["ttft"], rtol=1e-9, atol=0)
@@ -112,8 +123,8 @@ def test_disaggregated_equals_the_event_loop(case):
     if case == "kv_bound_prefill_two_replicas":  # the prefill pool really was gated by KV held for transfers
         fp = [sref.footprint(tp_["arch"], int(i), 16) for i in INPUTS]
         assert tp_["pool"] < sum(fp[0::2])
-    price = d.prefill.replicas * d.prefill.tp * d.prefill.pp * d.prefill.gpu_row["price_per_hour"]
-    price += d.decode.replicas * d.decode.tp * d.decode.pp * d.decode.gpu_row["price_per_hour"]
+    price = d.prefill.replicas * d.prefill.tp * d.prefill.pp * d.prefill.dp * d.prefill.gpu_row["price_per_hour"]
+    price += d.decode.replicas * d.decode.tp * d.decode.pp * d.decode.dp * d.decode.gpu_row["price_per_hour"]
     np.testing.assert_allclose(float(got.disagg_cost_per_hour), price, rtol=1e-12)
 
 
@@ -177,7 +188,7 @@ STUDY = dict(
     tp=[1],
     batch=[32],
     slo=dict(ttft_s=0.08, itl_s=0.03),
-    sizing=dict(method="simulation", requests=160, max_replicas=16),
+    sizing=dict(method="simulation", requests=80, max_replicas=16),
 )
 SECTION = dict(
     prefill=[{"gpu": "H100-SXM"}],

@@ -89,6 +89,7 @@ def test_resume_after_kill_is_bit_identical(tmp_path, reference, how, n):
     assert verify(out)["ok"] and not partial.exists()
 
 
+@pytest.mark.heavy
 def test_kill_minus_nine_from_outside_then_resume_and_verify(tmp_path, reference):
     out = tmp_path / "s.zarr"
     spec = json.dumps(json.dumps(SPEC))

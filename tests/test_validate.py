@@ -450,6 +450,7 @@ def test_default_max_seqs_feature_is_vectorised():
     )
 
 
+@pytest.mark.heavy
 def test_intervals_cover_held_out_points_near_nominal():
     # in-model data, 3 % noise, random held-out points (many outside the training design)
     test = synthetic(["Llama-3.1-8B"], ["H100-SXM"], TRUE, noise=0.03, seed=22, rows=200)

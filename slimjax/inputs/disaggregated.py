@@ -5,11 +5,12 @@ A file's ``disaggregated`` block is a list of candidates::
 
     disaggregated:
       - prefill: {gpu: H100-SXM, tp: 2, pp: 1, replicas: 2}
-        decode: {gpu: H200, tp: 4, pp: 1, batch: 64, replicas: 1}
+        decode: {gpu: H200, tp: 1, dp: 8, ep: 8, batch: 256, replicas: 1}
         transfer: network          # or nvlink (both pools inside one node of the same GPU)
 
 Each pool's serving settings are the file's ``serving`` block resolved for its (model, GPU), with n_gpu = tp and
-pp as given (:func:`slimjax.inputs.studyfile.serving_per_group`).
+pp as given (:func:`slimjax.inputs.studyfile.serving_per_group`), and its own layout (docs/layouts.md: ``dp``,
+``ep``, ``moe_tp`` over the block's; a replica group is tp·pp·dp GPUs, its batch dealt over its pp·dp engines).
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ from ..model.specs import ServingSpec
 from . import catalog
 from .checks import positive_number
 from .serving import with_calibrated_links
+from .studyfile import setting_blocks
 
 TRANSFERS = ("network", "nvlink")
-POOLS = {"prefill": ("gpu", "tp", "pp", "replicas"), "decode": ("gpu", "tp", "pp", "batch", "replicas")}
+POOL_LAYOUT_KEYS = ("dp", "ep", "moe_tp")  # a pool's own layout over the serving block's (docs/layouts.md)
+POOLS = {
+    "prefill": ("gpu", "tp", "pp", "replicas", *POOL_LAYOUT_KEYS),
+    "decode": ("gpu", "tp", "pp", "batch", "replicas", *POOL_LAYOUT_KEYS),
+}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -43,15 +49,32 @@ class Pool:
     batch: float
     serving: ServingSpec
     serving_table: dict
+    layout: tuple = ()  # the pool's own layout keys, (key, value) pairs
+
+    @property
+    def dp(self) -> int:
+        """Attention data-parallel ranks of a replica group (docs/layouts.md)."""
+        return int(dict(self.layout).get("dp", 1))
 
     @property
     def gpus(self) -> int:
-        """GPUs of one replica group, n = n_tp · n_pp."""
+        """GPUs of one replica group, n = n_tp · n_pp · D."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def rank_gpus(self) -> int:
+        """GPUs of one attention rank, n_tp · n_pp: where a request's KV lives."""
         return self.tp * self.pp
+
+    @property
+    def engines(self) -> int:
+        """Engines of a replica group, n_pp · D (its arrivals dealt round robin over them)."""
+        return self.pp * self.dp
 
     def label(self, sized: bool = False) -> str:
         """``2×H100-SXM tp2 B64``; without the replica count where a study sizes it."""
         shape = f"tp{self.tp}" + (f"×pp{self.pp}" if self.pp > 1 else "")
+        shape += "".join(f" {k}{v:g}" for k, v in self.layout)
         batch = f" B{int(self.batch)}" if np.isfinite(self.batch) else ""
         return f"{'' if sized else f'{self.replicas}×'}{self.gpu} {shape}{batch}"
 
@@ -81,10 +104,13 @@ def _pool(value: Any, kind: str, field: str, models, serving_value, max_tokens, 
     pp = int(positive_number(value.get("pp", 1), f"{field}.pp", integer=True))
     replicas = int(positive_number(value.get("replicas", 1), f"{field}.replicas", integer=True))
     batch = positive_number(value["batch"], f"{field}.batch", integer=True) if kind == "decode" else np.inf
-    serving, table = per_group(serving_value, models, [gpu], np.array([float(tp)]), np.array([float(pp)]), max_tokens)
+    layout = tuple((k, value[k]) for k in POOL_LAYOUT_KEYS if k in value)
+    names = [*(m for m, _ in models), gpu[0]]
+    block = setting_blocks(serving_value, ((field, dict(layout)),), names, field)[0] if layout else serving_value
+    serving, table = per_group(block, models, [gpu], np.array([float(tp)]), np.array([float(pp)]), max_tokens)
     gpus = with_calibrated_links([gpu], [value["gpu"]], table)
     flat = ServingSpec(**{k: np.asarray(v, float).reshape(len(models)) for k, v in serving.fields().items()})
-    return Pool(gpus[0][0], gpus[0][1], tp, pp, replicas, float(batch), flat, table)
+    return Pool(gpus[0][0], gpus[0][1], tp, pp, replicas, float(batch), flat, table, layout)
 
 
 def parse_deployments(value: Any, models, serving_value, max_tokens: float, per_group) -> list[Deployment]:

@@ -154,20 +154,19 @@ def serving_per_setting(
     return ServingSpec(**stacked), table
 
 
-def setting_blocks(value: Any, settings: tuple, names) -> list[dict]:
+def setting_blocks(value: Any, settings: tuple, names, field: str | None = None) -> list[dict]:
     """The serving block once per engine setting, the setting's keys over its top level; a key the block also sets
     under one of ``names`` (the study's models and GPUs) is refused, and values are checked, naming
-    ``settings[i].key``."""
+    ``settings[i].key`` (``field.key`` where ``field`` is given: one block's own keys, such as a pool's layout)."""
     block = dict(value or {})
     out = []
     for i, (_, keys) in enumerate(settings):
         for key, v in keys.items():
+            where = f"{field}.{key}" if field else f"settings[{i}].{key}"
             for name in names:
                 if isinstance(block.get(name), Mapping) and key in block[name]:
-                    raise SlimjaxError(
-                        f"settings[{i}].{key}", f"serving.{name}.{key} sets it too: give it in one place"
-                    )
-            check_serving_value(key, v, f"settings[{i}].{key}")
+                    raise SlimjaxError(where, f"serving.{name}.{key} sets it too: give it in one place")
+            check_serving_value(key, v, where)
         out.append({**block, **keys})
     return out
 

@@ -4,7 +4,8 @@ the transfer, and the decode pool (decode-only §9 steps from T = I_i + 1, admis
 both through :func:`slimjax.engine.sim.round_robin_jobs` (round robin: request i to prefill replica i mod R_p;
 the k-th arrival at the decode pool to decode replica k mod R_d).
 
-Transfer (§10): t_xfer = t_net(kv_bytes_per_token·I_i / min(n_p, n_d)) over the slower pool's NIC (BW_net the
+Transfer (§10): t_xfer = t_net(kv_bytes_per_token·I_i / min(n_p, n_d)) (n: a pool's GPUs of one attention rank,
+n_tp·n_pp) over the slower pool's NIC (BW_net the
 smaller, τ_net the larger of the two), or, ``nvlink``, τ + x / (η_link·BW_link) of the shared node's link. A
 request with O_i = 1 is done at its first token and moves nothing.
 """
@@ -98,7 +99,7 @@ def transfer_seconds(kv_bytes, deployment: Deployment):
     (:func:`slimjax.model.parallel.link_bandwidth` of two GPUs) after τ; over the network the slower NIC after the
     larger latency."""
     p, d = deployment.prefill, deployment.decode
-    lanes = min(p.gpus, d.gpus)
+    lanes = min(p.rank_gpus, d.rank_gpus)  # a request's KV lives on one attention rank's GPUs
     if deployment.transfer == "nvlink":
         row = p.gpu_row
         with float64_scope():
@@ -357,8 +358,8 @@ def summaries(got: dict, deployment: Deployment, arrival) -> dict:
         warnings.simplefilter("ignore", RuntimeWarning)
         span = np.nanmax(got["e2e_s"] + np.asarray(arrival)[None, :], axis=-1) - np.min(arrival)
     p, d = deployment.prefill, deployment.decode
-    out["prefill_utilization"] = got["prefill_busy_s"] / (p.replicas * p.pp * span)
-    out["decode_utilization"] = got["decode_busy_s"] / (d.replicas * d.pp * span)
+    out["prefill_utilization"] = got["prefill_busy_s"] / (p.replicas * p.engines * span)
+    out["decode_utilization"] = got["decode_busy_s"] / (d.replicas * d.engines * span)
     gpus = p.replicas * p.gpus + d.replicas * d.gpus
     cost = proc.two_pool_cost_per_hour(
         p.replicas, p.gpus, p.gpu_row["price_per_hour"], d.replicas, d.gpus, d.gpu_row["price_per_hour"]
