@@ -596,15 +596,17 @@ def validate(
 
         from .studies.serving_check import error_markdown, error_table, simulate_disaggregated_rows, simulate_rows
 
-        scored = simulate_rows(frame, requests_per_client=requests_per_client)
-        # the disaggregated deployments the same files hold, through §10's closed loop (docs/layouts.md)
+        # the disaggregated deployments the same files hold run through §10's closed loop (docs/layouts.md)
         apart, read_apart = load_many(paths, format, said, disaggregated=True)
         read = read + [f"{line} (disaggregated)" for line in read_apart]
-        if len(apart):
-            scored = pd.concat(
-                [scored, simulate_disaggregated_rows(apart, requests_per_client=requests_per_client)],
-                ignore_index=True,
-            )
+        parts = [
+            score(rows, requests_per_client=requests_per_client)
+            for rows, score in ((frame, simulate_rows), (apart, simulate_disaggregated_rows))
+            if len(rows)
+        ]
+        if not parts:
+            raise SlimjaxError("traces", f"no row of {', '.join(map(str, paths))} can be scored (see what was dropped)")
+        scored = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
         table = error_table(scored)
         return Validation(read, table, error_markdown(table), scored, {})
     options = {k: v for k, v in (("methods", methods), ("scenarios", scenarios)) if v is not None}

@@ -10,7 +10,7 @@ from slimjax.fit import serving as fit
 
 # one engine in the default run, all three with SLIMJAX_TESTS=all (tests/conftest.py)
 @pytest.mark.parametrize(
-    "engine", [pytest.param("vllm", marks=pytest.mark.heavy), "sglang", pytest.param("trtllm", marks=pytest.mark.heavy)]
+    "engine", [pytest.param("vllm", marks=pytest.mark.heavy), pytest.param("sglang", marks=pytest.mark.heavy), "trtllm"]
 )
 def test_fit_recovers_known_constants_with_each_engine_profile(engine):
     """Rows a run of each engine would give (its profile: vLLM's paged cache and 8,192-token steps, SGLang's

@@ -189,6 +189,7 @@ RSS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_peak_memory_does_not_grow_with_the_grid(tmp_path):
     small = dict(
         models=["OPT-125m", "Llama-3.1-8B"],

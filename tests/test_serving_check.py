@@ -158,7 +158,13 @@ def test_disaggregated_rows_are_read_apart_and_run_through_both_pools(shared_dat
     first = picked.iloc[0]
     clients = first.decode_batch_size * first.decode_num_workers * first.decode_attention_dp_size
     assert rows.batch.iloc[0] == clients and rows.n_gpu.iloc[0] == 8 + 8 * first.decode_num_workers
-    scored = serving_check.simulate_disaggregated_rows(rows, requests_per_client=2)
+    apart = tmp_path / "apart.csv"  # the disaggregated rows alone, as validate --serving scores them
+    picked.iloc[:3].to_csv(apart, index=False)
+    from slimjax.api import validate
+
+    got = validate([apart], serving=True, requests_per_client=2)
+    assert got.read[-1].startswith(f"{apart}: 2 rows kept of 3 read") and got.read[-1].endswith("(disaggregated)")
+    scored = got.rows
     ok, crossing = scored.iloc[0], scored.iloc[1]
     assert np.isfinite([ok.sim_ttft_s, ok.sim_tpot_s]).all() and ok.not_run == ""
     assert ok.closed_loop_passes >= 2 and ok.layout_kind == "disaggregated"
