@@ -594,11 +594,19 @@ def validate(
     if serving:
         import pandas as pd
 
+        from .inputs.traces import AGGREGATED_REASON, load_traces, read_line
         from .studies.serving_check import error_markdown, error_table, simulate_disaggregated_rows, simulate_rows
 
-        # the disaggregated deployments the same files hold run through §10's closed loop (docs/layouts.md)
-        apart, read_apart = load_many(paths, format, said, disaggregated=True)
-        read = read + [f"{line} (disaggregated)" for line in read_apart]
+        # the disaggregated deployments the same files hold run through §10's closed loop (docs/layouts.md); a file
+        # that holds none says nothing more
+        apart = pd.DataFrame()
+        for p in paths:
+            got = load_traces(p, format=format, disaggregated=True)
+            if len(got) or set(got.attrs["dropped"]) - {AGGREGATED_REASON}:
+                read.append(f"{read_line(p, got)} (disaggregated)")
+                if said is not None:
+                    said(read[-1])
+                apart = pd.concat([apart, got], ignore_index=True) if len(apart) else got
         parts = [
             score(rows, requests_per_client=requests_per_client)
             for rows, score in ((frame, simulate_rows), (apart, simulate_disaggregated_rows))

@@ -181,3 +181,22 @@ def test_disaggregated_rows_are_read_apart_and_run_through_both_pools(shared_dat
     table = serving_check.error_table(scored)
     assert table[table.dimension == "layout_kind"].value.tolist() == ["disaggregated"]
     assert "its decode pool" in serving_check.error_markdown(table)
+
+
+def test_a_disaggregated_row_on_a_gpu_without_a_network_is_listed(shared_data, monkeypatch):
+    """The KV crosses the network between the pools: a GPU whose entry has no network_gbs cannot run the row, and
+    says what to add where (every catalog GPU has one; a user's own entry may not)."""
+    rows = slimjax.load_traces(shared_data / "measured" / "serving_silicon_h100_h200.csv", disaggregated=True).head(1)
+    real = serving_check.resolve_gpu
+
+    def without_network(name, field):
+        label, row = real(name, field)
+        return label, {**row, "network_bytes_per_s": 0.0}
+
+    monkeypatch.setattr(serving_check, "resolve_gpu", without_network)
+    scored = serving_check.simulate_disaggregated_rows(rows, requests_per_client=2)
+    assert np.isnan(scored.sim_ttft_s.iloc[0])
+    assert (
+        scored.not_run.iloc[0].startswith("its GPU has no network_gbs")
+        and "configs/gpus.yaml" in scored.not_run.iloc[0]
+    )

@@ -86,6 +86,8 @@ LAYOUT_REASONS = {
     "(load_traces(..., disaggregated=True)) and scored by validate --serving's disaggregated closed loop",
     "pipeline": "pipeline stages (pp_size > 1): the serving check runs tensor-parallel groups only",
 }
+# why a disaggregated reading leaves a row out: it is an aggregated one (read without disaggregated=True)
+AGGREGATED_REASON = "an aggregated deployment (read without disaggregated=True)"
 _SIGNATURES = {
     "llm_inference_bench": {
         "Hardware",
@@ -732,7 +734,7 @@ def load_traces(
 
     layout = df["layout"].fillna("").astype(str)
     if disaggregated:
-        drop(layout != "disaggregated", "an aggregated deployment (read without disaggregated=True)")
+        drop(layout != "disaggregated", AGGREGATED_REASON)
         sizes = [f"{pool}_{field}" for pool in POOL_KINDS for field in ("workers", "batch")]
         drop(
             df[sizes].isna().any(axis=1),
@@ -812,15 +814,13 @@ def read_line(path, frame: pd.DataFrame) -> str:
     )
 
 
-def load_many(
-    paths, format: str | None = None, said=None, disaggregated: bool = False
-) -> tuple[pd.DataFrame, list[str]]:
+def load_many(paths, format: str | None = None, said=None) -> tuple[pd.DataFrame, list[str]]:
     """The traces of several files as one frame (its ``attrs['dropped']`` summed over the files), and each
     file's :func:`read_line` (also given to ``said`` as each file is read, so that it is shown whatever
-    comes next); ``disaggregated``: their disaggregated deployments (:func:`load_traces`)."""
+    comes next)."""
     frames = []
     for p in paths:
-        frames.append(load_traces(p, format=format, disaggregated=disaggregated))
+        frames.append(load_traces(p, format=format))
         if said is not None:
             said(read_line(p, frames[-1]))
     combined = pd.concat(frames, ignore_index=True)

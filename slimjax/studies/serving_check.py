@@ -23,6 +23,7 @@ import pandas as pd
 from ..config import float64_scope
 from ..engine import sim as engine
 from ..fit import serving as serving_fit
+from ..inputs.catalog import resolve_gpu
 from ..inputs.engines import GENERIC, resolve_engine
 from ..inputs.harnesses import request_lengths
 from ..inputs.layouts import layout_kind
@@ -113,9 +114,14 @@ def pool_rows(rows: pd.DataFrame, pool: str) -> pd.DataFrame:
 
 
 def _pool_problems(rows: pd.DataFrame) -> pd.Series:
-    """Per disaggregated row, why a pool cannot run ("" where both can): :func:`cannot_run` of each pool, and
-    pipeline stages in a pool (not read)."""
+    """Per disaggregated row, why a pool cannot run ("" where both can): a GPU without a network for the transfer,
+    :func:`cannot_run` of each pool, and pipeline stages in a pool (not read)."""
     why = pd.Series("", index=rows.index, dtype=object)
+    networked = {g: resolve_gpu(g, "traces.gpu")[1]["network_bytes_per_s"] > 0 for g in set(rows.gpu)}
+    why = why.where(
+        rows.gpu.map(networked).astype(bool),
+        "its GPU has no network_gbs for the KV transfer (add it to its entry in configs/gpus.yaml)",
+    )
     for pool in ("prefill", "decode"):
         staged = rows[f"{pool}_pp"].to_numpy(float) > 1
         why = why.where((why != "") | ~staged, f"its {pool} pool has pipeline stages (not read for pools)")
