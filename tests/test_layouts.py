@@ -9,6 +9,8 @@ import re
 import numpy as np
 import pytest
 import serving_reference as sref
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import slimjax
 from slimjax.errors import SlimjaxError
@@ -497,3 +499,30 @@ def test_a_procurement_study_takes_layouts():
     assert label.startswith("step_tokens 2048, ")
     n = np.asarray(v.serving.n_gpu).reshape(len(study.tp), -1)[:, 0]
     assert np.isfinite(n).tolist() == [True, False, False, False]
+
+
+@given(
+    counts=st.lists(st.sampled_from([1, 2, 4, 8, 16, 32]), min_size=1, max_size=3, unique=True),
+    heads=st.sampled_from([8, 12, 32, 64, 128]),
+    experts=st.sampled_from([0, 8, 60, 128, 256]),
+    nodes=st.lists(st.sampled_from([4, 8, 72]), min_size=1, max_size=2),
+)
+@settings(max_examples=60, deadline=None)
+def test_study_layouts_hold_only_layouts_of_the_counts_asked(counts, heads, experts, nodes):
+    """Whatever the counts, model and GPUs: every candidate of `layouts` is a layout of one of the counts asked
+    (tp·dp of them, experts and attention on the same GPUs, ep dividing the experts, tp dividing the heads and within
+    the smallest node), the tp axis and settings axis together hold every candidate, and a dense model takes TP only."""
+    arch = {"n_heads": heads, "n_experts": experts, "n_layers": 32}
+    gpus = [(f"G{i}", {"gpus_per_node": n, "network_bytes_per_s": 5e10}) for i, n in enumerate(nodes)]
+    try:
+        got = layouts.study_layouts(counts, [("M", arch)], gpus)
+    except SlimjaxError as e:  # no layout at all: said, naming the field
+        assert str(e).startswith("layouts: no layout of")
+        return
+    pairs = {(t, s["dp"], s["ep"], s["moe_tp"]) for t in got.tp for _, s in got.settings}
+    for valid in got.valid.values():
+        assert valid <= pairs
+        for tp, dp, ep, moe_tp in valid:
+            assert tp * dp in counts and moe_tp * ep == tp * dp
+            assert heads % tp == 0 and tp <= min(nodes)
+            assert (ep == 1 and dp == 1) if experts == 0 else experts % ep == 0
