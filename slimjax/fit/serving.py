@@ -265,9 +265,15 @@ def row_terms(x: dict, named: dict, parts: tuple[bool, ...] = (False, False)):
     named = dict(named)
     link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}
     gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
-    given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication", *LAYOUT_COLUMNS)}
-    serving = default_serving(x["model"], n_gpu=x["n_gpu"], **given, **named)
+    serving = row_serving(x, **named)
     return serving, engine.with_parts(floor.replica_terms(x["model"], gpu, serving), parts)
+
+
+def row_serving(x: dict, **keys):
+    """The ServingSpec of lanes ``x`` (:func:`lane_inputs`): each row's TP degree, engine profile, KV replication and
+    layout, with ``keys`` (serving keys, per lane) over them and every other key at its default."""
+    given = {k: x[k] for k in (*PROFILE_KEYS, "kv_replication", *LAYOUT_COLUMNS)}
+    return default_serving(x["model"], n_gpu=x["n_gpu"], **given, **keys)
 
 
 def _buckets(rows: pd.DataFrame, inputs: dict) -> dict[tuple, np.ndarray]:

@@ -25,14 +25,14 @@ from ..errors import SlimjaxError, suggest
 from ..model.specs import ServingSpec
 from . import catalog
 from .checks import positive_number
+from .engines import LAYOUT_KEYS
 from .serving import with_calibrated_links
 from .studyfile import setting_blocks
 
 TRANSFERS = ("network", "nvlink")
-POOL_LAYOUT_KEYS = ("dp", "ep", "moe_tp")  # a pool's own layout over the serving block's (docs/layouts.md)
 POOLS = {
-    "prefill": ("gpu", "tp", "pp", "replicas", *POOL_LAYOUT_KEYS),
-    "decode": ("gpu", "tp", "pp", "batch", "replicas", *POOL_LAYOUT_KEYS),
+    "prefill": ("gpu", "tp", "pp", "replicas", *LAYOUT_KEYS),  # a pool's own layout over the serving block's
+    "decode": ("gpu", "tp", "pp", "batch", "replicas", *LAYOUT_KEYS),
 }
 
 
@@ -104,7 +104,7 @@ def _pool(value: Any, kind: str, field: str, models, serving_value, max_tokens, 
     pp = int(positive_number(value.get("pp", 1), f"{field}.pp", integer=True))
     replicas = int(positive_number(value.get("replicas", 1), f"{field}.replicas", integer=True))
     batch = positive_number(value["batch"], f"{field}.batch", integer=True) if kind == "decode" else np.inf
-    layout = tuple((k, value[k]) for k in POOL_LAYOUT_KEYS if k in value)
+    layout = tuple((k, value[k]) for k in LAYOUT_KEYS if k in value)
     names = [*(m for m, _ in models), gpu[0]]
     block = setting_blocks(serving_value, ((field, dict(layout)),), names, field)[0] if layout else serving_value
     serving, table = per_group(block, models, [gpu], np.array([float(tp)]), np.array([float(pp)]), max_tokens)

@@ -20,7 +20,8 @@ GENERIC = "generic"
 ENGINE_SETTING_KEYS = ("step_tokens", "chunk_size", "block_size", "kv_policy", "kv_watermark", "prefill_first")
 # what a study's `settings` axis may vary besides them: the group's layout (docs/layouts.md), as the engines' launch
 # flags set it (SGLang --dp/--ep, vLLM --data-parallel-size/--enable-expert-parallel, TensorRT-LLM's moe_*_size)
-LAYOUT_SETTING_KEYS = ("dp", "ep", "moe_tp", "expert_imbalance", "dispatch_dtype")
+LAYOUT_KEYS = ("dp", "ep", "moe_tp")  # a layout beyond its TP degree (one stage): the ranks and the experts' split
+LAYOUT_SETTING_KEYS = (*LAYOUT_KEYS, "expert_imbalance", "dispatch_dtype")
 CANDIDATE_SETTING_KEYS = (*ENGINE_SETTING_KEYS, *LAYOUT_SETTING_KEYS)
 
 

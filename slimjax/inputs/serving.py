@@ -31,7 +31,7 @@ from ..model.pipeline import PP_DEGREES
 from ..model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 from .catalog import config_yaml, dtype_bytes, gpu_catalog, require_network, resolve_model
 from .checks import checked_number, is_integer, split_keyed_block
-from .engines import GENERIC, LAYOUT_SETTING_KEYS, EngineProfile, resolve_engine
+from .engines import GENERIC, LAYOUT_KEYS, LAYOUT_SETTING_KEYS, EngineProfile, resolve_engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -760,7 +760,7 @@ def serving_block(
             )
             invalid = {}
             for n in [checked["n_gpu"]] if tp_degrees is None else tp_degrees:
-                shape = (n, *(checked[k] for k in ("dp", "ep", "moe_tp")))
+                shape = (n, *(checked[k] for k in LAYOUT_KEYS))
                 if layouts is not None and (unfit or tuple(map(int, shape)) not in layouts[m, g]):
                     invalid[str(int(n))] = unfit or f"{m} on {g}: not one of the study's layouts (layouts)"
                     continue

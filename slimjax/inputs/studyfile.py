@@ -14,6 +14,7 @@ from ..errors import SlimjaxError, suggest
 from ..model.calculator import replicated_kv
 from ..model.specs import ServingSpec
 from . import catalog
+from .engines import LAYOUT_KEYS
 from .layouts import study_layouts
 from .serving import (
     check_group_shape,
@@ -180,7 +181,7 @@ def with_layouts(data: Mapping, settings: tuple, base_dir: Path | None) -> tuple
     if "tp" in data:
         raise SlimjaxError("layouts", "sets the tp axis itself: give tp or layouts, not both")
     for i, (_, keys) in enumerate(settings):
-        taken = [k for k in keys if k in ("dp", "ep", "moe_tp")]
+        taken = [k for k in keys if k in LAYOUT_KEYS]
         if taken:
             raise SlimjaxError(f"settings[{i}].{taken[0]}", "layouts sets the layout keys: give them in one place")
     models, gpus = models_and_gpus(data, base_dir)

@@ -259,7 +259,9 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
     kv_bytes = run.map(lambda b: 1.0 if b is not None and np.isfinite(b) and b <= 1 else np.nan)
 
     def column(col, default):
-        return pd.to_numeric(df[col], errors="coerce").fillna(default) if col in df else default
+        if col not in df:
+            return pd.Series(default, index=df.index, dtype=float)
+        return pd.to_numeric(df[col], errors="coerce").fillna(default)
 
     def above_one(col):
         return column(col, 1.0) > 1
@@ -277,7 +279,6 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
         for pool in POOL_KINDS
         for field, (source, default) in POOL_FIELDS.items()
     }
-    pools = {k: v if isinstance(v, pd.Series) else pd.Series(v, index=df.index, dtype=float) for k, v in pools.items()}
     disagg = layout == "disaggregated"
     # a disaggregated row: its clients are the decode pool's slots, batch·workers·dp (each such row's
     # silicon_concurrency says so), its GPUs both pools' (workers·tp·pp·dp each); its group columns stay 1
@@ -292,9 +293,9 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
             model=df["model_path"],
             gpu=df["system"],
             n_gpu=df["tp_size"].where(~disagg, gpus),
-            dp=pd.Series(dp, index=df.index).where(~disagg, 1.0),
-            ep=pd.Series(column("moe_ep_size", 1.0), index=df.index).where(~disagg, 1.0),
-            moe_tp=pd.Series(column("moe_tp_size", 0.0), index=df.index).where(~disagg, 0.0),
+            dp=dp.where(~disagg, 1.0),
+            ep=column("moe_ep_size", 1.0).where(~disagg, 1.0),
+            moe_tp=column("moe_tp_size", 0.0).where(~disagg, 0.0),
             framework=framework,
             batch=(df["batch_size"] * dp).where(~disagg, clients),
             input_len=df["isl"],

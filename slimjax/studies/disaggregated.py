@@ -188,14 +188,14 @@ def prefill_jobs(terms, batch, replicas, streams, footprints, hold, dtype=np.flo
     )
 
 
-def decode_jobs(terms, batch, replicas, streams, footprints, later, dtype=np.float64) -> dict:
-    """The decode pool (§10) of each job j (as :func:`prefill_jobs`): each request with O > 1 arrives at ``later[j]``
-    (first token + transfer), the k-th arrival (ties to the lower index) to replica k mod R_d, its KV of I + O
-    ``footprints[j]``; completion times (N_j,) in stream order (NaN where O = 1: done at its first token)."""
+def decode_jobs(terms, batch, replicas, streams, footprints, first, xfer, dtype=np.float64) -> dict:
+    """The decode pool (§10) of each job j (as :func:`prefill_jobs`): each request with O > 1 arrives at its first
+    token ``first[j]`` + transfer ``xfer[j]``, the k-th arrival (ties to the lower index) to replica k mod R_d, its KV
+    of I + O ``footprints[j]``; completion times (N_j,) in stream order (the first token's where O = 1: done there)."""
     J = len(streams)
     subs, fps, orders = [], [], []
-    for st, fp, t_all in zip(streams, footprints, later, strict=True):
-        t_all = np.asarray(t_all)
+    for st, fp, f, x in zip(streams, footprints, first, xfer, strict=True):
+        t_all = np.asarray(f) + np.asarray(x)
         go = np.flatnonzero(np.asarray(st["output_len"]) > 1)
         t = np.where(np.isfinite(t_all[go]), t_all[go], np.inf)
         order = go[np.lexsort((go, t))]
@@ -209,7 +209,7 @@ def decode_jobs(terms, batch, replicas, streams, footprints, later, dtype=np.flo
             }
         )
         fps.append(np.broadcast_to(np.asarray(fp)[order].astype(dtype), (J, len(order))))
-    end = [np.full(len(np.asarray(st["output_len"])), np.nan) for st in streams]
+    end = [np.array(f, np.float64) for f in first]  # a request with O = 1 is done at its first token
     if not any(len(o) for o in orders):
         return dict(end=end, busy=np.zeros(J), steps=0)
     jobs = np.arange(J)
@@ -245,13 +245,17 @@ def decode_phase(inputs: dict, stream: dict, first, batch: float, replicas, dtyp
     """The decode pool of each model at ``replicas[m]``: each request arrives at first token + transfer, the k-th
     arrival (ties to the lower index) to replica k mod R_d; completion times (M, N) (the first token's where O = 1)."""
     M = len(inputs["fits"])
-    later = first + inputs["xfer"]
     got = decode_jobs(
-        inputs["terms_d"], np.full(M, batch), replicas, [stream] * M, list(inputs["fp_d"]), list(later), dtype
+        inputs["terms_d"],
+        np.full(M, batch),
+        replicas,
+        [stream] * M,
+        list(inputs["fp_d"]),
+        list(first),
+        list(inputs["xfer"]),
+        dtype,
     )
-    done = np.asarray(stream["output_len"]) <= 1  # done at its first token
-    end = np.where(done[None, :], np.asarray(first, np.float64), np.stack(got["end"]))
-    return dict(end=end, busy=got["busy"], steps=got["steps"])
+    return dict(end=np.stack(got["end"]), busy=got["busy"], steps=got["steps"])
 
 
 def closed_loop(
@@ -290,27 +294,16 @@ def closed_loop(
     passes = np.zeros(len(streams), int)
     for k in range(1, max_passes + 1):
         opened = [dict(st, arrival_s=a) for st, a in zip(streams, arrival, strict=True)]
-        pre = prefill_jobs(terms_p, batch_p, replicas_p, opened, fp_p, xfer, dtype)
-        later = [f + x for f, x in zip(pre["first"], xfer, strict=True)]
-        dec = decode_jobs(terms_d, batch_d, replicas_d, opened, fp_d, later, dtype)
-        first = pre["first"]
-        end = [
-            np.where(np.asarray(st["output_len"]) <= 1, f, e)
-            for st, f, e in zip(streams, first, dec["end"], strict=True)
+        first = prefill_jobs(terms_p, batch_p, replicas_p, opened, fp_p, xfer, dtype)["first"]
+        end = decode_jobs(terms_d, batch_d, replicas_d, opened, fp_d, first, xfer, dtype)["end"]
+        passes[~settled] = k  # the pass that finds a job's arrivals unchanged is its last
+        nxt = [
+            np.concatenate([a[: int(c)], np.where(np.isfinite(e[: len(a) - int(c)]), e[: len(a) - int(c)], np.inf)])
+            for a, e, c in zip(arrival, end, clients, strict=True)
         ]
-        moved = False
-        for j, (a, e, c) in enumerate(zip(arrival, end, clients, strict=True)):
-            nxt = a.copy()
-            nxt[int(c) :] = np.where(np.isfinite(e[: len(a) - int(c)]), e[: len(a) - int(c)], np.inf)
-            if not settled[j]:
-                passes[j] = k
-            if np.array_equal(nxt, a):
-                settled[j] = True
-            else:
-                moved = True
-                settled[j] = False
-            arrival[j] = nxt
-        if not moved:
+        settled = np.array([np.array_equal(n, a) for n, a in zip(nxt, arrival, strict=True)])
+        arrival = nxt
+        if settled.all():
             break
     return [
         dict(arrival_s=a, first_token_s=f, end_s=e, passes=int(p), settled=bool(ok))

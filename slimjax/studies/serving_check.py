@@ -27,7 +27,7 @@ from ..inputs.catalog import resolve_gpu
 from ..inputs.engines import GENERIC, resolve_engine
 from ..inputs.harnesses import request_lengths
 from ..inputs.layouts import layout_kind
-from ..inputs.serving import calibrated_efficiency, calibrated_link, calibrated_request_overhead, default_serving
+from ..inputs.serving import calibrated_efficiency, calibrated_link, calibrated_request_overhead
 from ..inputs.traces import LAYOUT_COLUMNS
 from ..model import batching as floor
 from ..model.memory import model_kv_bytes_per_layer_token
@@ -233,8 +233,7 @@ def cannot_run(rows: pd.DataFrame) -> pd.Series:
     with float64_scope():
         x = serving_fit.lane_inputs(rows)
         m, g = x["model"], x["gpu"]
-        given = {k: x[k] for k in (*serving_fit.PROFILE_KEYS, "kv_replication", *LAYOUT_COLUMNS)}
-        serving = default_serving(m, n_gpu=x["n_gpu"], **given)
+        serving = serving_fit.row_serving(x)
         lengths = SimpleNamespace(input_len=x["input_len"], output_len=x["output_len"])
         terms, footprint, fits = candidate_inputs(m, g, serving, lengths, np.float64)
     n = len(rows)
