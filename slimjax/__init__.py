@@ -16,6 +16,7 @@ from ._version import __version__
 # ``slimjax.constants`` the command line reads) loads no floor and starts no JAX.
 _EXPORTS = {
     "configure": "config",
+    "read_spec_file": "inputs.files",
     "calibrate": "fit.slim",
     "calibrate_roofline": "fit.roofline",
     "calibrate_serving": "fit.serving",

@@ -448,6 +448,9 @@ def capacity(
         # the fix a user needs is the group that holds this batch, not only one sequence
         result["batch"] = float(batch)
         result["n_gpu_to_fit_batch"] = float(sweepfile.smallest_tp_for_batch(sw, input_len + output_len, batch)[0, 0])
+        if not result["n_gpu_to_fit_batch"]:  # no tensor-parallel group: the fewest pipeline stages of node-wide ones
+            tp, pp = sweepfile.smallest_stages_for_batch(sw, input_len + output_len, batch)
+            result["tp_pp_to_fit_batch"] = (float(tp[0, 0]), float(pp[0, 0]))
         table = sw.serving_table[sw.models[0]][sw.gpus[0]]
         result["efficiency"] = table["efficiency"]  # with its constants' source
         result["dp"] = float(table.get("dp", 1))  # the group is n_tp·n_pp·D GPUs (docs/layouts.md)

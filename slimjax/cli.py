@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 import sys
 
@@ -23,16 +24,23 @@ def _bytes(ctx, param, value: str) -> float:
     return size
 
 
-def _reports_errors(words=None, also: tuple = ()):
+def _reports_errors(words=None, also: tuple = (), spec: tuple[str, str] | None = None):
     """Run a command; a SlimjaxError (or one of ``also``) is one line on stderr in the command line's words
-    (``words``, default :func:`_cli_words`) and exit status 2."""
+    (``words``, default :func:`_cli_words`) and exit status 2. ``spec``: (argument, file kind) of a spec file the
+    command reads, checked first (:func:`slimjax.inputs.files.read_spec_file`: the YAML and its keys), before JAX and
+    the store libraries load; then JAX is set up (:func:`slimjax.configure`) and the command runs."""
 
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
+            import slimjax  # the front door alone: nothing below it loads until a name is used
+
             from .errors import SlimjaxError
 
             try:
+                if spec is not None:
+                    slimjax.read_spec_file(kwargs[spec[0]], spec[1])  # JAX-free
+                slimjax.configure()  # one XLA CPU device per core, float64 available
                 return fn(*args, **kwargs)
             except (SlimjaxError, *also) as e:
                 click.echo(f"error: {(words or _cli_words)(e)}", err=True)
@@ -105,9 +113,7 @@ def main() -> None:
     """slimjax: LLM-serving capacity planning over dense grids (SLIM, B_cap)."""
     import warnings
 
-    import slimjax
-
-    slimjax.configure()  # one XLA CPU device per core, float64 available
+    # JAX is set up by each command (_reports_errors), after its spec file is checked
     # a warning is one line for a user, not a source location and a line of slimjax's code
     warnings.formatwarning = lambda message, category, *args, **kwargs: f"warning: {message}\n"
 
@@ -126,7 +132,7 @@ def main() -> None:
     type=click.Path(file_okay=False),
     help="Write the report (PNGs, index.html) here.",
 )
-@_reports_errors()
+@_reports_errors(spec=("sweep_file", "sweep"))
 def sweep(
     sweep_file: str,
     out: str,
@@ -217,7 +223,7 @@ def verify(store_path: str) -> None:
 @click.argument("simulation_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out", default=None, type=click.Path(), help="zarr store to write (SIM.zarr).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
-@_reports_errors()
+@_reports_errors(spec=("simulation_file", "simulation"))
 def simulate(simulation_file: str, out: str | None, overwrite: bool) -> None:
     """Serve SIMULATION_FILE's request stream on each candidate replica fleet, step by step (MODEL.md §9)."""
     import slimjax
@@ -243,7 +249,7 @@ def simulate(simulation_file: str, out: str | None, overwrite: bool) -> None:
     help="Write the report (PNGs, index.html) here.",
 )
 @_engine_options
-@_reports_errors()
+@_reports_errors(spec=("study_file", "study"))
 def procure(
     study_file: str,
     out: str | None,
@@ -697,6 +703,15 @@ def _print_tables(tables, i: int, o: int) -> None:
         click.echo(_cells(tables["b_cap"], runs).to_string())
         click.echo(f"\nSLIM throughput at B_cap, tokens/s, at input_len={i}, output_len={o}:")
         click.echo(_cells(tables["throughput_at_b_cap"].fillna(0), runs).to_string())
+    if "throughput_per_gpu_at_b_cap" in tables:  # groups differ in size: per GPU and per dollar
+        click.echo(f"\nThe same per GPU of the group, tokens/s per GPU, at input_len={i}, output_len={o}:")
+        click.echo(_cells(tables["throughput_per_gpu_at_b_cap"].fillna(0), runs).to_string())
+        click.echo(
+            f"\n$ per million tokens (input + output) at B_cap, the group's GPUs at the catalog's illustrative "
+            f"on-demand prices (dated {C.PRICE_DATE}; edit configs/gpus.yaml), at input_len={i}, output_len={o}:"
+        )
+        dollars = tables["cost_per_mtok_at_b_cap"].map(lambda x: f"{x:.3f}" if math.isfinite(x) else "n/a")
+        click.echo(_cells(dollars, runs, integer=False).to_string())
     click.echo(f"\nPlateau throughput (best over the batches that fit), tokens/s, at input_len={i}, output_len={o}:")
     click.echo(_cells(tables["plateau_throughput"], runs).to_string())
     if "agents" in tables:

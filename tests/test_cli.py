@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 import xarray as xr
 import yaml
 
@@ -51,6 +52,16 @@ def test_sweep_writes_store_and_prints_table(tmp_path):
     after = next(k for k, line in enumerate(lines) if line.startswith("B_cap"))  # (the GPU-count table comes first)
     row = next(line for line in lines[after:] if line.startswith("Llama-3.1-8B"))
     assert row.split()[2] == str(b_cap)
+    # per GPU and per dollar beside the group's figure, by hand: tokens/s over tp·pp GPUs, and the group's $/hour
+    # over the tokens of an hour (H100-SXM at the catalog's $2.99 per GPU-hour)
+    tables = slimjax.summary(ds)
+    at = ds.sel(model="Llama-3.1-8B", gpu="H100-SXM", input_len=1024, output_len=256)
+    b = int(at.b_cap)
+    tput, gpus = float(at.slim_throughput.sel(batch=b)), int(at.n_gpu) * int(at.pp)
+    assert tables["throughput_per_gpu_at_b_cap"].loc["Llama-3.1-8B", "H100-SXM"] == pytest.approx(tput / gpus)
+    want = 2.99 * gpus / (tput * 3600) * 1e6
+    assert tables["cost_per_mtok_at_b_cap"].loc["Llama-3.1-8B", "H100-SXM"] == pytest.approx(want)
+    assert "$ per million tokens" in r.stdout and f"{want:.3f}" in r.stdout
 
 
 def test_refuses_existing_store_then_overwrites(tmp_path):
@@ -71,6 +82,29 @@ def test_bad_input_exits_nonzero_with_field(tmp_path):
     assert r.returncode == 2
     assert "gpus[1]: unknown GPU 'H1OO-PCIe'; did you mean" in r.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == [spec]
+
+
+def test_bad_file_answers_before_jax_loads(tmp_path):
+    """A file's YAML and top-level keys are checked before JAX, xarray and zarr load: one line naming the file,
+    line and column, from a fresh interpreter that never imported them (so it answers in a fraction of a second)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [OPT-125m\ngpus: [H100]\n")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump({"workloads": [], "modles": ["x"]}))
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom slimjax.cli import main\n"
+        f"for args in (['sweep', {str(bad)!r}, '--out', 'x.zarr'], ['simulate', {str(bad)!r}],"
+        f" ['procure', {str(typo)!r}]):\n"
+        "    r = CliRunner().invoke(main, args)\n"
+        "    print(r.exit_code, r.stderr.strip())\n"
+        "print(sorted(m for m in ('jax', 'xarray', 'zarr') if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    lines = r.stdout.splitlines()
+    where = f"{bad}:2:5: not valid YAML: expected ',' or ']', but got ':'"
+    assert lines[0].startswith(f"2 error: {where}") and lines[1].startswith(f"2 error: {where}")
+    assert lines[2] == "2 error: modles: unknown top-level key; did you mean 'models'?"
+    assert lines[3] == "[]" and len(lines) == 4
 
 
 def test_memory_budget_and_at_options(tmp_path):
@@ -184,3 +218,30 @@ def test_capacity_unbounded_and_errors():
             *flags,
         )
         assert r.returncode == 2 and message in r.stderr, flags
+
+
+def test_capacity_card_of_stages_and_the_group_that_fits():
+    """A pipeline group counts tp·pp GPUs and shows its KV pool per stage; a model no tensor-parallel group holds
+    is told the fewest pipeline stages of the largest group in a node that do, checked by hand: Llama-3.1-405B's
+    756 GiB of bf16 weights over 8 H100s leave no KV pool (8 × 72 GiB = 576 GiB); two stages of 8 hold 378 GiB
+    each and keep 198 GiB per stage for the KV."""
+    r = run_here(
+        "capacity", "--model", "Llama-3.1-70B", "--gpu", "H100-SXM", "--n-gpu", "8", "--pp", "2",
+        "--input-len", "1024", "--output-len", "256", "--batch", "32",
+    )  # fmt: skip
+    assert r.returncode == 0
+    assert "GPUs in the group              16 (TP 8 × PP 2 × DP 1)" in r.stdout
+    # one stage: 8 GPUs × 0.9 × 80 GiB less half of the 131.4 GiB of weights
+    stage = 8 * 0.9 * 80 * 2**30 - 70_552_387_584
+    assert f"KV pool per stage              510.3 GiB ({stage:,.0f} bytes) in each of 2 stages" in r.stdout
+    for auto in ((), ("--n-gpu", "auto")):
+        r = run_here(
+            "capacity", "--model", "Llama-3.1-405B", "--gpu", "H100-SXM", *auto,
+            "--input-len", "1024", "--output-len", "256", "--batch", "8",
+        )  # fmt: skip
+        assert "; --n-gpu 8 --pp 2 (16 GPUs in 2 pipeline stages) holds batch 8" in r.stdout, r.stdout
+    r = run_here(
+        "capacity", "--model", "Llama-3.1-405B", "--gpu", "L40S", "--n-gpu", "auto",
+        "--input-len", "100000", "--output-len", "256", "--batch", "800",
+    )  # fmt: skip
+    assert "nor do 8 pipeline stages of the largest group in a node" in r.stdout

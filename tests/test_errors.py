@@ -97,7 +97,14 @@ def test_missing_required_key():
 def test_unparseable_yaml(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("models: [OPT-125m\ngpus: H100\n")
-    err(str(path), r"sweep file: .*bad.yaml' is not valid YAML")
+    # the file, line and column where PyYAML stopped, and where the construct it was reading began
+    err(
+        str(path),
+        r"bad.yaml:2:5: not valid YAML: expected ',' or '\]', but got ':' "
+        r"\(while parsing a flow sequence, begun at 1:9\)",
+    )
+    path.write_text("")
+    err(str(path), r"sweep file: .*bad.yaml' must hold a mapping of models, .* got an empty file")
 
 
 def test_hf_config_lacking_key_in_sweep(tmp_path):

@@ -137,8 +137,9 @@ def test_no_private_name_is_imported_across_modules():
 
 
 def test_the_command_line_only_parses_calling_the_api():
-    """cli.py imports slimjax.api (or the package front door, whose names it uses resolve to api or to
-    configure) and the base modules; no floor below."""
+    """cli.py imports slimjax.api (or the package front door, whose names it uses resolve to api, to configure,
+    or to the JAX-free spec-file check a command runs before anything heavy loads) and the base modules; no floor
+    below."""
     cli = PACKAGE / "cli.py"
     allowed = {("api",), (), ("constants",), ("errors",)}
     offences = [f"cli.py:{line} imports {'.'.join(t)}" for line, t in _imports(cli) if tuple(t[:1]) not in allowed]
@@ -148,7 +149,9 @@ def test_the_command_line_only_parses_calling_the_api():
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "slimjax":
             used.add(node.attr)
     wrong = {
-        n: slimjax._EXPORTS.get(n) for n in used if n != "api" and slimjax._EXPORTS.get(n) not in ("api", "config")
+        n: slimjax._EXPORTS.get(n)
+        for n in used
+        if n != "api" and slimjax._EXPORTS.get(n) not in ("api", "config", "inputs.files")
     }
     assert not wrong, f"cli.py uses slimjax names that are not api entry points: {wrong}"
 
@@ -225,20 +228,24 @@ def test_the_command_line_offers_the_tables_own_choices_and_help_starts_no_jax()
 
 
 def test_entry_points_work_without_configure_and_warn_on_one_device():
-    """Without configure(): float64 results stay float64 (the entry points scope it) and a multi-core
-    machine is told it runs on one CPU device."""
+    """Without configure(): float64 results stay float64 (the entry points scope it); one point is one block and
+    runs on one device whatever the count, so it warns of nothing (README's one-liners print no warning), while
+    work of several pieces on a multi-core machine is told it runs on one CPU device."""
     code = (
         "import warnings, json, slimjax, jax;"
         "warnings.simplefilter('always');"
         "w = warnings.catch_warnings(record=True); rec = w.__enter__();"
         "r = slimjax.capacity('Llama-3.1-8B', 'H100-SXM', 1024, 256, 8);"
-        "print(json.dumps([r['max_seqs'], r['kv_pool_bytes'], any('one CPU device' in str(x.message) for x in rec),"
-        " bool(jax.config.jax_enable_x64)]))"
+        "one = any('one CPU device' in str(x.message) for x in rec);"
+        "from slimjax.engine.dispatch import compute_devices; compute_devices(tasks=2);"
+        "many = any('one CPU device' in str(x.message) for x in rec);"
+        "print(json.dumps([r['max_seqs'], r['kv_pool_bytes'], one, many, bool(jax.config.jax_enable_x64)]))"
     )
-    seqs, pool, warned, x64 = _fresh_python(code)
+    seqs, pool, one_point_warned, warned, x64 = _fresh_python(code)
     want = slimjax.capacity("Llama-3.1-8B", "H100-SXM", 1024, 256, 8)
     assert seqs == want["max_seqs"] and pool == want["kv_pool_bytes"]  # exact: float64 in both
     assert x64 is False  # the scope did not leak
+    assert one_point_warned is False
     assert warned == (len(os.sched_getaffinity(0)) > 1)
 
 

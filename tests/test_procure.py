@@ -442,6 +442,15 @@ def test_bad_study_input_names_the_field(change, field):
     assert e.value.field.startswith(field), e.value
 
 
+def test_rates_below_or_at_zero_get_one_message():
+    """0 and −2 are refused alike (a rate axis of a study is positive), rates and rate_scale alike."""
+    for key in ("rates", "rate_scale"):
+        for bad in (0.0, -2.0):
+            with pytest.raises(slimjax.SlimjaxError) as e:
+                procurefile.parse({**SMALL, key: [bad]})
+            assert str(e.value) == f"{key}[0]: must be positive, got {bad!r}"
+
+
 def test_cli_prints_ranked_tables_and_writes_the_store(tmp_path):
     import yaml
 

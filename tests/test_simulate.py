@@ -226,6 +226,15 @@ def test_summaries_are_numpy_quantiles_and_float32_close():
         np.testing.assert_allclose(float(ds[f"ttft_p{q}_s"]), np.quantile(ds.ttft_s.values, q / 100), rtol=1e-12)
         tp = ds.tpot_s.values
         np.testing.assert_allclose(float(ds[f"tpot_p{q}_s"]), np.quantile(tp[~np.isnan(tp)], q / 100), rtol=1e-12)
+    # occupancy: the requests held (admission to last token) over the replica's batch slots through the run's span,
+    # from the per-request times; busy is 1 whenever any step runs, however few requests it holds
+    admit, end = ds.arrival_s.values + ds.wait_s.values, ds.arrival_s.values + ds.e2e_s.values
+    held = np.sum(end - admit) / (end.max() - ds.arrival_s.values.min())
+    np.testing.assert_allclose(float(ds.occupancy), held / 8, rtol=1e-12)
+    assert float(ds.occupancy) <= float(ds.utilization) <= 1.0
+    lone = {"requests": {"arrival_s": [0.0], "input_len": [500], "output_len": [50]}}
+    alone = simulate.run(simulate.parse(_spec("Llama-3.1-8B", "H100-SXM", 8, stream=lone))).squeeze()
+    assert float(alone.utilization) == pytest.approx(1.0) and float(alone.occupancy) == pytest.approx(1 / 8)
     low = simulate.run(simulate.parse({**spec, "precision": "float32"})).squeeze()
     assert low.ttft_s.dtype == np.float32
     np.testing.assert_allclose(low.ttft_s.values, ds.ttft_s.values, rtol=2e-4, atol=1e-5)

@@ -18,12 +18,14 @@ from ..config import warn_if_one_cpu_device
 T = TypeVar("T")
 
 
-def compute_devices(*, host_callbacks: bool = False) -> list:
+def compute_devices(*, host_callbacks: bool = False, tasks: int | None = None) -> list:
     """The devices to deal work to. Work that calls back into the host runs on one (callbacks from two CPU
     devices at once hung on this machine); no group does since the queue became pure JAX, but a group
-    registered with ``host_callbacks=True`` still gets that."""
+    registered with ``host_callbacks=True`` still gets that. ``tasks``: how many pieces the work has (one
+    piece runs on one device whatever the count, so one device is said to be a waste only for more)."""
     devices = jax.local_devices()
-    warn_if_one_cpu_device(devices)
+    if tasks is None or tasks > 1:
+        warn_if_one_cpu_device(devices)
     return devices[:1] if host_callbacks else devices
 
 

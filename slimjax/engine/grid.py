@@ -203,7 +203,8 @@ def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
         tuple(n for n in names if schema(sweep)[n].fit_masked),
         static_facts(sweep),
     )
-    devices = compute_devices(host_callbacks=any(g.host_callbacks for g in groups))
+    wanted = set(indices)
+    devices = compute_devices(host_callbacks=any(g.host_callbacks for g in groups), tasks=len(wanted))
     # the sweep's small input arrays go to each device once; blocks are picked out on the device
     on_device = [jax.device_put(host, d) for d in devices]
     slot = {d: k for k, d in enumerate(devices)}
@@ -212,7 +213,6 @@ def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
         starts = jax.device_put(np.asarray(kb[1].starts, np.int32), device)
         return evaluate_block(on_device[slot[device]], starts, layout)
 
-    wanted = set(indices)
     todo = ((k, b) for k, b in enumerate(block_plan.blocks()) if k in wanted)
     for (k, b), result in pipelined(todo, run, devices):
         out = {}

@@ -20,12 +20,13 @@ def _too_long(field: str, n: int) -> SlimjaxError:
     return SlimjaxError(field, f"has {n:,} values; at most {MAX_AXIS_VALUES:,} per axis (sample it with a larger step)")
 
 
-def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
+def parse_axis(value: Any, field: str, *, integer: bool = True, positive: bool | None = None) -> np.ndarray:
     """An axis: a list, one value, or {start, stop, step} with stop inclusive; strictly increasing.
 
     Integer axes (batch, lengths) are positive integers (step defaults to 1); the arrival-rate axis
-    takes non-negative numbers.
+    takes non-negative numbers; ``positive`` (default: ``integer``) asks for values above 0 (a study's rates).
     """
+    positive = integer if positive is None else positive
     number = (int, np.integer) if integer else (int, float, np.integer, np.floating)
     if isinstance(value, Mapping):
         unknown = set(value) - {"start", "stop", "step"}
@@ -67,7 +68,7 @@ def parse_axis(value: Any, field: str, *, integer: bool = True) -> np.ndarray:
         finite_number(v, f"{field}[{i}]")
         if integer and float(v) != int(v):
             raise SlimjaxError(f"{field}[{i}]", f"must be an integer, got {v!r}")
-        if integer and v <= 0:
+        if positive and v <= 0:
             raise SlimjaxError(f"{field}[{i}]", f"must be positive, got {v!r}")
         if v < 0:
             raise SlimjaxError(f"{field}[{i}]", f"must be non-negative, got {v!r}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SlimjaxError, suggest
+from ..errors import SlimjaxError
 from ..model.calculator import replicated_kv
 from ..model.specs import ServingSpec
 from . import catalog
@@ -24,26 +24,9 @@ from .serving import (
     resolve_study_model,
     serving_block,
 )
-from .sweepfile import load_spec
 
 # a study's serving defaults where a sweep's differ: calibrated constants, KV replicated where TP exceeds H_kv
 DEFAULT_SERVING = {"efficiency": "calibrated", "kv_replication": "auto"}
-
-
-def read_file(spec, keys: tuple, required: tuple, needs: str, lists: tuple = ()) -> tuple[dict, str, Path | None]:
-    """(data, source, base_dir) of a study-like file: unknown top-level keys, missing required ones and empty
-    ``models``/``gpus`` (and ``lists``) are errors naming the key."""
-    data, source, base_dir = load_spec(spec)
-    unknown = [k for k in data if k not in keys]
-    if unknown:
-        raise SlimjaxError(str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), keys)}")
-    for key in required:
-        if data.get(key) is None:
-            raise SlimjaxError(key, f"missing ({needs})")
-    for key in (*lists, "models", "gpus"):
-        if not isinstance(data[key], list) or not data[key]:
-            raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
-    return data, source, base_dir
 
 
 def models_and_gpus(data: Mapping, base_dir: Path | None) -> tuple[list, list]:

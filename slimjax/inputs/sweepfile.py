@@ -10,22 +10,20 @@ from typing import ClassVar
 
 import jax
 import numpy as np
-import yaml
 
 from ..config import float64_scope
-from ..errors import SlimjaxError, suggest
-from ..model.calculator import smallest_fitting_tp
+from ..errors import SlimjaxError
+from ..model.calculator import largest_node_tp, smallest_fitting_pp, smallest_fitting_tp
 from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
 from . import catalog
 from .advisor import Advisor, advisor_block
 from .agents import Agents, agents_block
 from .axes import parse_axis
 from .coefficients import StoreReader, SweepCoefficients, coefficients_block
+from .files import read_spec_file
 from .measured import measured_block
 from .serving import resolve_study_model, serving_block, with_calibrated_links
 
-REQUIRED_KEYS = ("models", "gpus", "batch", "input_len", "output_len")
-OPTIONAL_KEYS = ("slim", "slim_variant", "advisor", "precision", "serving", "arrival_rate", "measured", "agents")
 AXES = ("batch", "input_len", "output_len")
 PRECISIONS = ("float32", "float64")
 
@@ -83,26 +81,6 @@ class Sweep:
     @property
     def dtype(self):
         return np.dtype(self.precision)
-
-
-def load_spec(spec: str | Path | Mapping) -> tuple[dict, str, Path | None]:
-    """The spec mapping, its source label, and the folder relative paths are read from."""
-    if isinstance(spec, Mapping):
-        return dict(spec), "<dict>", None
-    path = Path(spec)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SlimjaxError("sweep file", f"cannot read {str(path)!r} ({e.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SlimjaxError("sweep file", f"{str(path)!r} is not valid YAML: {e}") from None
-    if not isinstance(data, Mapping):
-        raise SlimjaxError(
-            "sweep file", f"{str(path)!r} must hold a mapping of {', '.join(REQUIRED_KEYS)}, got {type(data).__name__}"
-        )
-    return dict(data), str(path), path.parent
 
 
 def _labels(items: list[tuple[str, dict]], field: str) -> None:
@@ -171,6 +149,19 @@ def _smallest_tp(model, gpu, serving, serving_table, tokens: float, batch: float
         )
 
 
+def smallest_stages_for_batch(sweep: "Sweep", tokens: float, batch: float) -> tuple[np.ndarray, np.ndarray]:
+    """(M, G) each: the largest TP degree inside a node (dividing H_q) and the fewest pipeline stages of 1, 2, 4, 8
+    with which such a group holds ``batch`` sequences of ``tokens`` (§10), the other serving settings as the sweep
+    has them; pp 0 where none does. What a model too large for every tensor-parallel group needs."""
+    model = jax.tree_util.tree_map(lambda x: x[:, None], sweep.model)
+    gpu = jax.tree_util.tree_map(lambda x: x[None, :], sweep.gpu)
+    with float64_scope():
+        tp = largest_node_tp(model, gpu)
+        serving = ServingSpec(**{**sweep.serving.fields(), "n_gpu": np.zeros(np.shape(sweep.serving.n_gpu)) + tp})
+        pp = np.asarray(smallest_fitting_pp(model, gpu, serving, tokens, batch))
+    return np.broadcast_to(np.asarray(tp), pp.shape), pp
+
+
 def smallest_tp_for_batch(sweep: "Sweep", tokens: float, batch: float) -> np.ndarray:
     """(M, G): the smallest TP degree in {1, 2, 4, 8} dividing H_q whose group holds ``batch`` sequences of
     ``tokens`` at once, the other serving settings as the sweep has them; 0 where none does."""
@@ -182,18 +173,7 @@ def parse(spec: str | Path | Mapping, *, read_store: StoreReader | None = None) 
 
     ``read_store`` reads a calibrated coefficient store when ``slim`` names one (the store floor's
     reader; :func:`slimjax.api.parse` passes it)."""
-    data, source, base_dir = load_spec(spec)
-    unknown = [k for k in data if k not in REQUIRED_KEYS + OPTIONAL_KEYS]
-    if unknown:
-        raise SlimjaxError(
-            str(unknown[0]), f"unknown top-level key{suggest(str(unknown[0]), REQUIRED_KEYS + OPTIONAL_KEYS)}"
-        )
-    for key in REQUIRED_KEYS:
-        if key not in data or data[key] is None:
-            raise SlimjaxError(key, "missing (a sweep needs models, gpus, batch, input_len, output_len)")
-    for key in ("models", "gpus"):
-        if not isinstance(data[key], list) or not data[key]:
-            raise SlimjaxError(key, f"must be a non-empty list, got {data[key]!r}")
+    data, source, base_dir = read_spec_file(spec, "sweep")
     models = [resolve_study_model(m, f"models[{i}]", base_dir) for i, m in enumerate(data["models"])]
     gpus = [catalog.resolve_gpu(g, f"gpus[{i}]") for i, g in enumerate(data["gpus"])]
     _labels(models, "models")

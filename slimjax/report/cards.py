@@ -41,6 +41,11 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
         out["b_cap"] = frame(b_cap if runs is None else b_cap.where(runs))
         chosen = tput.sel(batch=xr.where(b_cap > 0, b_cap, ds["batch"].values[0])).where(b_cap > 0)
         out["throughput_at_b_cap"] = frame(chosen)
+        if "n_gpu" in ds:  # groups of different sizes compare per GPU and per dollar, not per group
+            gpus_per_group = (ds["n_gpu"] * (ds["pp"] if "pp" in ds else 1)).load()
+            out["throughput_per_gpu_at_b_cap"] = frame(chosen / gpus_per_group.where(gpus_per_group > 0))
+            prices = xr.DataArray(gpu_prices(ds, gpus), dims="gpu", coords={"gpu": gpus})
+            out["cost_per_mtok_at_b_cap"] = frame(gpus_per_group * prices / (chosen * 3600.0) * 1e6)
     notes = []
     if "within_context" in ds:
         for m in models:
@@ -77,6 +82,13 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
         out["agents"] = agent_table(at)
         out["agent_assumptions"] = json.loads(ds["agent_local_s"].attrs.get("assumptions", "[]"))
     return out
+
+
+def gpu_prices(ds: xr.Dataset, gpus: list[str]) -> np.ndarray:
+    """$/GPU-hour of each of ``gpus`` as the store's specs attr recorded them (the catalog's illustrative on-demand
+    prices, dated by the ``price_date`` attr); NaN where a GPU has none."""
+    recorded = json.loads(ds.attrs.get("specs", "{}")).get("gpus", {})
+    return np.array([float(recorded.get(g, {}).get("price_per_hour", np.nan) or np.nan) for g in gpus])
 
 
 def agent_table(at: xr.Dataset) -> pd.DataFrame:
@@ -256,10 +268,19 @@ def capacity_verdict(result: Mapping[str, float], input_len: int, output_len: in
     weights, pool, seqs = result["weights_bytes"], result["kv_pool_bytes"], int(result["max_seqs"])
     n, need = int(result.get("n_gpu", 0)), int(result.get("n_gpu_to_fit_batch", result.get("n_gpu_to_fit", 0)))
     batch = result.get("batch")
+    what = "this batch" if batch is None else f"batch {int(batch)}"
+    tp, pp = (int(x) for x in result.get("tp_pp_to_fit_batch", (0, 0)))
+    stages = (  # where no tensor-parallel group fits: the fewest pipeline stages of the largest one in a node
+        f"--n-gpu {tp} --pp {pp} ({tp * pp} GPUs in {pp} pipeline stages) holds {what}"
+        if pp
+        else "nor do 8 pipeline stages of the largest group in a node"
+        if "tp_pp_to_fit_batch" in result
+        else ""
+    )
     fix = (
-        f"the smallest --n-gpu that fits {'this batch' if batch is None else f'batch {int(batch)}'} is {need}"
+        f"the smallest --n-gpu that fits {what} is {need}"
         if need
-        else "no tensor-parallel group of 1, 2, 4 or 8 of these GPUs fits it"
+        else "; ".join(filter(None, ("no tensor-parallel group of 1, 2, 4 or 8 of these GPUs fits it", stages)))
     )
     if config_fits:
         return (
@@ -273,7 +294,7 @@ def capacity_verdict(result: Mapping[str, float], input_len: int, output_len: in
         return (
             f"does not fit: no tensor-parallel group of 1, 2, 4 or 8 of these GPUs holds its weights "
             f"({_quantity(weights, 'bytes')}) and one sequence of {input_len + output_len} tokens (n_gpu: auto "
-            f"found none)"
+            f"found none)" + (f"; {stages}" if stages else "")
         )
     if pool <= 0:
         usable = pool + weights  # u·M − M_R
@@ -306,6 +327,9 @@ def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
                 text = f"{int(value):,}"
             elif key == "kv_pool_bytes" and value <= 0:  # no negative size: say what it means
                 text = f"none: weights exceed usable memory by {_quantity(-float(value), unit)}"
+            elif key == "kv_pool_bytes" and int(result.get("pp", 1) or 1) > 1:  # one stage's, not the group's
+                pp = int(result["pp"])
+                label, text = f"{label} per stage", f"{_quantity(float(value), unit)} in each of {pp} stages"
             else:
                 text = _quantity(float(value), unit)
             if not batch_fits and (key in BATCH_CARDS or key in QUEUE_CARDS):

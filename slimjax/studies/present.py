@@ -47,8 +47,11 @@ def spans_decades(values) -> bool:
 
 
 def ms(x: float) -> str:
-    """A time in seconds for a table: milliseconds below 10 s, else seconds ("n/a" where there is none)."""
-    return "n/a" if not np.isfinite(x) else (f"{x * 1e3:,.0f} ms" if x < 10 else f"{x:,.1f} s")
+    """A time in seconds for a table: microseconds below 1 ms, milliseconds below 10 s, else seconds ("n/a" where
+    there is none), so no time that is not zero reads "0"."""
+    if not np.isfinite(x):
+        return "n/a"
+    return f"{x * 1e6:,.0f} µs" if x < 1e-3 else f"{x * 1e3:,.0f} ms" if x < 10 else f"{x:,.1f} s"
 
 
 def assumption_lines(ds) -> list[str]:
@@ -60,7 +63,7 @@ def assumption_lines(ds) -> list[str]:
 def deployment_header() -> str:
     """The column header of disaggregated deployments' lines (simulation and procurement text)."""
     columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
-    return f"{'deployment':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'util P':>6} {'util D':>6} {'$/h':>8}"
+    return f"{'deployment':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'busy P':>6} {'busy D':>6} {'$/h':>8}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,9 +178,11 @@ def time_summaries(ttft, tpot, e2e) -> dict:
     return out
 
 
-def summaries(records, output_len, clients: int | None = None) -> dict:
+def summaries(records, output_len, clients: int | None = None, slots=None) -> dict:
     """Per candidate: TTFT and TPOT mean and p50/p90/p99 (numpy's linear quantiles), mean E2E, token-gap p90,
-    utilisation (busy time / (R·span)), peak queue and peak KV in use (§9 Outputs)."""
+    busy time (time in steps / (R·span): 1 whenever a step runs, however few requests it holds), peak queue and
+    peak KV in use (§9 Outputs); with ``slots`` (R·B per candidate) the slots' occupancy, the mean requests held
+    (admission to last token) / slots: how full the batches ran."""
     ttft, e2e, tpot = request_times(records, output_len)
     counted = counted_requests(records, clients)
     out = time_summaries(*(np.where(counted, x, np.nan) for x in (ttft, tpot, e2e)))
@@ -191,6 +193,9 @@ def summaries(records, output_len, clients: int | None = None) -> dict:
     busy = records["busy_s"]
     replicas = records.get("replicas", busy.shape[-1])
     out["utilization"] = np.sum(busy, axis=-1) / (replicas * span)
+    if slots is not None:
+        held = np.nansum(records["end_s"] - records["admit_s"], axis=-1)
+        out["occupancy"] = held / (np.asarray(slots, float) * span)
     out["queue_peak"] = np.max(records["queue_peak"], axis=-1).astype(float)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

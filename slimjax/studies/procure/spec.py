@@ -22,6 +22,7 @@ from ...inputs import catalog
 from ...inputs.axes import parse_axis
 from ...inputs.checks import checked_number, positive_number
 from ...inputs.engines import engine_settings
+from ...inputs.files import read_spec_file
 from ...inputs.measured import MEASURED_KEYS, measured_block
 from ...inputs.requests import (
     LengthClasses,
@@ -36,7 +37,6 @@ from ...inputs.serving import (
 )
 from ...inputs.studyfile import (
     models_and_gpus,
-    read_file,
     serving_per_group,
     serving_per_tp,
     setting_blocks,
@@ -45,25 +45,6 @@ from ...inputs.studyfile import (
 from ...model.calculator import TP_DEGREES
 from ...model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
 
-KEYS = (
-    "workloads",
-    "rates",
-    "rate_scale",
-    "models",
-    "gpus",
-    "tp",
-    "layouts",
-    "pp",
-    "batch",
-    "slo",
-    "serving",
-    "measured",
-    "prices",
-    "sizing",
-    "disaggregated",
-    "settings",
-)
-REQUIRED = ("workloads", "models", "gpus", "slo")
 SLO_KEYS = ("ttft_s", "quantile", "itl_s", "e2e_s")
 DEFAULT_BATCH = tuple(sorted({2**k for k in range(10)} | {3 * 2**k for k in range(8)}))  # 1 … 512 and 3·2^k
 DEFAULT_CLASSES = 4
@@ -188,19 +169,14 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
 
 
 def _rates(data: Mapping, workloads: list[Workload]) -> tuple[list[str], np.ndarray]:
-    absolute = parse_axis(data["rates"], "rates", integer=False) if data.get("rates") is not None else np.zeros(0)
-    scales = (
-        parse_axis(data["rate_scale"], "rate_scale", integer=False)
-        if data.get("rate_scale") is not None
-        else np.zeros(0)
+    absolute, scales = (
+        parse_axis(data[k], k, integer=False, positive=True) if data.get(k) is not None else np.zeros(0)
+        for k in ("rates", "rate_scale")
     )
     if absolute.size + scales.size == 0:
         raise SlimjaxError(
             "rates", "give absolute rates (requests/s) and/or rate_scale (multiples of each trace's rate)"
         )
-    for field, values in (("rates", absolute), ("rate_scale", scales)):
-        if (values <= 0).any():
-            raise SlimjaxError(f"{field}[{int(np.argmax(values <= 0))}]", "must be positive")
     if scales.size and all(w.trace_rate is None for w in workloads):
         raise SlimjaxError("rate_scale", "no workload has a trace with timestamps to scale; give absolute rates")
     labels = [f"{s:g}x" for s in scales] + [f"{r:g}/s" for r in absolute]
@@ -291,9 +267,7 @@ def parse(spec: str | os.PathLike | Mapping) -> Study:
     """Validate a procurement file (path) or mapping into a :class:`Study`; errors name the field. With
     ``settings`` (a list of engine configurations, docs/engines.md) the study holds one variant per setting, each
     the study with that setting's keys over its serving block (``variants``: (label, Study) pairs)."""
-    data, source, base_dir = read_file(
-        spec, KEYS, REQUIRED, f"a study needs {', '.join(REQUIRED)} and rates and/or rate_scale", ("workloads",)
-    )
+    data, source, base_dir = read_spec_file(spec, "study")
     # layouts (docs/layouts.md): the tp axis and the layout settings of every layout of its GPU counts
     tp_axis, settings, layouts = with_layouts(data, engine_settings(data.get("settings")), base_dir)
     study, serving_fields = _study(data, source, base_dir, tp_axis, layouts)

@@ -90,18 +90,18 @@ def simulation_summary(ds: xr.Dataset) -> pd.DataFrame:
 
 
 def simulation_table(ds: xr.Dataset) -> str:
-    """One line per simulated candidate (MODEL.md §9): p50/p90 TTFT, p90 TPOT, mean E2E, utilisation, peak
-    queue and peak KV; "does not fit" where the configuration cannot run."""
+    """One line per simulated candidate (MODEL.md §9): p50/p90 TTFT, p90 TPOT, mean E2E, busy time (a step
+    running, however full), the slots' occupancy (how full: requests held / (replicas × batch)) and the peak
+    queue; "does not fit" where the configuration cannot run."""
     dims = list(ds.ttft_p90_s.dims)
     columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
-    header = f"{'candidate':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'util':>6} {'queue':>6}"
+    header = f"{'candidate':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'busy':>6} {'slots':>6} {'queue':>6}"
     lines = [
         f"serving simulation (MODEL.md §9): {ds.attrs.get('stream', '')}, router {ds.attrs.get('router', '')}",
         header,
     ]
-    stacked = ds[["ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s", "utilization", "queue_peak"]].stack(
-        candidate=dims
-    )
+    shown = ["ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s", "utilization", "occupancy", "queue_peak"]
+    stacked = ds[[v for v in shown if v in ds]].stack(candidate=dims)  # a store written before occupancy: —
     fits = ds.fits.broadcast_like(ds.ttft_p90_s).stack(candidate=dims).values
     for i, key in enumerate(stacked.candidate.values):
         label = ", ".join(f"{d} {v}" for d, v in zip(dims, key, strict=True))
@@ -111,7 +111,8 @@ def simulation_table(ds: xr.Dataset) -> str:
             continue
         lines.append(
             f"{label:<58} {ms(row['ttft_p50_s']):>10} {ms(row['ttft_p90_s']):>10} {ms(row['tpot_p90_s']):>10} "
-            f"{ms(row['e2e_mean_s']):>10} {row['utilization']:>6.0%} {row['queue_peak']:>6.0f}"
+            f"{ms(row['e2e_mean_s']):>10} {row['utilization']:>6.0%} "
+            f"{format(row['occupancy'], '>6.0%') if 'occupancy' in row else '—':>6} {row['queue_peak']:>6.0f}"
         )
     if "deployment" in ds.dims:
         lines += ["", "disaggregated prefill/decode (MODEL.md §10):", deployment_header()]

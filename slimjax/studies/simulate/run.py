@@ -69,7 +69,16 @@ SIMULATION = table(
     ),
     *_summaries(RUN),
     Variable("token_gap_p90_s", RUN, "s", "p90 of every inter-token gap (histogram of 1.1 % log bins)", _SIM),
-    Variable("utilization", RUN, "1", "busy time / (replicas × span of the run)", _SIM),
+    Variable(
+        "utilization", RUN, "1", "busy: time in steps / (replicas × span of the run), whatever the steps hold", _SIM
+    ),
+    Variable(
+        "occupancy",
+        RUN,
+        "1",
+        "slots held: the mean requests in service (admission to last token) / (replicas × batch)",
+        _SIM,
+    ),
     Variable("queue_peak", RUN, "requests", "most requests left waiting after a step's admission, worst replica", _SIM),
     Variable("kv_peak_bytes", RUN, "bytes", "most KV reserved at once, worst replica", _SIM),
     Variable("preemptions_mean", RUN, "1", "preemptions per counted request (paged KV; 0 under reserve)", _SIM),
@@ -172,7 +181,7 @@ def run(sim: Simulation) -> xr.Dataset:
                 )
                 for name, x in times:
                     per_request[name][:, r_i, c_i, :n] = x
-                for name, x in engine.summaries(records, stream.output_len[:n], clients).items():
+                for name, x in engine.summaries(records, stream.output_len[:n], clients, batch * replicas).items():
                     summary[name][:, r_i, c_i] = x
     full = (*shape, len(sim.replicas), len(client_axis))
 

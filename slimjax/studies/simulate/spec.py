@@ -31,27 +31,12 @@ from ...inputs.axes import parse_axis
 from ...inputs.checks import checked_number, positive_number
 from ...inputs.disaggregated import parse_deployments
 from ...inputs.engines import engine_settings
+from ...inputs.files import read_spec_file
 from ...inputs.requests import read_trace_entry
 from ...inputs.serving import with_calibrated_links
-from ...inputs.studyfile import models_and_gpus, read_file, serving_per_group, serving_per_setting, with_layouts
+from ...inputs.studyfile import models_and_gpus, serving_per_group, serving_per_setting, with_layouts
 from ...model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 
-KEYS = (
-    "models",
-    "gpus",
-    "tp",
-    "layouts",
-    "pp",
-    "batch",
-    "replicas",
-    "disaggregated",
-    "router",
-    "serving",
-    "settings",
-    "precision",
-    "stream",
-)
-REQUIRED = ("models", "gpus", "batch", "stream")
 PRECISIONS = ("float32", "float64")
 STREAM_KINDS = ("requests", "trace", "poisson", "closed_loop")
 
@@ -236,7 +221,7 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
 
 def parse(spec: str | os.PathLike | Mapping) -> Simulation:
     """Validate a simulation file (path) or mapping into a :class:`Simulation`; errors name the field."""
-    data, source, base_dir = read_file(spec, KEYS, REQUIRED, f"a simulation needs {', '.join(REQUIRED)}")
+    data, source, base_dir = read_spec_file(spec, "simulation")
     router = data.get("router", "round_robin")
     if router not in ROUTERS:
         raise SlimjaxError("router", f"must be one of {', '.join(ROUTERS)}, got {router!r}")
