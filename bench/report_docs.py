@@ -1,4 +1,4 @@
-"""Write the README's report figures into docs/ with the report command itself (never by hand): the
+"""Write the report figures docs/cli.md shows into docs/ with the report command itself (never by hand): the
 quickstart sweep, then `slimjax report`, keeping two of its PNGs.
 
     python bench/report_docs.py
