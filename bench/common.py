@@ -27,6 +27,17 @@ def timed(fn, repeats: int):
     return best, out
 
 
+def cpu_timed(fn, repeats: int):
+    """(best process CPU seconds over ``repeats`` calls, best wall seconds): the CPU time every core spent, which a
+    machine of more or fewer cores does not change as much as the wall time."""
+    cpu, wall = math.inf, math.inf
+    for _ in range(repeats):
+        c, t = time.process_time(), time.perf_counter()
+        fn()
+        cpu, wall = min(cpu, time.process_time() - c), min(wall, time.perf_counter() - t)
+    return cpu, wall
+
+
 ROOFLINE_YAML = Path(__file__).resolve().parent.parent / "configs" / "roofline" / "default.yaml"
 # configs/roofline/default.yaml's blocks fitted apart from the per-GPU constants (each by its own bench script),
 # kept when bench/fit_default_roofline.py rewrites the file

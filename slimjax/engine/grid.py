@@ -71,8 +71,20 @@ def _to_dims(x, dims: tuple[str, ...], grid: tuple[str, ...], shape: tuple[int, 
     return jnp.broadcast_to(x, tuple(shape[i] for i in keep))
 
 
-@functools.partial(jax.jit, static_argnames=("layout",))
-def _cell_block(inputs, starts, *, layout):
+def _with_batch_inputs(x, inputs, starts, layout) -> dict:
+    """The cell phase's inputs with the batch phase's added (a batch-phase input may still run along a blocked dim:
+    a study's serving per (model, gpu, tp))."""
+    grid = layout.grid
+    index = {d: s + jnp.arange(n) for d, s, n in zip(layout.blocked, starts, layout.extents, strict=True)}
+    return {
+        **x,
+        **{k: _shape_input(inputs[k], dims, grid, index) for k, dims in layout.input_dims if batch_phase(dims)},
+        "dims": grid,
+        "static": dict(layout.static),
+    }
+
+
+def _cell_terms(inputs, starts, layout):
     """Each active group's batch-independent terms on one block, materialised by their own call (fused
     into the grid kernel, XLA would re-derive them at every grid point: several times slower). The
     block's indices are clipped at the edges (padding), so every block compiles alike."""
@@ -81,20 +93,39 @@ def _cell_block(inputs, starts, *, layout):
     x["dims"], x["static"] = layout.grid, dict(layout.static)
     cells = {g: GROUPS[g].cell(x) for g in layout.groups if GROUPS[g].cell is not None}
     del x["dims"], x["static"]
+    # batch-dependent terms several outputs share (Group.materialised), computed here so that they are materialised
+    # as this call's outputs: inside the batch kernel XLA re-derives a shared elementwise term in every output's
+    # fusion (the physical floor in five, 4x the engine's time; bench/RESULTS.md)
+    shared = [g for g in layout.groups if GROUPS[g].materialised is not None]
+    if shared:
+        batch_inputs = {k: inputs[k] for k, dims in layout.input_dims if batch_phase(dims)}
+        xb = _with_batch_inputs(x, batch_inputs, starts, layout)
+        cells = {
+            g: {**c, "materialised": GROUPS[g].materialised(xb, cells)} if g in shared else c for g, c in cells.items()
+        }
     return x, cells
 
 
-@functools.partial(jax.jit, static_argnames=("layout",))
-def _batch_block(x, cells, inputs, starts, *, layout):
+# (layout, the inputs' pytree) -> the pytree of its cell terms, recorded when _cell_block traces (so a compiled call
+# that is reused finds it without tracing again)
+_CELL_TREES: dict = {}
+
+
+@functools.partial(jax.jit, static_argnames=("layout", "inputs_tree"))
+def _cell_block(input_leaves, starts, *, layout, inputs_tree):
+    """:func:`_cell_terms` from and to flat lists of arrays: no pytree of specs is flattened or unflattened on the
+    host at each call (milliseconds a block)."""
+    inputs = jax.tree_util.tree_unflatten(inputs_tree, input_leaves)
+    leaves, tree = jax.tree_util.tree_flatten(_cell_terms(inputs, starts, layout))
+    _CELL_TREES[layout, inputs_tree] = tree
+    return leaves
+
+
+@functools.partial(jax.jit, static_argnames=("layout", "structure"))
+def _batch_block(leaves, inputs, starts, *, layout, structure):
     grid = layout.grid
-    # a batch-phase input may still run along a blocked dim (a study's serving per (model, gpu, tp))
-    index = {d: s + jnp.arange(n) for d, s, n in zip(layout.blocked, starts, layout.extents, strict=True)}
-    x = {
-        **x,
-        **{k: _shape_input(inputs[k], dims, grid, index) for k, dims in layout.input_dims if batch_phase(dims)},
-        "dims": grid,
-        "static": dict(layout.static),
-    }
+    x, cells = jax.tree_util.tree_unflatten(structure, leaves)
+    x = _with_batch_inputs(x, inputs, starts, layout)
     out: dict = {}
     for g in layout.groups:
         out.update(GROUPS[g].batch(x, cells, out))
@@ -108,9 +139,19 @@ def _batch_block(x, cells, inputs, starts, *, layout):
 def evaluate_block(inputs: dict, starts, layout):
     """Every active variable on one block: ``inputs`` holds the whole sweep's (small) arrays on one
     device, ``starts`` the block's first index along the blocked dims."""
-    x, cells = _cell_block(inputs, starts, layout=layout)
-    batch_inputs = {k: inputs[k] for k, dims in layout.input_dims if batch_phase(dims)}
-    return _batch_block(x, cells, batch_inputs, starts, layout=layout)
+    leaves, tree = jax.tree_util.tree_flatten(inputs)
+    return _evaluate_flat(leaves, _batch_inputs(inputs, layout), starts, layout, tree)
+
+
+def _batch_inputs(inputs: dict, layout) -> dict:
+    return {k: inputs[k] for k, dims in layout.input_dims if batch_phase(dims)}
+
+
+def _evaluate_flat(input_leaves, batch_inputs, starts, layout, inputs_tree):
+    """:func:`evaluate_block` from the inputs' leaves and pytree, and the batch phase's inputs (both found once per
+    evaluation, not at every block)."""
+    leaves = _cell_block(input_leaves, starts, layout=layout, inputs_tree=inputs_tree)
+    return _batch_block(leaves, batch_inputs, starts, layout=layout, structure=_CELL_TREES[layout, inputs_tree])
 
 
 def schema(x) -> dict:
@@ -209,9 +250,12 @@ def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
     on_device = [jax.device_put(host, d) for d in devices]
     slot = {d: k for k, d in enumerate(devices)}
 
+    inputs_tree = jax.tree_util.tree_structure(host)
+    flat = [(jax.tree_util.tree_leaves(x), _batch_inputs(x, layout)) for x in on_device]  # once, not every block
+
     def run(kb, device):
         starts = jax.device_put(np.asarray(kb[1].starts, np.int32), device)
-        return evaluate_block(on_device[slot[device]], starts, layout)
+        return _evaluate_flat(*flat[slot[device]], starts, layout, inputs_tree)
 
     todo = ((k, b) for k, b in enumerate(block_plan.blocks()) if k in wanted)
     for (k, b), result in pipelined(todo, run, devices):
