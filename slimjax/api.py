@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -28,6 +27,7 @@ from .report.cards import (  # noqa: F401  (entry points: the text of results li
     capacity_verdict,
     summary,
 )
+from .report.progress import progress as report_progress
 from .store import coefficients as coefficient_store
 from .store import sink as store
 from .studies import procure as procurement
@@ -36,13 +36,6 @@ DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
 COUNTED = ("slim_at_floor",)  # flags whose set cells a sweep counts into the variable's attrs (nonzero, cells)
 
 
-def _progress(quiet: bool | None):
-    show = not quiet and sys.stderr.isatty() if quiet is not None else sys.stderr.isatty()
-    if not show:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(desc="slimjax sweep", unit="block", file=sys.stderr)
 
 
 def parse(spec: str | os.PathLike | Mapping) -> Sweep:
@@ -110,7 +103,8 @@ def _check_room(sw: Sweep, target) -> None:
 @dataclasses.dataclass(frozen=True)
 class EngineOptions:
     """How an evaluation runs through the engine (:func:`sweep`, :func:`procure`): the store (``overwrite``,
-    ``resume``, ``compression``), working memory per block, progress (``quiet``: None shows it on a terminal),
+    ``resume``, ``compression``), working memory per block, progress (``quiet``: None shows a bar on a terminal,
+    False also lines elsewhere, :func:`slimjax.report.progress.progress`),
     and the scheduler (``local``, or ``dask`` on ``workers`` local processes or the cluster at
     ``dask_address``)."""
 
@@ -186,7 +180,7 @@ def _evaluate(given, parse_it, out, options: EngineOptions) -> xr.Dataset:
         block_plan = grid.plan(sw, memory_budget_bytes)
         attrs = dataset.dataset_attrs(sw, block_plan)
         var_attrs = {n: dataset.variable_attrs(sw, n) for n in names}
-        progress = _progress(quiet)
+        progress = report_progress(quiet, "slimjax sweep", "block")
         try:
             if target is None:
                 sink = dataset.MemorySink(sw, names)
@@ -297,10 +291,7 @@ def _procured(study, out, options) -> xr.Dataset:
 
     target = store.check_target(out, options.overwrite) if out is not None else None
     screen = _evaluate(study, None, None, options)
-    progress = _progress(options.quiet)
-    if progress is not None:
-        progress.set_description("slimjax sizing")
-        progress.unit = "simulation"
+    progress = report_progress(options.quiet, "slimjax sizing", "simulation")
     try:
         with float64_scope():
             ds = sizing.size(study, screen, None if progress is None else progress.update)
@@ -316,16 +307,24 @@ def _procured(study, out, options) -> xr.Dataset:
     return ds
 
 
-def simulate(spec, out: str | os.PathLike | None = None, *, overwrite: bool = False) -> xr.Dataset:
+def simulate(
+    spec, out: str | os.PathLike | None = None, *, overwrite: bool = False, quiet: bool | None = None
+) -> xr.Dataset:
     """Trace-driven continuous batching (MODEL.md §9) from a simulation file (path) or mapping (keys in
     :mod:`slimjax.studies.simulate.spec`): every (model, GPU, TP, [engine setting,] batch limit) candidate × replicas
     (× clients of a closed loop) serves the stream; per-request TTFT, E2E, TPOT and the §9 summaries. ``out``: a zarr
-    store, written atomically (an existing one is kept unless ``overwrite``)."""
+    store, written atomically (an existing one is kept unless ``overwrite``). Progress as :func:`sweep`'s (one
+    part per replica count and client count, every candidate at once)."""
     from .studies import simulate as simulation
 
     target = store.check_target(out, overwrite) if out is not None else None
     sim = spec if isinstance(spec, simulation.Simulation) else simulation.parse(spec)
-    ds = simulation.run(sim)
+    progress = report_progress(quiet, "slimjax simulate", "run")
+    try:
+        ds = simulation.run(sim, progress)
+    finally:
+        if progress is not None:
+            progress.close()
     if target is not None:
         store.write_dataset(ds, target)
     return ds

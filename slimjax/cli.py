@@ -164,7 +164,7 @@ def sweep(
         out,
         overwrite=overwrite,
         memory_budget_bytes=memory_budget,
-        quiet=True if quiet else None,
+        quiet=quiet,  # False: a bar on a terminal, a line per finished part elsewhere
         resume=resume,
         compression=compression,
         scheduler=scheduler,
@@ -223,12 +223,13 @@ def verify(store_path: str) -> None:
 @click.argument("simulation_file", type=click.Path(dir_okay=False))
 @click.option("--out", "out", default=None, type=click.Path(), help="zarr store to write (SIM.zarr).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing store.")
+@click.option("--quiet", is_flag=True, help="No progress (a bar on a terminal, else a line per finished run).")
 @_reports_errors(spec=("simulation_file", "simulation"))
-def simulate(simulation_file: str, out: str | None, overwrite: bool) -> None:
+def simulate(simulation_file: str, out: str | None, overwrite: bool, quiet: bool) -> None:
     """Serve SIMULATION_FILE's request stream on each candidate replica fleet, step by step (MODEL.md §9)."""
     import slimjax
 
-    ds = slimjax.simulate(simulation_file, out, overwrite=overwrite)
+    ds = slimjax.simulate(simulation_file, out, overwrite=overwrite, quiet=quiet)
     click.echo(slimjax.simulation_table(ds))
     if out is not None:
         click.echo(f"\nwrote {out}")
@@ -248,6 +249,7 @@ def simulate(simulation_file: str, out: str | None, overwrite: bool) -> None:
     type=click.Path(file_okay=False),
     help="Write the report (PNGs, index.html) here.",
 )
+@click.option("--quiet", is_flag=True, help="No progress (a bar on a terminal, else a line per finished part).")
 @_engine_options
 @_reports_errors(spec=("study_file", "study"))
 def procure(
@@ -256,6 +258,7 @@ def procure(
     overwrite: bool,
     top: int,
     report_dir: str | None,
+    quiet: bool,
     memory_budget: float,
     resume: bool,
     compression: str,
@@ -275,6 +278,7 @@ def procure(
         study_file,
         out,
         overwrite=overwrite,
+        quiet=quiet,
         memory_budget_bytes=memory_budget,
         resume=resume,
         compression=compression,

@@ -279,3 +279,29 @@ def test_figures_draw_inline_models_from_the_store_with_no_catalog_lookup():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 assert "catalog" not in (node.module or "") and all(a.name != "catalog" for a in node.names), path
+
+
+def test_line_progress_writes_a_line_per_part_with_the_time_left():
+    """Off a terminal, progress is lines: one per finished part at most every ``every_s`` (here every part), the last
+    always, with the time so far and the time left at the rate so far; nothing with ``quiet``; nothing from a library
+    call's default (None) off a terminal."""
+    import io
+
+    from slimjax.report.progress import LineProgress, progress
+
+    out = io.StringIO()
+    bar = LineProgress("slimjax test", "part", total=4, file=out, every_s=0.0)
+    bar.start = bar.last = bar.start - 8.0  # two parts took 8 s: 4 s each
+    bar.update(2)
+    bar.update(2)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("slimjax test: 2/4 parts done, 8 s so far, about 8 s left")
+    assert lines[1].startswith("slimjax test: 4/4 parts done, 8 s so far") and "left" not in lines[1]
+    slow = io.StringIO()
+    throttled = LineProgress("slimjax test", "block", total=3, file=slow, every_s=3600.0)
+    throttled.update(1)
+    throttled.update(1)
+    throttled.update(1)
+    assert slow.getvalue().splitlines() == [slow.getvalue().splitlines()[-1]]  # only the last, at the total
+    assert progress(True, "x", "y") is None and progress(None, "x", "y") is None  # pytest's stderr is no terminal
+    assert isinstance(progress(False, "x", "y"), LineProgress)

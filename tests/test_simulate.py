@@ -301,11 +301,15 @@ def test_cli_simulates_the_shipped_example_and_stores_it(tmp_path, shared_data):
     result = CliRunner().invoke(main, ["simulate", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "TTFT p90" in result.output and "replicas 2" in result.output
+    # not a terminal: a line per finished run instead of a bar (its last line always), and --quiet silences it
+    assert "slimjax simulate: 2/2 runs done" in result.stderr and "\r" not in result.stderr
     stored = xr.open_zarr(out)
     direct = slimjax.simulate(str(path))
     np.testing.assert_array_equal(stored.ttft_s.values, direct.ttft_s.values)
-    again = CliRunner().invoke(main, ["simulate", str(path), "--out", str(out)])
+    again = CliRunner().invoke(main, ["simulate", str(path), "--out", str(out), "--quiet"])
     assert again.exit_code != 0 and "exists" in again.output  # nothing already written is lost
+    quiet = CliRunner().invoke(main, ["simulate", str(path), "--quiet"])
+    assert quiet.exit_code == 0 and "runs done" not in quiet.stderr
 
 
 def simulate_example():

@@ -127,8 +127,10 @@ def broadcast_candidates(sim: Simulation):
     return (*flat_candidates(sim.model, sim.gpu, sim.serving, sim.batch, shape), shape)
 
 
-def run(sim: Simulation) -> xr.Dataset:
-    """Simulate every candidate of ``sim``; the Dataset of §9's outputs (NaN where a candidate does not fit)."""
+def run(sim: Simulation, progress=None) -> xr.Dataset:
+    """Simulate every candidate of ``sim``; the Dataset of §9's outputs (NaN where a candidate does not fit).
+    ``progress`` (tqdm's ``total`` and ``update``): told the runs, one per replica count × client count (every
+    candidate at once) and one per disaggregated deployment, as each finishes."""
     dtype = sim.dtype
     model, gpu, serving, batch, shape = broadcast_candidates(sim)
     stream = sim.stream
@@ -149,6 +151,8 @@ def run(sim: Simulation) -> xr.Dataset:
     per_request = {v: np.full((K, len(sim.replicas), len(client_axis), n_req), np.nan, dtype) for v in PER_REQUEST}
     summary = {v: np.full((K, len(sim.replicas), len(client_axis)), np.nan, dtype) for v in SUMMARIES}
     steps = 0
+    if progress is not None:
+        progress.total = len(client_axis) * len(sim.replicas) + len(sim.deployments)
     with jax.enable_x64(dtype == np.float64):
         for c_i, clients in enumerate(client_axis):
             n = n_req if clients is None else clients * stream.requests_per_client
@@ -169,6 +173,8 @@ def run(sim: Simulation) -> xr.Dataset:
                     clients=clients,
                 )
                 steps += int(np.sum(records["steps"]))
+                if progress is not None:
+                    progress.update(1)
                 ttft, e2e, tpot = engine.request_times(records, stream.output_len[:n])
                 wait = records["admit_s"] - records["arrival_s"]
                 times = (
@@ -223,7 +229,7 @@ def run(sim: Simulation) -> xr.Dataset:
         attrs["warmup"] = "statistics after the first C completions of each closed loop (MODEL.md §9)"
     attrs["assumptions"] = json.dumps(simulation_assumptions(sim, closed))
     if sim.deployments:
-        steps_d = _disaggregated(sim, data, coords)
+        steps_d = _disaggregated(sim, data, coords, progress)
         attrs["engine_steps"] = steps + steps_d
         attrs["disaggregated"] = (
             "MODEL.md §10: prefill pool (prompt-only steps, KV held until its transfer ends), KV moved over the "
@@ -232,7 +238,7 @@ def run(sim: Simulation) -> xr.Dataset:
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-def _disaggregated(sim: Simulation, data: dict, coords: dict) -> int:
+def _disaggregated(sim: Simulation, data: dict, coords: dict, progress=None) -> int:
     """The deployments' per-request times and summaries as ``disagg_*`` variables (dims model, deployment)."""
     from .. import disaggregated
 
@@ -242,7 +248,11 @@ def _disaggregated(sim: Simulation, data: dict, coords: dict) -> int:
         "input_len": st.input_len.astype(float),
         "output_len": st.output_len.astype(float),
     }
-    runs = [disaggregated.run_deployment(sim.models, sim.model, d, stream, sim.dtype) for d in sim.deployments]
+    runs = []
+    for d in sim.deployments:
+        runs.append(disaggregated.run_deployment(sim.models, sim.model, d, stream, sim.dtype))
+        if progress is not None:
+            progress.update(1)
     summ = [disaggregated.summaries(g, d, st.arrival_s) for g, d in zip(runs, sim.deployments, strict=True)]
     for name in ("ttft_s", "e2e_s", "tpot_s", "transfer_s"):
         data[f"disagg_{name}"] = declared(SIMULATION[f"disagg_{name}"], np.stack([g[name] for g in runs], axis=1))
