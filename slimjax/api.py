@@ -36,8 +36,6 @@ DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
 COUNTED = ("slim_at_floor",)  # flags whose set cells a sweep counts into the variable's attrs (nonzero, cells)
 
 
-
-
 def parse(spec: str | os.PathLike | Mapping) -> Sweep:
     """Validate a sweep file (path) or mapping into a :class:`Sweep`, reading a calibrated coefficient
     store where ``slim`` names one."""
@@ -286,15 +284,22 @@ def _procured(study, out, options) -> xr.Dataset:
     """One procurement study (no engine settings to sweep) run and, where ``out`` is given, stored."""
     if study.sizing["method"] == "screen":
         return _evaluate(study, None, out, options)
-    _journal_options_refused(options, "the screen alone: give sizing: screen, or run sized by simulation without it")
+    options.check(out)
+    if options.scheduler == "dask":
+        raise SlimjaxError("scheduler", "applies to the screen alone: give sizing: screen, or run sized without it")
+    from .store.parts import PartsJournal
     from .studies.procure import sizing
 
-    target = store.check_target(out, options.overwrite) if out is not None else None
-    screen = _evaluate(study, None, None, options)
+    target = store.check_target(out, options.overwrite, options.resume) if out is not None else None
+    screen = _evaluate(study, None, None, dataclasses.replace(options, resume=False))
+    parts = None
+    if target is not None:  # each (workload, rate) part kept as it finishes: --resume computes only the rest
+        key = f"{screen.attrs['sweep_hash']} {json.dumps(study.sizing, sort_keys=True, default=str)}"
+        parts = PartsJournal(target, key, len(sizing.size_parts(study)), options.resume)
     progress = report_progress(options.quiet, "slimjax sizing", "simulation")
     try:
         with float64_scope():
-            ds = sizing.size(study, screen, None if progress is None else progress.update)
+            ds = sizing.size(study, screen, None if progress is None else progress.update, parts)
             if study.deployments:  # disaggregated prefill/decode pairs beside the aggregated fleet (MODEL.md §10)
                 from .studies import disaggregated
 
@@ -304,6 +309,7 @@ def _procured(study, out, options) -> xr.Dataset:
             progress.close()
     if target is not None:
         store.write_dataset(ds, target)
+        parts.close()
     return ds
 
 
@@ -626,8 +632,12 @@ def validate(
 
 def verify_store(path: str | os.PathLike) -> dict:
     """A sweep store (or its .partial) checked against its block journal: blocks recorded and missing,
-    chunks whose CRC32 differs (:func:`slimjax.store.sink.verify`)."""
-    return store.verify(path)
+    chunks whose CRC32 differs (:func:`slimjax.store.sink.verify`); a procurement sized by simulation and
+    interrupted, its parts counted (:func:`slimjax.store.parts.verify_parts`, ``unit`` "parts")."""
+    from .store.parts import verify_parts
+
+    counted = verify_parts(path)
+    return store.verify(path) if counted is None else counted
 
 
 def check_output_file(path: str | os.PathLike, field: str = "out") -> None:

@@ -209,10 +209,11 @@ def verify(store_path: str) -> None:
     from slimjax.api import verify_store
 
     report = verify_store(store_path)
-    click.echo(f"{store_path}: {report['recorded']} of {report['blocks']} blocks recorded")
+    unit = report.get("unit", "blocks")
+    click.echo(f"{store_path}: {report['recorded']} of {report['blocks']} {unit} recorded")
     if report["missing"]:
         shown = ", ".join(map(str, report["missing"][:20])) + (" …" if len(report["missing"]) > 20 else "")
-        click.echo(f"  missing blocks ({len(report['missing'])}): {shown}")
+        click.echo(f"  missing {unit} ({len(report['missing'])}): {shown}")
     for k, name in report["corrupt"][:50]:
         click.echo(f"  block {k}: {name} differs from its recorded CRC32 (chunk missing or changed)")
     click.echo("  ok" if report["ok"] else "  NOT OK")

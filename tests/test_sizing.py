@@ -269,3 +269,55 @@ def test_the_shipped_engine_settings_study_parses(shared_data):
     steps = [float(np.unique(v.serving.step_tokens)[0]) for _, v in study.variants]
     assert steps == [8192.0, 2048.0, 512.0, 256.0]
     assert study.serving_table["Llama-3.1-70B"]["H100-SXM"]["engine"].startswith("vLLM")
+
+
+def test_a_killed_sized_study_resumes_from_its_finished_parts(sized, tmp_path, monkeypatch):
+    """Sized by simulation, a study is kept part by part (one per workload × rate): killed after its first part,
+    ``verify`` counts 1 of 2 parts, ``resume`` computes only the second, and the store equals an uninterrupted run's."""
+    study, whole = sized
+    spec = dict(study.spec, rate_scale=[2, 4])
+    study = procurefile.parse(spec)
+    out = tmp_path / "sized.zarr"
+    real, calls = sizing._size_part, []
+
+    def dies_after_one(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt  # a kill between parts
+        calls.append(args[2:4])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sizing, "_size_part", dies_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        slimjax.procure(study, out)
+    report = slimjax.api.verify_store(out)
+    assert (report["unit"], report["blocks"], report["recorded"], report["missing"]) == ("parts", 2, 1, [1])
+    with pytest.raises(SlimjaxError, match="partial store .* exists: pass resume=True"):
+        slimjax.procure(study, out)
+    calls.clear()
+    monkeypatch.setattr(sizing, "_size_part", lambda *a, **k: calls.append(a[2:4]) or real(*a, **k))
+    resumed = slimjax.procure(study, out, resume=True)
+    assert calls == [(0, 1)]  # workload 0 at the second rate: the first was kept
+    assert not (tmp_path / "sized.zarr.partial").exists()
+    again = slimjax.procure(study)
+    for v in ("replicas", "cost_per_hour", "sim_ttft_p_s", "best_gpu", "replicas_by_class"):
+        if v in again:
+            np.testing.assert_array_equal(resumed[v].values, again[v].values)
+    # the shared rate's answers are the first fixture's, part by part or together
+    np.testing.assert_array_equal(resumed["replicas"].sel(rate="4x").values, whole["replicas"].sel(rate="4x").values)
+
+
+def test_parts_of_another_study_are_not_resumed(tmp_path):
+    """A partial folder left by another study (another key or part count) is refused, naming overwrite; a part is
+    kept whole (written under a temporary name, then renamed)."""
+    from slimjax.store.parts import PartsJournal
+
+    out = tmp_path / "s.zarr"
+    first = PartsJournal(out, "study A", 3, resume=False)
+    first.record(1, {"replicas": np.arange(4.0)})
+    assert list(first.done()) == [1] and np.array_equal(first.done()[1]["replicas"], np.arange(4.0))
+    assert sorted(p.name for p in first.folder.iterdir()) == ["part-1.npz", "study.json"]
+    for key, n in (("study B", 3), ("study A", 4)):
+        with pytest.raises(SlimjaxError, match="was another study .* pass overwrite=True"):
+            PartsJournal(out, key, n, resume=True)
+    assert list(PartsJournal(out, "study A", 3, resume=True).done()) == [1]
+    assert PartsJournal(out, "study B", 3, resume=False).done() == {}  # overwrite: started over

@@ -213,10 +213,20 @@ def _candidates(study):
     return flat_candidates(study.model, study.gpu, serving, study.batch, shape), shape
 
 
-def size(study, ds: xr.Dataset, progress=None) -> xr.Dataset:
+METRICS = ("ttft", "tpot", "e2e", "util")  # what a sized candidate's simulation reports at R_sim
+
+
+def size_parts(study) -> list[tuple[int, int]]:
+    """The parts a study is sized in, (workload, rate) pairs in order: each is searched, and kept, on its own."""
+    return [(w, r) for w in range(len(study.workloads)) for r in range(len(study.rate_labels))]
+
+
+def size(study, ds: xr.Dataset, progress=None, parts=None) -> xr.Dataset:
     """The screened procurement Dataset ``ds`` of ``study`` sized by simulation: R_sim for every candidate and
     rate (and each class alone, for the mix), then fleet, cost, choice and mix on it; the screen's R kept as
-    ``replicas_screen``."""
+    ``replicas_screen``. Sized part by part (:func:`size_parts`); ``parts`` (:class:`slimjax.store.parts.
+    PartsJournal`-like: ``done()``, ``record(part, arrays)``) keeps each finished part and gives back those a killed
+    run had finished."""
     (model, gpu, serving, batch), shape = _candidates(study)
     W, Rr, K, C = len(study.workloads), len(study.rate_labels), study.n_classes, int(np.prod(shape))
     slots = ds["slots"].transpose("workload", "model", "gpu", "tp", "batch").values  # (W, M, G, N, B)
@@ -225,56 +235,78 @@ def size(study, ds: xr.Dataset, progress=None) -> xr.Dataset:
     # the screen's busy slots ρ·m at R_screen: a first guess of what a replica holds (NaN: no guess)
     rho = ds["utilization"].transpose(*SIZED).values.reshape(W, Rr, C)
     busy = rho * slots.reshape(W, 1, C) * 1.25 + 4
-    terms = None
-    streams, footprints, jobs = [], [], []  # jobs: (stream, candidate, start, where the answer goes)
-    reason = np.full((W, Rr, C), REASON_CODE["does_not_fit"], np.int64)
-    for w, wl in enumerate(study.workloads):
-        runs = slots[w].reshape(-1) >= 1
-        for r in range(Rr):
-            rate = float(study.total_rate[w, r])
-            if not np.isfinite(rate):
-                continue
-            classes = [k for k in range(K) if weight[w, k] > 0] if wl.trace is not None else []
-            for k in [None, *classes]:
-                stream = workload_stream(
-                    wl, rate, study.sizing, None if k is None else np.flatnonzero(wl.class_of == k)
-                )
-                terms, footprint, _ = candidate_inputs(model, gpu, serving, _Lengths(stream), np.float64)
-                fits = runs & np.all(footprint <= terms["pool"][:, None], axis=-1)
-                if k is None:
-                    reason[w, r, runs & ~fits] = REASON_CODE["request_too_large"]
-                start = screen[w, r]
-                if k is not None:  # the screen's mixture R scaled by the class's share: only a starting point
-                    start = np.ceil(np.nan_to_num(start, nan=1.0) * weight[w, k])
-                for c in np.flatnonzero(fits):
-                    jobs.append((len(streams), c, start[c], (w, r, -1 if k is None else k, c), busy[w, r, c]))
-                streams.append(stream)
-                footprints.append(footprint)
     r_sim = np.full((W, Rr, C), np.nan)
     r_class = np.full((W, Rr, K, C), np.nan)
-    metrics = {k: np.full((W, Rr, C), np.nan) for k in ("ttft", "tpot", "e2e", "util")}
-    if jobs:
-        got = search_replicas(
-            terms,
-            batch,
-            footprints,
-            streams,
-            [j[0] for j in jobs],
-            [j[1] for j in jobs],
-            [j[2] for j in jobs],
-            study.slo,
-            study.sizing["max_replicas"],
-            progress,
-            [j[4] for j in jobs],
-        )
-        for i, (_, _, _, (w, r, k, c), _) in enumerate(jobs):
-            if k < 0:
-                r_sim[w, r, c], reason[w, r, c] = got["replicas"][i], got["reason"][i]
-                for name in metrics:
-                    metrics[name][w, r, c] = got[name][i]
-            else:
-                r_class[w, r, k, c] = got["replicas"][i]
+    reason = np.full((W, Rr, C), REASON_CODE["does_not_fit"], np.int64)
+    metrics = {k: np.full((W, Rr, C), np.nan) for k in METRICS}
+    done = parts.done() if parts is not None else {}
+    for part, (w, r) in enumerate(size_parts(study)):
+        got = done.get(part)
+        if got is None:
+            runs = slots[w].reshape(-1) >= 1
+            inputs = (model, gpu, serving, batch)
+            got = _size_part(study, inputs, w, r, runs, screen[w, r], weight[w], busy[w, r], progress)
+            if parts is not None:
+                parts.record(part, got)
+        r_sim[w, r], reason[w, r], r_class[w, r] = got["replicas"], got["reason"], got["replicas_by_class"]
+        for k in METRICS:
+            metrics[k][w, r] = got[k]
     return _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape)
+
+
+def _size_part(study, inputs, w: int, r: int, runs, screen, weight, busy, progress) -> dict:
+    """One part of :func:`size`: workload ``w`` at rate ``r``, every candidate that runs (``runs``) searched on the
+    workload's stream and on each class's alone, every job's round in one run."""
+    model, gpu, serving, batch = inputs
+    K, C = study.n_classes, len(runs)
+    out = {
+        "replicas": np.full(C, np.nan),
+        "reason": np.full(C, REASON_CODE["does_not_fit"], np.int64),
+        "replicas_by_class": np.full((K, C), np.nan),
+        **{k: np.full(C, np.nan) for k in METRICS},
+    }
+    wl, rate = study.workloads[w], float(study.total_rate[w, r])
+    if not np.isfinite(rate):
+        return out
+    terms = None
+    streams, footprints, jobs = [], [], []  # jobs: (stream, candidate, start, class (-1: the whole stream), busy)
+    classes = [k for k in range(K) if weight[k] > 0] if wl.trace is not None else []
+    for k in [None, *classes]:
+        stream = workload_stream(wl, rate, study.sizing, None if k is None else np.flatnonzero(wl.class_of == k))
+        terms, footprint, _ = candidate_inputs(model, gpu, serving, _Lengths(stream), np.float64)
+        fits = runs & np.all(footprint <= terms["pool"][:, None], axis=-1)
+        if k is None:
+            out["reason"][runs & ~fits] = REASON_CODE["request_too_large"]
+        start = screen
+        if k is not None:  # the screen's mixture R scaled by the class's share: only a starting point
+            start = np.ceil(np.nan_to_num(start, nan=1.0) * weight[k])
+        for c in np.flatnonzero(fits):
+            jobs.append((len(streams), c, start[c], -1 if k is None else k, busy[c]))
+        streams.append(stream)
+        footprints.append(footprint)
+    if not jobs:
+        return out
+    got = search_replicas(
+        terms,
+        batch,
+        footprints,
+        streams,
+        [j[0] for j in jobs],
+        [j[1] for j in jobs],
+        [j[2] for j in jobs],
+        study.slo,
+        study.sizing["max_replicas"],
+        progress,
+        [j[4] for j in jobs],
+    )
+    for i, (_, c, _, k, _) in enumerate(jobs):
+        if k < 0:
+            out["replicas"][c], out["reason"][c] = got["replicas"][i], got["reason"][i]
+            for name in METRICS:
+                out[name][c] = got[name][i]
+        else:
+            out["replicas_by_class"][k, c] = got["replicas"][i]
+    return out
 
 
 class _Lengths:
