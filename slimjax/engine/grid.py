@@ -136,22 +136,19 @@ def _batch_block(leaves, inputs, starts, *, layout, structure):
     }
 
 
-def evaluate_block(inputs: dict, starts, layout):
+def evaluate_block(inputs: dict, starts, layout, flat=None):
     """Every active variable on one block: ``inputs`` holds the whole sweep's (small) arrays on one
-    device, ``starts`` the block's first index along the blocked dims."""
+    device, ``starts`` the block's first index along the blocked dims; ``flat`` (:func:`flat_inputs` of ``inputs``,
+    found once per evaluation, not at every block: flattening the specs costs milliseconds)."""
+    leaves, batch_inputs, tree = flat_inputs(inputs, layout) if flat is None else flat
+    cells = _cell_block(leaves, starts, layout=layout, inputs_tree=tree)
+    return _batch_block(cells, batch_inputs, starts, layout=layout, structure=_CELL_TREES[layout, tree])
+
+
+def flat_inputs(inputs: dict, layout) -> tuple:
+    """(the leaves of ``inputs``, the batch phase's inputs, their pytree): what :func:`evaluate_block` calls with."""
     leaves, tree = jax.tree_util.tree_flatten(inputs)
-    return _evaluate_flat(leaves, _batch_inputs(inputs, layout), starts, layout, tree)
-
-
-def _batch_inputs(inputs: dict, layout) -> dict:
-    return {k: inputs[k] for k, dims in layout.input_dims if batch_phase(dims)}
-
-
-def _evaluate_flat(input_leaves, batch_inputs, starts, layout, inputs_tree):
-    """:func:`evaluate_block` from the inputs' leaves and pytree, and the batch phase's inputs (both found once per
-    evaluation, not at every block)."""
-    leaves = _cell_block(input_leaves, starts, layout=layout, inputs_tree=inputs_tree)
-    return _batch_block(leaves, batch_inputs, starts, layout=layout, structure=_CELL_TREES[layout, inputs_tree])
+    return leaves, {k: inputs[k] for k, dims in layout.input_dims if batch_phase(dims)}, tree
 
 
 def schema(x) -> dict:
@@ -250,12 +247,11 @@ def evaluate_blocks(sweep: Sweep, block_plan: BlockPlan, indices):
     on_device = [jax.device_put(host, d) for d in devices]
     slot = {d: k for k, d in enumerate(devices)}
 
-    inputs_tree = jax.tree_util.tree_structure(host)
-    flat = [(jax.tree_util.tree_leaves(x), _batch_inputs(x, layout)) for x in on_device]  # once, not every block
+    flat = [flat_inputs(x, layout) for x in on_device]  # once, not at every block
 
     def run(kb, device):
         starts = jax.device_put(np.asarray(kb[1].starts, np.int32), device)
-        return _evaluate_flat(*flat[slot[device]], starts, layout, inputs_tree)
+        return evaluate_block(on_device[slot[device]], starts, layout, flat[slot[device]])
 
     todo = ((k, b) for k, b in enumerate(block_plan.blocks()) if k in wanted)
     for (k, b), result in pipelined(todo, run, devices):
