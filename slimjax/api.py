@@ -178,7 +178,8 @@ def _evaluate(given, parse_it, out, options: EngineOptions) -> xr.Dataset:
         block_plan = grid.plan(sw, memory_budget_bytes)
         attrs = dataset.dataset_attrs(sw, block_plan)
         var_attrs = {n: dataset.variable_attrs(sw, n) for n in names}
-        progress = report_progress(quiet, "slimjax sweep", "block")
+        # a procurement's screen runs on the same block engine: named as what the user ran
+        progress = report_progress(quiet, "slimjax sweep" if sw.kind == "sweep" else "slimjax screen", "block")
         try:
             if target is None:
                 sink = dataset.MemorySink(sw, names)
