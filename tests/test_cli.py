@@ -245,3 +245,19 @@ def test_capacity_card_of_stages_and_the_group_that_fits():
         "--input-len", "100000", "--output-len", "256", "--batch", "800",
     )  # fmt: skip
     assert "nor do 8 pipeline stages of the largest group in a node" in r.stdout
+
+
+def test_summary_per_gpu_counts_attention_data_parallel_ranks():
+    """A DP 8 × EP 8 group on one H200 node is 8 GPUs though its tensor-parallel degree is 1: per GPU and per dollar
+    divide by n_tp·n_pp·D (the serving settings' dp), as the capacity card counts the group."""
+    ds = slimjax.sweep(
+        dict(
+            models=["DeepSeek-V3"], gpus=["H200"], batch=[1, 8, 32], input_len=[1024], output_len=[256],
+            serving={"n_gpu": 1, "dp": 8, "ep": 8}, advisor={"slo_s": 120},
+        ),
+        quiet=True,
+    )  # fmt: skip
+    tables = slimjax.summary(ds)
+    tput = tables["throughput_at_b_cap"].iloc[0, 0]
+    assert int(ds.n_gpu.values.item()) == 1 and tables["throughput_per_gpu_at_b_cap"].iloc[0, 0] == pytest.approx(tput / 8)
+    assert tables["cost_per_mtok_at_b_cap"].iloc[0, 0] == pytest.approx(8 * 3.79 / (tput * 3600) * 1e6)

@@ -98,8 +98,7 @@ def _cell_terms(inputs, starts, layout):
     # fusion (the physical floor in five, 4x the engine's time; bench/RESULTS.md)
     shared = [g for g in layout.groups if GROUPS[g].materialised is not None]
     if shared:
-        batch_inputs = {k: inputs[k] for k, dims in layout.input_dims if batch_phase(dims)}
-        xb = _with_batch_inputs(x, batch_inputs, starts, layout)
+        xb = _with_batch_inputs(x, inputs, starts, layout)
         cells = {
             g: {**c, "materialised": GROUPS[g].materialised(xb, cells)} if g in shared else c for g, c in cells.items()
         }

@@ -130,15 +130,15 @@ def slim_cell(model, gpu, coeffs, serving, I, O, slim_kv: bool, bandwidth_expone
     return {**cell, "floor": floor_inputs(model, gpu, jax.tree_util.tree_map(lambda v: v.astype(dt), serving))}
 
 
-def slim_terms(cell: dict, coeffs, batch, I, O, slim_kv: bool) -> dict:
-    """§1's (or slim-kv's) batch terms, each time at least its physical floor (flagged in ``slim_at_floor``)."""
+def slim_terms(cell: dict, coeffs, batch, I, O, slim_kv: bool, floor_at_batch=None) -> dict:
+    """§1's (or slim-kv's) batch terms, each time at least its physical floor (flagged in ``slim_at_floor``).
+    ``floor_at_batch``: the floor at ``batch`` already computed (the grid's, materialised by its own call so that the
+    decode, E2E, throughput, flag and B_cap fusions read it rather than each re-deriving its closed form)."""
     closed_form = floor_of(cell["floor"], I, O)
-    at_batch = cell["materialised"]["floor"] if "materialised" in cell else closed_form(batch)
+    at_batch = closed_form(batch) if floor_at_batch is None else floor_at_batch
 
     def floor(b):
-        # at the batch axis itself the floor materialised by its own call (_slim_floor), so that the decode, E2E,
-        # throughput, flag and B_cap fusions read it rather than each re-deriving its closed form (bench/RESULTS.md)
-        return at_batch if b is batch else closed_form(b)
+        return at_batch if b is batch else closed_form(b)  # slim-kv also floors its waves at B_eff
 
     terms = slim_kv_batch_terms if slim_kv else slim_batch_terms
     out = terms(cell, coeffs, batch, I, O, floor=floor)
@@ -150,10 +150,6 @@ def slim_terms(cell: dict, coeffs, batch, I, O, slim_kv: bool) -> dict:
 def _slim_floor(x: dict, cells: dict) -> dict:
     """The physical floor (prefill, decode) at every batch of the block: what ``_slim_batch`` floors at."""
     return {"floor": floor_of(cells["slim"]["floor"], x["input_len"], x["output_len"])(x["batch"])}
-
-
-def _without_materialised(cell: dict) -> dict:
-    return {k: v for k, v in cell.items() if k != "materialised"}
 
 
 def _slim_cell(x: dict) -> dict:
@@ -172,12 +168,10 @@ def _slim_cell(x: dict) -> dict:
 def _slim_batch(x: dict, cells: dict, out: dict) -> dict:
     I, O, cell = x["input_len"], x["output_len"], cells["slim"]
 
-    def at(batch):
-        return slim_terms(
-            cell if batch is x["batch"] else _without_materialised(cell), x["coeffs"], batch, I, O, _slim_kv(x)
-        )
+    def at(batch, floor=None):
+        return slim_terms(cell, x["coeffs"], batch, I, O, _slim_kv(x), floor)
 
-    terms = at(x["batch"])
+    terms = at(x["batch"], cell["materialised"]["floor"])
     return {
         "kv_traffic_bytes": cell["kv_traffic_bytes"],
         **terms,

@@ -42,7 +42,9 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
         chosen = tput.sel(batch=xr.where(b_cap > 0, b_cap, ds["batch"].values[0])).where(b_cap > 0)
         out["throughput_at_b_cap"] = frame(chosen)
         if "n_gpu" in ds:  # groups of different sizes compare per GPU and per dollar, not per group
-            gpus_per_group = (ds["n_gpu"] * (ds["pp"] if "pp" in ds else 1)).load()
+            # n_tp·n_pp·D GPUs (docs/layouts.md), the attention data-parallel ranks D from the serving settings
+            ranks = xr.DataArray(serving_setting(ds, models, gpus, "dp"), dims=("model", "gpu"))
+            gpus_per_group = (ds["n_gpu"] * (ds["pp"] if "pp" in ds else 1) * ranks).load()
             out["throughput_per_gpu_at_b_cap"] = frame(chosen / gpus_per_group.where(gpus_per_group > 0))
             prices = xr.DataArray(gpu_prices(ds, gpus), dims="gpu", coords={"gpu": gpus})
             out["cost_per_mtok_at_b_cap"] = frame(gpus_per_group * prices / (chosen * 3600.0) * 1e6)
@@ -82,6 +84,13 @@ def summary(ds: xr.Dataset, input_len: int | None = None, output_len: int | None
         out["agents"] = agent_table(at)
         out["agent_assumptions"] = json.loads(ds["agent_local_s"].attrs.get("assumptions", "[]"))
     return out
+
+
+def serving_setting(ds: xr.Dataset, models: list[str], gpus: list[str], key: str, default: float = 1.0) -> np.ndarray:
+    """(M, G): a serving setting per (model, GPU) as the store's ``serving`` attr recorded it (``default`` where
+    it has none)."""
+    table = json.loads(ds.attrs.get("serving", "{}"))
+    return np.array([[float(table.get(m, {}).get(g, {}).get(key, default)) for g in gpus] for m in models])
 
 
 def gpu_prices(ds: xr.Dataset, gpus: list[str]) -> np.ndarray:

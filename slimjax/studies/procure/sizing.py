@@ -227,7 +227,7 @@ def size(study, ds: xr.Dataset, progress=None, parts=None) -> xr.Dataset:
     ``replicas_screen``. Sized part by part (:func:`size_parts`); ``parts`` (:class:`slimjax.store.parts.
     PartsJournal`-like: ``done()``, ``record(part, arrays)``) keeps each finished part and gives back those a killed
     run had finished."""
-    (model, gpu, serving, batch), shape = _candidates(study)
+    inputs, shape = _candidates(study)  # (model, gpu, serving, batch) of the flattened candidates
     W, Rr, K, C = len(study.workloads), len(study.rate_labels), study.n_classes, int(np.prod(shape))
     slots = ds["slots"].transpose("workload", "model", "gpu", "tp", "batch").values  # (W, M, G, N, B)
     screen = ds["replicas"].transpose(*SIZED).values.reshape(W, Rr, C)
@@ -244,7 +244,6 @@ def size(study, ds: xr.Dataset, progress=None, parts=None) -> xr.Dataset:
         got = done.get(part)
         if got is None:
             runs = slots[w].reshape(-1) >= 1
-            inputs = (model, gpu, serving, batch)
             got = _size_part(study, inputs, w, r, runs, screen[w, r], weight[w], busy[w, r], progress)
             if parts is not None:
                 parts.record(part, got)
