@@ -259,5 +259,6 @@ def test_summary_per_gpu_counts_attention_data_parallel_ranks():
     )  # fmt: skip
     tables = slimjax.summary(ds)
     tput = tables["throughput_at_b_cap"].iloc[0, 0]
-    assert int(ds.n_gpu.values.item()) == 1 and tables["throughput_per_gpu_at_b_cap"].iloc[0, 0] == pytest.approx(tput / 8)
+    assert int(ds.n_gpu.values.item()) == 1
+    assert tables["throughput_per_gpu_at_b_cap"].iloc[0, 0] == pytest.approx(tput / 8)
     assert tables["cost_per_mtok_at_b_cap"].iloc[0, 0] == pytest.approx(8 * 3.79 / (tput * 3600) * 1e6)
