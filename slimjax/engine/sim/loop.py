@@ -327,8 +327,10 @@ def complete(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: T
         inf = jnp.asarray(jnp.inf, dt)
         st = st._replace(routing=routing._replace(client_time=jnp.where(routing.client_next < n, freed_time, inf)))
     packed = one.compact(pack(k.advanced.slots, dt, st.slots.shape[-1]), k.keep)
-    r = k.replica
-    return st._replace(slots=st.slots.at[r].set(jnp.where(go, packed, st.slots[r])))
+    # a select over the replicas, not a scatter at r: vmapped over lanes, XLA:CPU runs a scatter as a loop over
+    # the lanes that copies the whole (lanes, R, S, F) operand each time (measured: a third of an iteration)
+    at_r = go & (jnp.arange(lane.replicas) == k.replica)
+    return st._replace(slots=jnp.where(at_r[:, None, None], packed[None], st.slots))
 
 
 def account(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: Taken) -> LaneState:
