@@ -134,9 +134,8 @@ def _bursty(k: int) -> None:
     for replicas in (1, 3):
         sim = simulate.parse({**_spec([8], bursty_stream()), "replicas": [replicas]})
         sim = simulate.Simulation(**{**sim.__dict__, "batch": np.asarray(batches, float)})
-        for _ in range(2):  # compiles (slot widths met on the way)
-            simulate.run(sim)
-        ds, wall = _timed(sim)
+        simulate.run(sim)  # compiles; packets' shapes depend on timing, so the best of three runs
+        ds, wall = min((_timed(sim) for _ in range(3)), key=lambda got: got[1])
         ref = _reference_seconds(sim, batches, replicas=replicas)
         jitted = wall / len(batches)
         print(

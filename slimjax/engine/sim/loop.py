@@ -562,5 +562,5 @@ def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, route
     lanes = params["batch"].shape[0]
     outside = {"ttft": jnp.zeros(lanes, jnp.int32), "tpot": jnp.zeros(lanes, jnp.int32)}
     state, _ = _advance(params, stream, state, outside, 0, shared_stream=shared_stream, **static)
-    arrival = jnp.broadcast_to(stream["arrival_s"], state.done.end_s.shape)
+    arrival = jnp.broadcast_to(stream["arrival_s"], state.done.shape[:-1])
     return records(arrival, state, replicas == 1 and not closed)
