@@ -261,7 +261,7 @@ class StopCounts(NamedTuple):
 class LaneState(NamedTuple):
     """Everything a lane carries between steps: per request (N,), per replica (R,), per lane ()."""
 
-    done: Any  # (N, P) per-request records, packed (slimjax.engine.sim.outputs.completed: the view), written at completion
+    done: Any  # (N, P) per-request records, packed (outputs.completed: their view), written at completion
     head: Any  # (R,) int32 next request to admit (contiguous: index into the stream; else its queue's head, -1)
     clock: Any  # (R,) the end of each replica's last step
     busy_s: Any  # (R,) time spent in steps
