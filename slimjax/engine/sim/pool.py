@@ -26,10 +26,12 @@ MAX_COMPILED = 64
 FIRST_SLOTS = 16  # slot width a lane starts at (at most its batch limit to a power of two), doubled as needed
 PACKET_LANES = 128  # lanes a device steps together: past this the per-lane work dominates the per-step cost
 SMALLEST_PACKET = 8
-# a group that is all the work left and at least this many lanes is dealt to every device (an hour's trace × 1,000
-# candidates: 211 → 155 s); smaller ones are not (each packet size is a compile, and two devices stepping small
-# packets at once measured slower than one)
+# a group that is all the work left, of at least SPLIT_LANES lanes and SPLIT_WORK lanes × requests, is dealt to every
+# device (an hour's trace × 1,000 candidates: 211 → 155 s); others are not: each packet size is a compile, which only
+# a long run repays (the test suite: 17 min 38 s of CPU with every such group dealt, 16 min 19 s with none), and two
+# devices stepping small packets at once measured slower than one
 SPLIT_LANES = 64
+SPLIT_WORK = 1 << 16
 LANE_ELEMENTS = 1 << 22  # requests × lanes in one pool of the sub-lane runs (their per-request arrays)
 LONG_LANE = 4096  # sub-lanes longer than this are padded to a power of 2, shorter ones to a power of 4
 POOL_LANES = 8192  # lanes in one pool at most (each carries a gap histogram)
@@ -103,6 +105,7 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     for k in range(lanes):
         pending.setdefault(int(width[k]), deque()).append(k)
     devices = compute_devices()
+    requests = np.shape(stream["arrival_s"])[-1]
     lock = threading.Condition()
     busy = [0]
 
@@ -114,7 +117,8 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
                     w = max(groups, key=lambda g: len(pending[g]))
                     q = pending[w]
                     share = len(q)
-                    if share >= SPLIT_LANES and busy[0] == 0 and len(groups) == 1:
+                    alone = busy[0] == 0 and len(groups) == 1
+                    if alone and share >= SPLIT_LANES and share * requests >= SPLIT_WORK:
                         share = -(-share // len(devices))  # the only work there is: a share for every device
                     got = [q.popleft() for _ in range(min(PACKET_LANES, share))]
                     busy[0] += 1
