@@ -117,6 +117,29 @@ def test_blocks_do_not_change_results(spec, ds):
     xr.testing.assert_identical(small.drop_attrs(), ds.drop_attrs())
 
 
+def test_cell_trees_dropped_with_their_calls_give_the_same_results(spec, ds, monkeypatch):
+    """The recorded cell pytrees are bounded: past the bound they go with the compiled cell calls (traced again), and
+    one dropped under a compiled call (another thread's clearing) is found by tracing its shape: same results."""
+    from slimjax.engine import grid
+
+    monkeypatch.setattr(grid, "MAX_CELL_TREES", 0)  # cleared before every block
+    cleared = slimjax.sweep(spec, quiet=True, memory_budget_bytes=40_000)
+    assert len(grid._CELL_TREES) <= 1
+    xr.testing.assert_identical(cleared.drop_attrs(), ds.drop_attrs())
+    monkeypatch.setattr(grid, "MAX_CELL_TREES", 256)
+    real = grid._cell_block
+
+    def forgetting(*args, **kwargs):  # the call compiled, its record gone before it is read
+        out = real(*args, **kwargs)
+        grid._CELL_TREES.clear()
+        return out
+
+    monkeypatch.setattr(grid, "_cell_block", forgetting)
+    xr.testing.assert_identical(
+        slimjax.sweep(spec, quiet=True, memory_budget_bytes=40_000).drop_attrs(), ds.drop_attrs()
+    )
+
+
 def test_memory_budget_too_small_is_a_clear_error(spec):
     with pytest.raises(slimjax.SlimjaxError, match="memory_budget"):
         slimjax.sweep(spec, quiet=True, memory_budget_bytes=100)

@@ -106,8 +106,9 @@ def _cell_terms(inputs, starts, layout):
 
 
 # (layout, the inputs' pytree) -> the pytree of its cell terms, recorded when _cell_block traces (so a compiled call
-# that is reused finds it without tracing again)
+# that is reused finds it without tracing again); dropped with _cell_block's compiled calls past MAX_CELL_TREES
 _CELL_TREES: dict = {}
+MAX_CELL_TREES = 256
 
 
 @functools.partial(jax.jit, static_argnames=("layout", "inputs_tree"))
@@ -140,8 +141,15 @@ def evaluate_block(inputs: dict, starts, layout, flat=None):
     device, ``starts`` the block's first index along the blocked dims; ``flat`` (:func:`flat_inputs` of ``inputs``,
     found once per evaluation, not at every block: flattening the specs costs milliseconds)."""
     leaves, batch_inputs, tree = flat_inputs(inputs, layout) if flat is None else flat
+    if len(_CELL_TREES) > MAX_CELL_TREES:  # a long-lived process meeting many layouts: start again
+        _cell_block.clear_cache()
+        _CELL_TREES.clear()
     cells = _cell_block(leaves, starts, layout=layout, inputs_tree=tree)
-    return _batch_block(cells, batch_inputs, starts, layout=layout, structure=_CELL_TREES[layout, tree])
+    structure = _CELL_TREES.get((layout, tree))
+    if structure is None:  # dropped (by another thread) after the call had been compiled: traced for its shape
+        shapes = jax.eval_shape(functools.partial(_cell_terms, layout=layout), inputs, starts)
+        structure = jax.tree_util.tree_structure(shapes)
+    return _batch_block(cells, batch_inputs, starts, layout=layout, structure=structure)
 
 
 def flat_inputs(inputs: dict, layout) -> tuple:
