@@ -274,10 +274,12 @@ def procure(
     return ds
 
 
-def _journal_options_refused(options, applies_to: str) -> None:
-    """``resume`` and the Dask scheduler need the block engine's journal: refused (naming the flag) elsewhere."""
-    for flag, given in (("resume", options.resume), ("scheduler", options.scheduler == "dask")):
-        if given:
+def _journal_options_refused(options, applies_to: str, flags=("resume", "scheduler")) -> None:
+    """``resume`` and the Dask scheduler need the block engine's journal: refused (naming the flag) elsewhere; ``flags``
+    the ones refused here."""
+    given = {"resume": options.resume, "scheduler": options.scheduler == "dask"}
+    for flag in flags:
+        if given[flag]:
             raise SlimjaxError(flag, f"applies to {applies_to}")
 
 
@@ -286,8 +288,8 @@ def _procured(study, out, options) -> xr.Dataset:
     if study.sizing["method"] == "screen":
         return _evaluate(study, None, out, options)
     options.check(out)
-    if options.scheduler == "dask":
-        raise SlimjaxError("scheduler", "applies to the screen alone: give sizing: screen, or run sized without it")
+    # a sized study resumes from its parts' journal (store.parts), but the Dask scheduler runs the screen's blocks only
+    _journal_options_refused(options, "the screen alone: give sizing: screen, or run sized without it", ("scheduler",))
     from .store.parts import PartsJournal
     from .studies.procure import sizing
 

@@ -321,3 +321,10 @@ def test_parts_of_another_study_are_not_resumed(tmp_path):
             PartsJournal(out, key, n, resume=True)
     assert list(PartsJournal(out, "study A", 3, resume=True).done()) == [1]
     assert PartsJournal(out, "study B", 3, resume=False).done() == {}  # overwrite: started over
+
+
+def test_a_sized_study_refuses_the_dask_scheduler_in_one_line(sized, tmp_path):
+    """Dask runs the screen's blocks only: a study sized by simulation refuses it before any work, naming the flag."""
+    study, _ = sized
+    with pytest.raises(SlimjaxError, match="scheduler.*applies to the screen alone: give sizing: screen"):
+        slimjax.procure(study, tmp_path / "sized.zarr", scheduler="dask")
