@@ -69,7 +69,7 @@ def unset_fill(record: Record) -> float:
 # A lane keeps its per-request records packed, one row per request and one column per REQUEST_RECORDS entry, in the
 # stream's float dtype (counts are small integers, exact in it): a step's completions are then written with one
 # scatter of rows, where a record per array took one scatter each (vmapped, XLA:CPU runs a scatter as a loop over
-# its updates; measured a fifth of a step's time at 32 slots).
+# its updates; writing the records measured a fifth of a step's time at 32 slots).
 
 
 def no_completions(n: int, dtype):
@@ -85,8 +85,7 @@ def completed(rows) -> Completed:
 
 def write_completions(done, slots, end, at):
     """Packed records ``done`` (N, P) with the completing slots' rows written at their requests (``at``: each slot's
-    request where it completes, N elsewhere: dropped); ``slots`` as the step left them, ``end`` the step's end (a
-    scalar, or one per slot)."""
+    request where it completes, N elsewhere: dropped); ``slots`` as the step left them, ``end`` the step's end."""
     rows = jnp.stack(
         [
             jnp.broadcast_to(getattr(slots, r.source) if r.source else end, at.shape).astype(done.dtype)
@@ -102,7 +101,7 @@ def records(arrival, state: LaneState, contiguous: bool, xp=jnp) -> dict:
     done = completed(state.done)
     out = {
         "arrival_s": arrival if contiguous else state.routing.arrival_s,
-        **{r.name: getattr(done, r.name) for r in RECORDS if r.per == "request"},
+        **done._asdict(),
         "replica": xp.zeros(done.end_s.shape, xp.int32) if contiguous else state.routing.replica,
     }
     for r in RECORDS:
