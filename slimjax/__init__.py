@@ -17,6 +17,7 @@ from ._version import __version__
 _EXPORTS = {
     "configure": "config",
     "read_spec_file": "inputs.files",
+    "read_spec": "studies.specs",
     "calibrate": "fit.slim",
     "calibrate_roofline": "fit.roofline",
     "calibrate_serving": "fit.serving",

@@ -28,18 +28,19 @@ from .report.cards import (  # noqa: F401  (entry points: the text of results li
     summary,
 )
 from .report.progress import progress as report_progress
-from .store import coefficients as coefficient_store
 from .store import sink as store
 from .studies import procure as procurement
+from .studies import specs
+from .studies.procure import screen as procurement_screen  # noqa: F401  (registers the procurement kind with the engine)
 
 DEFAULT_MEMORY_BUDGET = 256 << 20  # bytes of working memory for one block
 COUNTED = ("slim_at_floor",)  # flags whose set cells a sweep counts into the variable's attrs (nonzero, cells)
 
 
-def parse(spec: str | os.PathLike | Mapping) -> Sweep:
+def parse(spec: str | os.PathLike | Mapping | Sweep) -> Sweep:
     """Validate a sweep file (path) or mapping into a :class:`Sweep`, reading a calibrated coefficient
-    store where ``slim`` names one."""
-    return sweepfile.parse(spec, read_store=coefficient_store.read_for_sweep)
+    store where ``slim`` names one (a Sweep already read is returned as it is)."""
+    return spec if isinstance(spec, Sweep) else specs.read_sweep(spec)
 
 
 def _available_memory_bytes() -> float:

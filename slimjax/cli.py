@@ -28,7 +28,8 @@ def _reports_errors(words=None, also: tuple = (), spec: tuple[str, str] | None =
     """Run a command; a SlimjaxError (or one of ``also``) is one line on stderr in the command line's words
     (``words``, default :func:`_cli_words`) and exit status 2. ``spec``: (argument, file kind) of a spec file the
     command reads, checked first (:func:`slimjax.inputs.files.read_spec_file`: the YAML and its keys), before JAX and
-    the store libraries load; then JAX is set up (:func:`slimjax.configure`) and the command runs."""
+    the store libraries load; then JAX is set up (:func:`slimjax.configure`), the file is read in full with JAX alone
+    (:func:`slimjax.read_spec`: its values) and the command runs on what was read, in place of the path."""
 
     def wrap(fn):
         @functools.wraps(fn)
@@ -41,6 +42,8 @@ def _reports_errors(words=None, also: tuple = (), spec: tuple[str, str] | None =
                 if spec is not None:
                     slimjax.read_spec_file(kwargs[spec[0]], spec[1])  # JAX-free
                 slimjax.configure()  # one XLA CPU device per core, float64 available
+                if spec is not None:  # before xarray, zarr and the engine load
+                    kwargs[spec[0]] = slimjax.read_spec(kwargs[spec[0]], spec[1])
                 return fn(*args, **kwargs)
             except (SlimjaxError, *also) as e:
                 click.echo(f"error: {(words or _cli_words)(e)}", err=True)
@@ -157,7 +160,7 @@ def sweep(
     start = time.perf_counter()
     if report_dir is not None:
         check_output_dir(report_dir, "--report")
-    sw = slimjax.parse(sweep_file)
+    sw = slimjax.parse(sweep_file)  # the Sweep the file check read
     check_at(sw, at, "--at")  # before any work, not after the store is written
     ds = slimjax.sweep(
         sw,

@@ -107,6 +107,38 @@ def test_bad_file_answers_before_jax_loads(tmp_path):
     assert lines[3] == "[]" and len(lines) == 4
 
 
+def test_bad_value_answers_before_the_store_libraries_load(tmp_path):
+    """A bad value is found by reading the file in full with JAX alone (slimjax.read_spec), before xarray, zarr
+    and the engine load (what kept such answers over 2 s); the command then runs on what was read."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({**SMALL, "batch": [-1, 2]}))
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "workloads": [{"name": "chat", "input_len": 512, "output_len": 128}],
+                "rates": [-2],
+                "models": ["Llama-3.1-8B"],
+                "gpus": ["H100-SXM"],
+                "slo": {"ttft_p90_s": 1.0},
+            }
+        )
+    )
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom slimjax.cli import main\n"
+        f"for args in (['sweep', {str(sweep)!r}, '--out', 'x.zarr'], ['procure', {str(study)!r}]):\n"
+        "    r = CliRunner().invoke(main, args)\n"
+        "    print(r.exit_code, r.stderr.strip())\n"
+        "print(sorted(m for m in ('xarray', 'zarr', 'slimjax.engine.grid', 'slimjax.api') if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    lines = r.stdout.splitlines()
+    assert lines[0] == "2 error: batch[0]: must be positive, got -1", r.stderr
+    assert lines[1].startswith("2 error: rates") and "-2" in lines[1], lines
+    assert lines[2] == "[]" and len(lines) == 3
+    assert not (tmp_path / "x.zarr").exists()
+
+
 def test_memory_budget_and_at_options(tmp_path):
     spec = tmp_path / "small.yaml"
     spec.write_text(yaml.safe_dump(SMALL))

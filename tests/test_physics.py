@@ -386,7 +386,8 @@ def _bad_inputs(tmp, data):
     study.write_text(
         yaml.safe_dump(
             dict(
-                workloads=[{"name": "w", "input_len": 512, "output_len": 128, "rates": [1.0]}],
+                workloads=[{"name": "w", "input_len": 512, "output_len": 128}],
+                rates=[1.0],
                 models=["Llama-3.1-8B"],
                 gpus=["H100-SXM"],
                 slo={"itl_s": 0.05},

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..config import float64_scope
 from ..errors import SlimjaxError
-from ..model.calculator import largest_node_tp, smallest_fitting_pp, smallest_fitting_tp
+from ..model.calculator import largest_node_tp
 from ..model.specs import GPUSpec, MeasuredSpec, ModelSpec, ServingSpec, stack
 from . import catalog
 from .advisor import Advisor, advisor_block
@@ -22,7 +22,7 @@ from .axes import parse_axis
 from .coefficients import StoreReader, SweepCoefficients, coefficients_block
 from .files import read_spec_file
 from .measured import measured_block
-from .serving import resolve_study_model, serving_block, with_calibrated_links
+from .serving import fitting_pp, fitting_tp, resolve_study_model, serving_block, with_calibrated_links
 
 AXES = ("batch", "input_len", "output_len")
 PRECISIONS = ("float32", "float64")
@@ -138,7 +138,7 @@ def _smallest_tp(model, gpu, serving, serving_table, tokens: float, batch: float
     )
     with float64_scope():
         return np.asarray(
-            smallest_fitting_tp(
+            fitting_tp(
                 jax.tree_util.tree_map(lambda x: x[:, None], model),
                 jax.tree_util.tree_map(lambda x: x[None, :], gpu),
                 serving,
@@ -158,7 +158,7 @@ def smallest_stages_for_batch(sweep: "Sweep", tokens: float, batch: float) -> tu
     with float64_scope():
         tp = largest_node_tp(model, gpu)
         serving = ServingSpec(**{**sweep.serving.fields(), "n_gpu": np.zeros(np.shape(sweep.serving.n_gpu)) + tp})
-        pp = np.asarray(smallest_fitting_pp(model, gpu, serving, tokens, batch))
+        pp = np.asarray(fitting_pp(model, gpu, serving, tokens, batch))
     return np.broadcast_to(np.asarray(tp), pp.shape), pp
 
 

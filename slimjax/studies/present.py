@@ -80,6 +80,38 @@ class StudyKind:
 STUDIES: dict[str, StudyKind] = {}
 
 
+def deferred(module: str, name: str) -> Callable:
+    """``module``'s function ``name``, imported on its first call: a study package registers how its stores are
+    shown without loading xarray and pandas, so reading its file stays light (the command line checks a file with
+    only JAX loaded)."""
+
+    def call(*args, **kwargs):
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"{module}.{name}, imported on first call."
+    return call
+
+
+def lazy_members(package: str, members: dict[str, str]) -> Callable:
+    """A study package's module ``__getattr__``: each name in ``members`` is imported from the submodule it
+    names (relative, e.g. ``".run"``) on first use, so importing the package loads only its file reader."""
+
+    def getattr_(name: str):
+        import importlib
+
+        if name not in members:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = importlib.import_module(members[name], package)
+        value = module if module.__name__.rsplit(".", 1)[-1] == name else getattr(module, name)
+        setattr(importlib.import_module(package), name, value)  # found directly from now on
+        return value
+
+    return getattr_
+
+
 def register_study(kind: StudyKind) -> StudyKind:
     """A kind of store the report, the api and the command line show (once per kind)."""
     if kind.kind in STUDIES:

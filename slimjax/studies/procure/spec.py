@@ -33,6 +33,7 @@ from ...inputs.requests import (
 )
 from ...inputs.serving import (
     check_group_shape,
+    fitting_pp,
     with_calibrated_links,
 )
 from ...inputs.studyfile import (
@@ -361,7 +362,6 @@ def with_stages(serving: ServingSpec, table: dict, value: Any, models, gpus, tp,
     candidate does not fit, as the screen says; 1 on a GPU without ``network_gbs``, which stages would cross), or
     one positive integer for every candidate (default 1: no stages, as before §10). A replica group is tp·pp GPUs."""
     from ...config import float64_scope
-    from ...model.calculator import smallest_fitting_pp
 
     fields = {k: np.asarray(v, float) for k, v in serving.fields().items()}
     if value == "auto":
@@ -372,7 +372,7 @@ def with_stages(serving: ServingSpec, table: dict, value: Any, models, gpus, tp,
                 **{f.name: np.asarray(getattr(model, f.name))[:, None, None] for f in dataclasses.fields(ModelSpec)}
             )
             g = GPUSpec(**{k: np.asarray(v)[None, :, None] for k, v in gpu.fields().items()})
-            stages = np.asarray(smallest_fitting_pp(m, g, ServingSpec(**fields), max_tokens))
+            stages = np.asarray(fitting_pp(m, g, ServingSpec(**fields), max_tokens))
         networked = np.array([row["network_bytes_per_s"] > 0 for _, row in gpus])[None, :, None]
         stages = np.where((stages > 0) & networked, stages, 1.0)
     else:
