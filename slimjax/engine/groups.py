@@ -468,6 +468,8 @@ def _advisor_batch(x: dict, cells: dict, out: dict) -> dict:
     B, slo, eps = x["batch"], x["slo_s"], x["epsilon"]
     allowed = out.get("fits")
     t, e2e, t1 = out["slim_throughput"], out["slim_e2e_s"], out["_slim_at_1"]["slim_throughput"]
+    if allowed is not None:  # as mask_unfit writes them (the same ops, merged by XLA): B_cap reads the outputs
+        t, e2e = jnp.where(allowed, t, jnp.nan), jnp.where(allowed, e2e, jnp.nan)
 
     def b_cap(tput, latency, tput1):
         chosen = advisor_mod.batch_capacity(tput, latency, B, tput1, slo, eps, axis=axis, allowed=allowed)
