@@ -5,7 +5,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-
 BATCHES_PER_STEP = 8  # batches one step of B_cap's loop reduces (4–16 measured alike; past 32 XLA:CPU splits it)
 
 
