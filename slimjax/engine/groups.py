@@ -26,10 +26,11 @@ from ..inputs.sweepfile import Sweep
 from ..model import advisor as advisor_mod
 from ..model import agents as agents_mod
 from ..model.calculator import capacity_cell_terms, group_gpus, kv_capacity, queue_terms, service_terms
-from ..model.floor import FLOOR_FLAGS, floor_inputs, floor_of
+from ..model.floor import FLOOR_FLAGS, decode_floor_of, floor_inputs, floor_of, prefill_floor_s
 from ..model.intervals import INTERVAL_LEVEL, log_interval, log_sd, widened_sd
 from ..model.queue import queue_bound
 from ..model.rates import token_throughput
+from ..model.roofline import decode_steps
 from ..model.slim import log_throughput_sensitivity, slim_batch_terms, slim_cell_terms
 from ..model.slim_kv import slim_kv_batch_terms, slim_kv_cell_terms, slim_kv_log_throughput_sensitivity
 from ..model.specs import astype
@@ -148,8 +149,23 @@ def slim_terms(cell: dict, coeffs, batch, I, O, slim_kv: bool, floor_at_batch=No
 
 
 def _slim_floor(x: dict, cells: dict) -> dict:
-    """The physical floor (prefill, decode) at every batch of the block: what ``_slim_batch`` floors at."""
-    return {"floor": floor_of(cells["slim"]["floor"], x["input_len"], x["output_len"])(x["batch"])}
+    """The physical floor (prefill, decode) at every batch of the block: what ``_slim_batch`` floors at. The decode
+    floor's terms at (batch, input_len) are computed apart (:func:`held`): fused into the full-size floor, XLA
+    evaluates them at every output length too."""
+    f, B, I = cells["slim"]["floor"], x["batch"], x["input_len"]
+    steps_of = held(decode_steps(B, I, f["roof"], f["a_dec"]), B)
+    return {"floor": (prefill_floor_s(B, I, f["roof"], f["a_pre"]), decode_floor_of(steps_of, x["output_len"]))}
+
+
+def held(tree, batch):
+    """``tree`` computed where it stands, not re-derived inside each consumer's fusion: XLA fuses an elementwise
+    producer into its consumers (at their shape, so a (batch, input_len) term at every output length) and
+    ``lax.optimization_barrier`` does not stop it on the CPU; a conditional is a fusion boundary. Its predicate,
+    every batch ≥ 1, holds for every sweep (the file's check) but is known only at run time; were it false the terms
+    would be NaN, not wrong numbers (XLA inlines a conditional whose branches are the same)."""
+    return jax.lax.cond(
+        jnp.all(batch >= 1), lambda t: t, lambda t: jax.tree_util.tree_map(lambda a: jnp.full_like(a, jnp.nan), t), tree
+    )
 
 
 def _slim_cell(x: dict) -> dict:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from .calculator import roofline_terms
 from .experts import weights_read_bytes
-from .roofline import decode_itl
+from .roofline import DecodeSteps, decode_itl_of, decode_steps
 
 PREFILL_AT_FLOOR, DECODE_AT_FLOOR = 1, 2  # bits of the slim_at_floor flag
 FLOOR_FLAGS = ("prefill_at_floor", "decode_at_floor")
@@ -39,7 +39,13 @@ def prefill_floor_s(batch, input_len, roof, attn_pre):
 
 def decode_floor_s(batch, input_len, output_len, roof, attn_dec):
     """Σ_{j=1..O−1} max(B·(2·P_act + a_dec·T_j)/F, (M_W(B) + B·K(T_j))/BW), seconds (0 when O = 1)."""
-    itl = decode_itl(batch, input_len, output_len, roof, attn_dec)
+    return decode_floor_of(decode_steps(batch, input_len, roof, attn_dec), output_len)
+
+
+def decode_floor_of(steps_of: DecodeSteps, output_len):
+    """:func:`decode_floor_s` from the steps' terms at (B, I) (:func:`slimjax.model.roofline.decode_steps`), which
+    do not depend on O: a grid computes them once per (B, I), not at every output length."""
+    itl = decode_itl_of(steps_of, output_len)
     return jnp.where(output_len > 1, (output_len - 1.0) * jnp.where(output_len > 1, itl, 0.0), 0.0)
 
 

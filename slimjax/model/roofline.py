@@ -118,22 +118,45 @@ def _series(a, b, lo, hi):
     return jnp.where(count > 0, count * a + b * (lo + hi) * count / 2.0, 0.0)
 
 
+class MaxOfLines(NamedTuple):
+    """max(a1 + b1·k, a2 + b2·k) as its two pieces: the lower line before ``split`` (the first k at which the higher
+    one leads, before any range clips it), the higher from there; ``flat``: the lines are parallel (one leads
+    throughout). What does not depend on the range summed over."""
+
+    low_a: Any
+    low_b: Any
+    high_a: Any
+    high_b: Any
+    split: Any
+    flat: Any
+
+
+def max_of_lines(a1, b1, a2, b2) -> MaxOfLines:
+    """The pieces of max(a1 + b1·k, a2 + b2·k): two lines cross at most once."""
+    da, db = a1 - a2, b1 - b2
+    safe = jnp.where(db == 0, 1.0, db)
+    cross = -da / safe
+    rising = db > 0  # line 1 wins after the crossing
+    split = jnp.where(rising, jnp.ceil(cross), jnp.floor(cross) + 1.0)
+    line1_high = jnp.where(db == 0, da >= 0, rising)
+    low_a, low_b = jnp.where(line1_high, a2, a1), jnp.where(line1_high, b2, b1)
+    high_a, high_b = jnp.where(line1_high, a1, a2), jnp.where(line1_high, b1, b2)
+    return MaxOfLines(low_a, low_b, high_a, high_b, split, db == 0)
+
+
+def sum_max_of_lines(lines: MaxOfLines, lo, hi):
+    """Σ_{k=lo..hi} of :func:`max_of_lines`' max in closed form (0 when hi < lo): one arithmetic series per piece."""
+    split = jnp.where(lines.flat, lo, jnp.clip(lines.split, lo, jnp.maximum(hi + 1.0, lo)))
+    return _series(lines.low_a, lines.low_b, lo, split - 1.0) + _series(lines.high_a, lines.high_b, split, hi)
+
+
 def sum_max_linear(a1, b1, a2, b2, lo, hi):
     """Σ_{k=lo..hi} max(a1 + b1·k, a2 + b2·k) in closed form (0 when hi < lo).
 
     Two lines cross at most once, so the range splits at the crossing into one arithmetic series
     per line.
     """
-    da, db = a1 - a2, b1 - b2
-    safe = jnp.where(db == 0, 1.0, db)
-    cross = -da / safe
-    rising = db > 0  # line 1 wins after the crossing
-    split = jnp.where(rising, jnp.ceil(cross), jnp.floor(cross) + 1.0)
-    split = jnp.where(db == 0, lo, jnp.clip(split, lo, jnp.maximum(hi + 1.0, lo)))
-    line1_high = jnp.where(db == 0, da >= 0, rising)
-    low_a, low_b = jnp.where(line1_high, a2, a1), jnp.where(line1_high, b2, b1)
-    high_a, high_b = jnp.where(line1_high, a1, a2), jnp.where(line1_high, b1, b2)
-    return _series(low_a, low_b, lo, split - 1.0) + _series(high_a, high_b, split, hi)
+    return sum_max_of_lines(max_of_lines(a1, b1, a2, b2), lo, hi)
 
 
 def max_max_linear(a1, b1, a2, b2, lo, hi):
@@ -215,17 +238,23 @@ def prefill_time(input_len, chunk_size, roof: Roof, attn):
     return t_pre, t_chunk_max, k_c
 
 
-def decode_itl(batch, input_len, output_len, roof: Roof, attn):
-    """ITL = (Σ_{j=1..O−1} t_j)/(O − 1) at concurrency B (§4, §4b, §4c), seconds; NaN when O = 1.
+class DecodeSteps(NamedTuple):
+    """What a decode's step times at concurrency B and prompt I are, before the number of steps: the step time's two
+    pieces inside the sliding window and past it (:class:`MaxOfLines` in the step j), the window's last step
+    (W − I) and the per-step launch and communication times (§4, :func:`decode_itl`)."""
 
-    Step j decodes at context T_j = I + j: t_j = max(B·(2·P_act + a·T_j)/F, (M_W(B) + B·K(T_j))/BW) + t_l
-    + 2·L·t_ar(B·D·b_a), with ``attn`` = a_dec; M_W(B) and the all-reduce are constant over the steps, so
-    the sum stays closed form on both sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I). ``roof``: :class:`Roof`.
-    """
+    in_window: MaxOfLines
+    past_window: MaxOfLines
+    j_window: Any
+    launch_s: Any
+    comm_s: Any
+
+
+def decode_steps(batch, input_len, roof: Roof, attn) -> DecodeSteps:
+    """:class:`DecodeSteps` of B sequences with I-token prompts (``attn`` = a_dec): step j decodes at context
+    T_j = I + j, t_j = max(B·(2·P_act + a·T_j)/F, (M_W(B) + B·K(T_j))/BW), K split at the window."""
     flops, bandwidth = roof.flops, roof.bandwidth
     kv_per_token_full, kv_per_token_sliding, window = roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window
-    launch_overhead_s = roof.launch_overhead_s
-    steps = output_len - 1.0
     w_step = pass_weights_bytes(roof, batch)
     a1 = batch * (2.0 * pass_active_params(roof, batch) + attn * input_len) / flops
     b1 = batch * attn / flops
@@ -235,12 +264,34 @@ def decode_itl(batch, input_len, output_len, roof: Roof, attn):
     tail = jnp.where(kv_per_token_sliding > 0, kv_per_token_sliding * window, 0.0)
     a3 = (w_step + batch * (kv_per_token_full * input_len + tail)) / bandwidth
     b3 = batch * kv_per_token_full / bandwidth
-    j_window = jnp.floor(window - input_len)
-    total = sum_max_linear(a1, b1, a2, b2, 1.0, jnp.minimum(steps, j_window)) + sum_max_linear(
-        a1, b1, a3, b3, jnp.clip(j_window + 1.0, 1.0, jnp.maximum(steps + 1.0, 1.0)), steps
+    return DecodeSteps(
+        max_of_lines(a1, b1, a2, b2),
+        max_of_lines(a1, b1, a3, b3),
+        jnp.floor(window - input_len),
+        roof.launch_overhead_s,
+        comm_s(roof, batch),
     )
-    comm = comm_s(roof, batch)
-    return jnp.where(steps > 0, total / jnp.where(steps > 0, steps, 1.0) + launch_overhead_s + comm, jnp.nan)
+
+
+def decode_itl_of(steps_of: DecodeSteps, output_len):
+    """ITL of :func:`decode_itl` from its :class:`DecodeSteps`: the O − 1 step times summed in closed form on both
+    sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I); NaN when O = 1."""
+    steps, j_window = output_len - 1.0, steps_of.j_window
+    total = sum_max_of_lines(steps_of.in_window, 1.0, jnp.minimum(steps, j_window)) + sum_max_of_lines(
+        steps_of.past_window, jnp.clip(j_window + 1.0, 1.0, jnp.maximum(steps + 1.0, 1.0)), steps
+    )
+    per_step = total / jnp.where(steps > 0, steps, 1.0) + steps_of.launch_s + steps_of.comm_s
+    return jnp.where(steps > 0, per_step, jnp.nan)
+
+
+def decode_itl(batch, input_len, output_len, roof: Roof, attn):
+    """ITL = (Σ_{j=1..O−1} t_j)/(O − 1) at concurrency B (§4, §4b, §4c), seconds; NaN when O = 1.
+
+    Step j decodes at context T_j = I + j: t_j = max(B·(2·P_act + a·T_j)/F, (M_W(B) + B·K(T_j))/BW) + t_l
+    + 2·L·t_ar(B·D·b_a), with ``attn`` = a_dec; M_W(B) and the all-reduce are constant over the steps, so
+    the sum stays closed form on both sides of the window crossover (T_j ≤ W ⟺ j ≤ W − I). ``roof``: :class:`Roof`.
+    """
+    return decode_itl_of(decode_steps(batch, input_len, roof, attn), output_len)
 
 
 def time_to_first_token(batch, output_len, prefill_s, chunks, itl_s):
