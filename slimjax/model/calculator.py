@@ -219,6 +219,7 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         expert_comm=() if at_peak else layout_comm_lines(model, gpu, serving),
         expert_compute_efficiency=1.0 + zero if at_peak else serving.expert_compute_efficiency,
         expert_bandwidth_efficiency=1.0 + zero if at_peak else serving.expert_bandwidth_efficiency,
+        expert_max_normal=experts.expected_max_standard_normal(serving.expert_ranks),
     )
     if not at_peak:  # n_pp stages: one engine's pass goes through every stage and the p2p hops between them (§10)
         roof = pipeline.pipeline_roof(

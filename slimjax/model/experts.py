@@ -62,14 +62,16 @@ def expected_max_standard_normal(m):
     return jnp.where(m > 1, ndtri((m - 0.375) / (m + 0.25)), 0.0)
 
 
-def expert_imbalance(n_tokens, n_experts, experts_per_token, expert_ranks, skew=1.0):
+def expert_imbalance(n_tokens, n_experts, experts_per_token, expert_ranks, skew=1.0, max_normal=None):
     """ι ≥ 1: the busiest of ep expert ranks' routed-token load over the mean n·k/ep, for n tokens routed top-k over
     E experts held E/ep per rank (docs/layouts.md). Under uniform routing a token sends k/ep of its k choices to a
     rank on average, with variance σ² = k·(1/ep)(1 − 1/ep)(E − k)/(E − 1) (k draws without replacement); over n
     tokens the ep loads are near normal, so ι_u = 1 + c(ep)·σ/(μ·√n) with μ = k/ep and c(ep) the expected largest
     of ep standard normals (:func:`expected_max_standard_normal`). Routing that is not uniform multiplies it by
     ``skew`` ≥ 1 (a redundant-expert balancer brings it towards 1); bounded by ep·min(k, E/ep)/k, every choice of
-    every token on one rank. 1 where ep = 1, for a dense model or no tokens."""
+    every token on one rank. 1 where ep = 1, for a dense model or no tokens. ``max_normal``: c(ep) computed once
+    (:func:`expected_max_standard_normal` of ``expert_ranks``; the roofline record keeps it), not at every
+    evaluation (a simulation's steps evaluate this per lane and per step)."""
     on = (expert_ranks > 1) & (n_experts > 1) & (n_tokens > 0)
     e = jnp.where(on, n_experts, 2.0)
     k = jnp.where(on, experts_per_token, 1.0)
@@ -77,6 +79,7 @@ def expert_imbalance(n_tokens, n_experts, experts_per_token, expert_ranks, skew=
     n = jnp.where(on, n_tokens, 1.0)
     mean = k / ep
     sd = jnp.sqrt(k * (1.0 / ep) * (1.0 - 1.0 / ep) * (e - k) / (e - 1.0))
-    uniform = 1.0 + expected_max_standard_normal(ep) * sd / (mean * jnp.sqrt(n))
+    c = expected_max_standard_normal(ep) if max_normal is None else max_normal
+    uniform = 1.0 + c * sd / (mean * jnp.sqrt(n))
     bound = ep * jnp.minimum(k, e / ep) / k
     return jnp.where(on, jnp.minimum(skew * uniform, bound), 1.0)

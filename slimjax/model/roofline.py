@@ -50,6 +50,9 @@ class Roof(NamedTuple):
     # the experts' grouped GEMMs at a fraction of the dense GEMMs' achieved FLOP/s and bandwidth (docs/layouts.md)
     expert_compute_efficiency: Any = 1.0
     expert_bandwidth_efficiency: Any = 1.0
+    # c(ep), the expected largest of ep standard normals (experts.expected_max_standard_normal), once per group
+    # (None: computed where the imbalance is)
+    expert_max_normal: Any = None
 
 
 class CommLine(NamedTuple):
@@ -106,7 +109,12 @@ def pass_active_params(roof: Roof, tokens):
     1/e_XF where the experts' grouped GEMMs reach a fraction e_XF of the dense GEMMs' FLOP/s
     (``expert_compute_efficiency``; docs/layouts.md)."""
     load = expert_imbalance(
-        roof.dp_ranks * tokens, roof.n_experts, roof.experts_per_token, roof.expert_ranks, roof.expert_skew
+        roof.dp_ranks * tokens,
+        roof.n_experts,
+        roof.experts_per_token,
+        roof.expert_ranks,
+        roof.expert_skew,
+        roof.expert_max_normal,
     )
     scale = load / roof.expert_compute_efficiency
     return roof.active_params + (scale - 1.0) * roof.experts_per_token * roof.routed_expert_params
