@@ -253,8 +253,10 @@ def procure(
     The fleet is sized by simulation (MODEL.md §8 "Sizing by simulation", the study's ``sizing``): the screen
     runs in memory, then every candidate's R_sim is searched on the workload's own stream and the Dataset (cost,
     choice, mix on R_sim; the screen's R as ``replicas_screen``) is written to ``out`` at the end, atomically.
-    ``resume`` and Dask apply to ``sizing: screen``, the closed form alone. With ``settings`` (engine configurations,
-    docs/engines.md) the study runs once per setting, its variables along dim ``setting`` with ``best_setting``.
+    Sized, it is kept part by part (workload × rate, and engine setting) as each finishes, so ``resume`` computes
+    only the parts a killed run had not; Dask applies to ``sizing: screen``, the closed form alone. With ``settings``
+    (engine configurations, docs/engines.md) the study runs once per setting, its variables along dim ``setting``
+    with ``best_setting``.
     ``engine``: the :class:`EngineOptions` fields (``quiet`` defaults to True here)."""
     options = EngineOptions.of(engine, quiet=True)
     if out is not None:  # before any work, the study's own checks included
@@ -264,14 +266,79 @@ def procure(
     if not study.variants:
         return _procured(study, out, options)
     # engine settings as candidates (docs/engines.md): the study once per setting, along dim ``setting``
-    _journal_options_refused(options, "a study without engine settings: remove settings, or run without it")
     from .studies.procure import variants
 
-    target = store.check_target(out, options.overwrite) if out is not None else None
-    parts = [_procured(variant, None, options) for _, variant in study.variants]
-    ds = variants.combine(parts, [label for label, _ in study.variants])
+    labels, studies = [label for label, _ in study.variants], [v for _, v in study.variants]
+    if study.sizing["method"] == "screen":
+        _journal_options_refused(options, "a study without engine settings, or one sized by simulation")
+        target = store.check_target(out, options.overwrite) if out is not None else None
+        ds = variants.combine([_procured(v, None, options) for v in studies], labels)
+        if target is not None:
+            store.write_dataset(ds, target)
+        return ds
+    return _sized_studies(studies, out, options, lambda parts: variants.combine(parts, labels))
+
+
+def _procured(study, out, options) -> xr.Dataset:
+    """One procurement study (no engine settings to sweep) run and, where ``out`` is given, stored."""
+    if study.sizing["method"] == "screen":
+        return _evaluate(study, None, out, options)
+    return _sized_studies([study], out, options, lambda parts: parts[0])
+
+
+def _sized_studies(studies, out, options, combine) -> xr.Dataset:
+    """Studies sized by simulation (one, or one per engine setting), ``combine``d and, where ``out`` is given, stored:
+    every study's screen in memory, then each (study, workload, rate) part sized and kept as it finishes in one journal
+    (:class:`slimjax.store.parts.PartsJournal`), so ``resume`` computes only the parts a killed run had not finished;
+    the progress counts those parts."""
+    options.check(out)
+    # a sized study resumes from its parts' journal (store.parts), but the Dask scheduler runs the screen's blocks only
+    _journal_options_refused(options, "the screen alone: give sizing: screen, or run sized without it", ("scheduler",))
+    from .store.parts import PartsJournal, PartsSection
+    from .studies.procure import sizing
+
+    target = store.check_target(out, options.overwrite, options.resume) if out is not None else None
+    screens = [_evaluate(s, None, None, dataclasses.replace(options, resume=False)) for s in studies]
+    counts = [len(sizing.size_parts(s)) for s in studies]
+    journal = None
+    if target is not None:  # each part kept as it finishes: --resume computes only the rest
+        hashes = " ".join(screen.attrs["sweep_hash"] for screen in screens)
+        key = f"{hashes} {json.dumps(studies[0].sizing, sort_keys=True, default=str)}"
+        journal = PartsJournal(target, key, sum(counts), options.resume)
+    progress = report_progress(options.quiet, "slimjax sizing", "part", total=sum(counts))
+    simulations = [0]
+
+    def simulated(n: int) -> None:  # within a part: the simulations run so far, in the description
+        simulations[0] += n
+        progress.set_description(f"slimjax sizing ({simulations[0]:,} simulations)")
+        progress.update(0)
+
+    sized = []
+    try:
+        with float64_scope():
+            for k, (study, screen) in enumerate(zip(studies, screens, strict=True)):
+                section = None if journal is None else PartsSection(journal, sum(counts[:k]), counts[k])
+                ds = sizing.size(
+                    study,
+                    screen,
+                    None if progress is None else simulated,
+                    section,
+                    None if progress is None else progress.update,
+                )
+                if study.deployments:  # disaggregated prefill/decode pairs beside the aggregated fleet (MODEL.md §10)
+                    from .studies import disaggregated
+
+                    ds = disaggregated.size_study(study, ds)
+                sized.append(ds)
+    finally:
+        if progress is not None:
+            progress.close()
+    ds = combine(sized)
     if target is not None:
-        store.write_dataset(ds, target)
+        from .store.parts import STORED_PARTS
+
+        store.write_dataset(ds.assign_attrs({STORED_PARTS: sum(counts)}), target)
+        journal.close()
     return ds
 
 
@@ -282,39 +349,6 @@ def _journal_options_refused(options, applies_to: str, flags=("resume", "schedul
     for flag in flags:
         if given[flag]:
             raise SlimjaxError(flag, f"applies to {applies_to}")
-
-
-def _procured(study, out, options) -> xr.Dataset:
-    """One procurement study (no engine settings to sweep) run and, where ``out`` is given, stored."""
-    if study.sizing["method"] == "screen":
-        return _evaluate(study, None, out, options)
-    options.check(out)
-    # a sized study resumes from its parts' journal (store.parts), but the Dask scheduler runs the screen's blocks only
-    _journal_options_refused(options, "the screen alone: give sizing: screen, or run sized without it", ("scheduler",))
-    from .store.parts import PartsJournal
-    from .studies.procure import sizing
-
-    target = store.check_target(out, options.overwrite, options.resume) if out is not None else None
-    screen = _evaluate(study, None, None, dataclasses.replace(options, resume=False))
-    parts = None
-    if target is not None:  # each (workload, rate) part kept as it finishes: --resume computes only the rest
-        key = f"{screen.attrs['sweep_hash']} {json.dumps(study.sizing, sort_keys=True, default=str)}"
-        parts = PartsJournal(target, key, len(sizing.size_parts(study)), options.resume)
-    progress = report_progress(options.quiet, "slimjax sizing", "simulation")
-    try:
-        with float64_scope():
-            ds = sizing.size(study, screen, None if progress is None else progress.update, parts)
-            if study.deployments:  # disaggregated prefill/decode pairs beside the aggregated fleet (MODEL.md §10)
-                from .studies import disaggregated
-
-                ds = disaggregated.size_study(study, ds)
-    finally:
-        if progress is not None:
-            progress.close()
-    if target is not None:
-        store.write_dataset(ds, target)
-        parts.close()
-    return ds
 
 
 def simulate(

@@ -208,7 +208,8 @@ def test_engine_settings_are_procurement_candidates_each_its_own_study(tmp_path)
     """``settings`` (issue 36, item 5): the study once per engine setting, along dim ``setting``, each equal to the
     study whose serving block sets those keys (replicas, cost and choice, bit for bit); ``best_setting`` is the
     cheapest setting's label; the tables print each setting and compare them; the store keeps each setting's
-    assumptions; a bad setting is named; resume is refused."""
+    assumptions; a bad setting is named; killed after its first part (of one per setting), it resumes with that part
+    kept and ends as the uninterrupted run."""
     import json
 
     base = dict(
@@ -249,8 +250,30 @@ def test_engine_settings_are_procurement_candidates_each_its_own_study(tmp_path)
     with pytest.raises(SlimjaxError) as e:
         procurefile.parse({**base, "settings": [{"step_tokens": 256}, {"chunk_size": -1}]})
     assert e.value.field == "settings[1].chunk_size"
-    with pytest.raises(SlimjaxError) as e:
-        slimjax.procure({**base, "settings": settings}, tmp_path / "again.zarr", resume=True)
+    real, calls = sizing._size_part, []
+
+    def dies_after_one(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt  # a kill between parts: the second setting's
+        calls.append(args[2:4])
+        return real(*args, **kwargs)
+
+    again = tmp_path / "again.zarr"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sizing, "_size_part", dies_after_one)
+        with pytest.raises(KeyboardInterrupt):
+            slimjax.procure({**base, "settings": settings}, again)
+    report = slimjax.api.verify_store(again)
+    assert (report["unit"], report["blocks"], report["recorded"]) == ("parts", 2, 1)
+    calls.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sizing, "_size_part", lambda *a, **k: calls.append(a[2:4]) or real(*a, **k))
+        resumed = slimjax.procure({**base, "settings": settings}, again, resume=True)
+    assert calls == [(0, 0)]  # the second setting's only part: the first setting's was kept
+    for name in ("replicas", "cost_per_hour", "best_setting", "sim_ttft_p_s"):
+        np.testing.assert_array_equal(resumed[name].values, ds[name].values, err_msg=name)
+    with pytest.raises(SlimjaxError) as e:  # screened settings have no journal to resume from
+        slimjax.procure({**base, "settings": settings, "sizing": "screen"}, tmp_path / "s.zarr", resume=True)
     assert e.value.field == "resume"
 
 
@@ -298,6 +321,8 @@ def test_a_killed_sized_study_resumes_from_its_finished_parts(sized, tmp_path, m
     resumed = slimjax.procure(study, out, resume=True)
     assert calls == [(0, 1)]  # workload 0 at the second rate: the first was kept
     assert not (tmp_path / "sized.zarr.partial").exists()
+    report = slimjax.api.verify_store(out)  # the complete store: every part in it
+    assert (report["unit"], report["blocks"], report["recorded"], report["ok"]) == ("parts", 2, 2, True)
     again = slimjax.procure(study)
     for v in ("replicas", "cost_per_hour", "sim_ttft_p_s", "best_gpu", "replicas_by_class"):
         if v in again:

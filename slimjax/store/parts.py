@@ -14,11 +14,13 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import zarr
 
 from ..errors import SlimjaxError, option
 from .sink import partial_path
 
 PARTS = "slimjax_parts"
+STORED_PARTS = "sized_parts"  # a complete store's attr: the parts it was sized in (all of them are in it)
 
 
 class PartsJournal:
@@ -60,14 +62,42 @@ class PartsJournal:
         shutil.rmtree(self.folder.parent, ignore_errors=True)
 
 
+class PartsSection:
+    """Parts ``offset`` … ``offset + n − 1`` of a :class:`PartsJournal`, numbered from 0: one study's parts where
+    several are sized into one store (one per engine setting)."""
+
+    def __init__(self, journal: PartsJournal, offset: int, n: int):
+        self.journal, self.offset, self.n = journal, offset, n
+
+    def done(self) -> dict[int, dict[str, np.ndarray]]:
+        return {k - self.offset: v for k, v in self.journal.done().items() if 0 <= k - self.offset < self.n}
+
+    def record(self, part: int, arrays: dict[str, np.ndarray]) -> None:
+        self.journal.record(self.offset + part, arrays)
+
+
 def verify_parts(path: str | os.PathLike) -> dict | None:
     """A study run in parts at ``path`` (its partial folder), counted: {"blocks": parts, "recorded", "missing",
     "corrupt": [], "ok", "unit": "parts"}; None where ``path`` has no parts."""
     path = Path(path)
     folder = (path if path.name.endswith(".partial") else partial_path(path)) / PARTS
     if not (folder / "study.json").exists():
-        return None
+        return _stored_whole(path)
     n = json.loads((folder / "study.json").read_text())["parts"]
     have = {int(p.stem.removeprefix("part-")) for p in folder.glob("part-*.npz")}
     missing = [k for k in range(n) if k not in have]
     return {"blocks": n, "recorded": len(have), "missing": missing, "corrupt": [], "ok": not missing, "unit": "parts"}
+
+
+def _stored_whole(path: Path) -> dict | None:
+    """A complete study sized in parts (its :data:`STORED_PARTS` attr): every part in it (written whole, atomically,
+    once the last finished; no chunk checksums to compare); None for any other path."""
+    if path.name.endswith(".partial") or not (path / "zarr.json").exists():
+        return None
+    try:
+        n = zarr.open_group(str(path), mode="r", zarr_format=3).attrs.get(STORED_PARTS)
+    except Exception:  # noqa: BLE001 - not a store of ours: the block journal's check says what it is
+        return None
+    if n is None:
+        return None
+    return {"blocks": int(n), "recorded": int(n), "missing": [], "corrupt": [], "ok": True, "unit": "parts"}

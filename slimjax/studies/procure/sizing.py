@@ -221,12 +221,12 @@ def size_parts(study) -> list[tuple[int, int]]:
     return [(w, r) for w in range(len(study.workloads)) for r in range(len(study.rate_labels))]
 
 
-def size(study, ds: xr.Dataset, progress=None, parts=None) -> xr.Dataset:
+def size(study, ds: xr.Dataset, progress=None, parts=None, part_done=None) -> xr.Dataset:
     """The screened procurement Dataset ``ds`` of ``study`` sized by simulation: R_sim for every candidate and
     rate (and each class alone, for the mix), then fleet, cost, choice and mix on it; the screen's R kept as
     ``replicas_screen``. Sized part by part (:func:`size_parts`); ``parts`` (:class:`slimjax.store.parts.
     PartsJournal`-like: ``done()``, ``record(part, arrays)``) keeps each finished part and gives back those a killed
-    run had finished."""
+    run had finished. ``progress(n)``: n more simulations run; ``part_done(1)``: a part finished (or found kept)."""
     inputs, shape = _candidates(study)  # (model, gpu, serving, batch) of the flattened candidates
     W, Rr, K, C = len(study.workloads), len(study.rate_labels), study.n_classes, int(np.prod(shape))
     slots = ds["slots"].transpose("workload", "model", "gpu", "tp", "batch").values  # (W, M, G, N, B)
@@ -247,6 +247,8 @@ def size(study, ds: xr.Dataset, progress=None, parts=None) -> xr.Dataset:
             got = _size_part(study, inputs, w, r, runs, screen[w, r], weight[w], busy[w, r], progress)
             if parts is not None:
                 parts.record(part, got)
+        if part_done is not None:
+            part_done(1)
         r_sim[w, r], reason[w, r], r_class[w, r] = got["replicas"], got["reason"], got["replicas_by_class"]
         for k in METRICS:
             metrics[k][w, r] = got[k]
