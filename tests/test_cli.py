@@ -137,6 +137,10 @@ def test_bad_value_answers_before_the_store_libraries_load(tmp_path):
     assert lines[1].startswith("2 error: rates") and "-2" in lines[1], lines
     assert lines[2] == "[]" and len(lines) == 3
     assert not (tmp_path / "x.zarr").exists()
+    from slimjax.inputs.files import FILE_KINDS
+    from slimjax.studies.specs import SPEC_READERS
+
+    assert set(SPEC_READERS) == set(FILE_KINDS)  # every kind of file the command line checks has its full reader
 
 
 def test_memory_budget_and_at_options(tmp_path):

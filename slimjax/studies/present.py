@@ -97,7 +97,7 @@ def deferred(module: str, name: str) -> Callable:
 
 def lazy_members(package: str, members: dict[str, str]) -> Callable:
     """A study package's module ``__getattr__``: each name in ``members`` is imported from the submodule it
-    names (relative, e.g. ``".run"``) on first use, so importing the package loads only its file reader."""
+    names (relative, e.g. ``".fleet"``) on first use, so importing the package loads only its file reader."""
 
     def getattr_(name: str):
         import importlib
