@@ -294,7 +294,7 @@ def _sized_studies(studies, out, options, combine) -> xr.Dataset:
     options.check(out)
     # a sized study resumes from its parts' journal (store.parts), but the Dask scheduler runs the screen's blocks only
     _journal_options_refused(options, "the screen alone: give sizing: screen, or run sized without it", ("scheduler",))
-    from .store.parts import PartsJournal, PartsSection
+    from .store.parts import STORED_PARTS, PartsJournal, PartsSection
     from .studies.procure import sizing
 
     target = store.check_target(out, options.overwrite, options.resume) if out is not None else None
@@ -335,8 +335,6 @@ def _sized_studies(studies, out, options, combine) -> xr.Dataset:
             progress.close()
     ds = combine(sized)
     if target is not None:
-        from .store.parts import STORED_PARTS
-
         store.write_dataset(ds.assign_attrs({STORED_PARTS: sum(counts)}), target)
         journal.close()
     return ds

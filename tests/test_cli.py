@@ -84,6 +84,21 @@ def test_bad_input_exits_nonzero_with_field(tmp_path):
     assert not out.exists() and list(tmp_path.iterdir()) == [spec]
 
 
+def _in_a_fresh_interpreter(tmp_path, runs, modules) -> list[str]:
+    """Each command line of ``runs`` through the CLI in one fresh interpreter: a line "EXIT_CODE STDERR" per run,
+    then the sorted ``modules`` it had imported by the end."""
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom slimjax.cli import main\n"
+        f"for args in {runs!r}:\n"
+        "    r = CliRunner().invoke(main, args)\n"
+        "    print(r.exit_code, r.stderr.strip())\n"
+        f"print(sorted(m for m in {tuple(modules)!r} if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert len(r.stdout.splitlines()) == len(runs) + 1, r.stderr
+    return r.stdout.splitlines()
+
+
 def test_bad_file_answers_before_jax_loads(tmp_path):
     """A file's YAML and top-level keys are checked before JAX, xarray and zarr load: one line naming the file,
     line and column, from a fresh interpreter that never imported them (so it answers in a fraction of a second)."""
@@ -91,16 +106,8 @@ def test_bad_file_answers_before_jax_loads(tmp_path):
     bad.write_text("models: [OPT-125m\ngpus: [H100]\n")
     typo = tmp_path / "typo.yaml"
     typo.write_text(yaml.safe_dump({"workloads": [], "modles": ["x"]}))
-    code = (
-        "import sys\nfrom click.testing import CliRunner\nfrom slimjax.cli import main\n"
-        f"for args in (['sweep', {str(bad)!r}, '--out', 'x.zarr'], ['simulate', {str(bad)!r}],"
-        f" ['procure', {str(typo)!r}]):\n"
-        "    r = CliRunner().invoke(main, args)\n"
-        "    print(r.exit_code, r.stderr.strip())\n"
-        "print(sorted(m for m in ('jax', 'xarray', 'zarr') if m in sys.modules))\n"
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    lines = r.stdout.splitlines()
+    runs = [["sweep", str(bad), "--out", "x.zarr"], ["simulate", str(bad)], ["procure", str(typo)]]
+    lines = _in_a_fresh_interpreter(tmp_path, runs, ("jax", "xarray", "zarr"))
     where = f"{bad}:2:5: not valid YAML: expected ',' or ']', but got ':'"
     assert lines[0].startswith(f"2 error: {where}") and lines[1].startswith(f"2 error: {where}")
     assert lines[2] == "2 error: modles: unknown top-level key; did you mean 'models'?"
@@ -124,16 +131,9 @@ def test_bad_value_answers_before_the_store_libraries_load(tmp_path):
             }
         )
     )
-    code = (
-        "import sys\nfrom click.testing import CliRunner\nfrom slimjax.cli import main\n"
-        f"for args in (['sweep', {str(sweep)!r}, '--out', 'x.zarr'], ['procure', {str(study)!r}]):\n"
-        "    r = CliRunner().invoke(main, args)\n"
-        "    print(r.exit_code, r.stderr.strip())\n"
-        "print(sorted(m for m in ('xarray', 'zarr', 'slimjax.engine.grid', 'slimjax.api') if m in sys.modules))\n"
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    lines = r.stdout.splitlines()
-    assert lines[0] == "2 error: batch[0]: must be positive, got -1", r.stderr
+    runs = [["sweep", str(sweep), "--out", "x.zarr"], ["procure", str(study)]]
+    lines = _in_a_fresh_interpreter(tmp_path, runs, ("xarray", "zarr", "slimjax.engine.grid", "slimjax.api"))
+    assert lines[0] == "2 error: batch[0]: must be positive, got -1", lines
     assert lines[1].startswith("2 error: rates") and "-2" in lines[1], lines
     assert lines[2] == "[]" and len(lines) == 3
     assert not (tmp_path / "x.zarr").exists()
