@@ -47,6 +47,9 @@ ROOFLINE_BLOCKS_APART = (
     "bandwidth_efficiency_fp8",
     "step_overhead_s",
     "expert_efficiency",
+    "layer_overhead_s",
+    "expert_layer_overhead_s",
+    "engine_allreduce_latency_s",
 )
 
 
@@ -95,3 +98,54 @@ def job_arguments(jobs: str, parts: str, write: bool = False) -> tuple[argparse.
     parts_dir = Path(a.parts)
     parts_dir.mkdir(parents=True, exist_ok=True)
     return a, parts_dir
+
+
+def held_constants(t):
+    """Per row of ``t`` (a frame with ``gpu`` and ``engine``), the calibrated constants of its GPU and engine as the
+    studies take them (:func:`slimjax.studies.serving_check.calibrated_constants`)."""
+    import pandas as pd
+
+    from slimjax.studies.serving_check import calibrated_constants
+
+    each = {pair: calibrated_constants(*pair) for pair in set(zip(t.gpu, t.engine, strict=True))}
+    return pd.DataFrame([each[p] for p in zip(t.gpu, t.engine, strict=True)], index=t.index)
+
+
+def error_table(p, by):
+    """MAPE and bias (%) of TTFT and TPOT per ``variant`` and ``by`` of predictions ``p`` (``ttft_error``,
+    ``tpot_error`` as simulated/measured − 1), with their row counts."""
+    g = p.groupby(["variant", *([by] if isinstance(by, str) else by)])
+    return g.agg(
+        rows=("ttft_error", "size"),
+        ttft_mape=("ttft_error", lambda e: 100 * e.abs().mean()),
+        ttft_bias=("ttft_error", lambda e: 100 * e.mean()),
+        tpot_mape=("tpot_error", lambda e: 100 * e.abs().mean()),
+        tpot_bias=("tpot_error", lambda e: 100 * e.mean()),
+    ).round(1)
+
+
+def fit_job(name: str, t, parts: Path, fit, predict, before: str) -> None:
+    """A per-engine fit script's job on rows ``t`` (with ``family``): ``shipped`` fits on every row (``fit(rows)`` ->
+    {param: {engine: fit}}) and predicts every row before (``predict(rows, None)``, labelled ``before``) and after;
+    ``lomo`` leaves each model family out in turn, fits on the rest and predicts it (written as it goes). Parts in
+    ``parts``: fits.yaml, shipped.csv, fits_without_<family>.yaml, lomo.csv."""
+    import pandas as pd
+
+    if name == "shipped":
+        fits = fit(t)
+        (parts / "fits.yaml").write_text(yaml.safe_dump(fits))
+        pd.concat(
+            [predict(t, None).assign(variant=before), predict(t, fits).assign(variant="fitted, in sample")]
+        ).to_csv(parts / "shipped.csv", index=False)
+    elif name == "lomo":
+        out = []
+        for m in sorted(t.family.unique()):
+            rest = t[t.family != m].reset_index(drop=True)
+            print(f"leave {m} out: {len(rest)} rows", flush=True)
+            fits = fit(rest)
+            (parts / f"fits_without_{m.replace('/', '_')}.yaml").write_text(yaml.safe_dump(fits))
+            part = t[t.family == m].reset_index(drop=True)
+            out.append(predict(part, fits).assign(variant="leave one model out"))
+            pd.concat(out, ignore_index=True).to_csv(parts / "lomo.csv", index=False)  # as it goes
+    else:
+        raise SystemExit(f"unknown job {name!r}: shipped, lomo or report")

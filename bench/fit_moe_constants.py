@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from common import fitted_value, job_arguments, write_roofline_block
+from common import error_table, fit_job, fitted_value, held_constants, job_arguments, write_roofline_block
 
 FIT_MAX_CLIENTS = 32
 FIT_MAX_OUTPUT = 2048
@@ -70,14 +70,6 @@ def moe_rows() -> pd.DataFrame:
     t["kind"] = [layout_kind(a, b, c) for a, b, c in zip(t.n_gpu, t.dp, t.ep, strict=True)]
     t["experts"] = "all"
     return t
-
-
-def held_constants(t: pd.DataFrame) -> pd.DataFrame:
-    """Per row, the calibrated constants of its GPU and engine as the studies take them."""
-    from slimjax.studies.serving_check import calibrated_constants
-
-    each = {pair: calibrated_constants(*pair) for pair in set(zip(t.gpu, t.engine, strict=True))}
-    return pd.DataFrame([each[p] for p in zip(t.gpu, t.engine, strict=True)], index=t.index)
 
 
 def slope_pairs(t: pd.DataFrame) -> pd.DataFrame:
@@ -187,44 +179,12 @@ def _overhead(engine: str) -> float:
     return calibrated_request_overhead(engine)
 
 
-def job(name: str, t: pd.DataFrame, parts: Path) -> None:
-    if name == "shipped":
-        fits = fit_experts(t)
-        (parts / "fits.yaml").write_text(yaml.safe_dump(fits))
-        pd.concat(
-            [predict(t, None).assign(variant="before (1, 1)"), predict(t, fits).assign(variant="fitted, in sample")]
-        ).to_csv(parts / "shipped.csv", index=False)
-    elif name == "lomo":
-        out = []
-        for m in sorted(t.family.unique()):
-            rest = t[t.family != m].reset_index(drop=True)
-            print(f"leave {m} out: {len(rest)} rows", flush=True)
-            fits = fit_experts(rest)
-            (parts / f"fits_without_{m}.yaml").write_text(yaml.safe_dump(fits))
-            part = t[t.family == m].reset_index(drop=True)
-            out.append(predict(part, fits).assign(variant="leave one model out"))
-        pd.concat(out, ignore_index=True).to_csv(parts / "lomo.csv", index=False)
-    else:
-        raise SystemExit(f"unknown job {name!r}: shipped, lomo or report")
-
-
-def errors(p: pd.DataFrame, by) -> pd.DataFrame:
-    g = p.groupby(["variant", *([by] if isinstance(by, str) else by)])
-    return g.agg(
-        rows=("ttft_error", "size"),
-        ttft_mape=("ttft_error", lambda e: 100 * e.abs().mean()),
-        ttft_bias=("ttft_error", lambda e: 100 * e.mean()),
-        tpot_mape=("tpot_error", lambda e: 100 * e.abs().mean()),
-        tpot_bias=("tpot_error", lambda e: 100 * e.mean()),
-    ).round(1)
-
-
 def report(parts: Path, write: bool) -> None:
     fits = yaml.safe_load((parts / "fits.yaml").read_text())
     p = pd.concat([pd.read_csv(parts / f) for f in ("shipped.csv", "lomo.csv") if (parts / f).exists()])
     p["all"] = "all"
     for by in ("all", "family", "engine", "kind", ["family", "engine"]):
-        print(errors(p, by).to_string(), "\n")
+        print(error_table(p, by).to_string(), "\n")
     print(yaml.safe_dump(fits))
     if write:
         block = {}
@@ -249,7 +209,7 @@ def main() -> None:
         if name == "report":
             report(parts, args.write)
         else:
-            job(name, moe_rows(), parts)
+            fit_job(name, moe_rows(), parts, fit_experts, predict, "before (1, 1)")
 
 
 if __name__ == "__main__":

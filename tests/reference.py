@@ -171,17 +171,20 @@ def link_bytes_per_s(gpu, n):
     return gpu.get("link_efficiency", 1.0) * links * gpu.get("link_bytes_per_s", 0.0)
 
 
-def allreduce_seconds(x, gpu, n, link, tau):
+def allreduce_seconds(x, gpu, n, link, tau, tau_c=0.0):
     """t_ar of x bytes on n GPUs: the GPU's measured NCCL protocol lines at n where its entry has them
     (docs/collectives.md: τ_s + x/B_s below the switch S, τ_l + x/B_l from it), else MODEL.md §4c's line
-    τ + 2(n − 1)/n·x/link; 0 on one GPU or without a link."""
+    τ + 2(n − 1)/n·x/link; 0 on one GPU or without a link. ``tau_c`` > 0, the engine's own all-reduce kernel, where
+    the n GPUs are in one NVLink domain (n ≤ gpus_per_node): its latency in place of τ_s (or of τ)."""
+    own = tau_c > 0 and n <= gpu.get("gpus_per_node", 8)
     key = f"allreduce_n{int(n)}_"
     if n > 1 and gpu.get(key + "small_bytes_per_s", 0.0) > 0:
         side = "small" if x < gpu[key + "switch_bytes"] else "large"
-        return gpu[f"{key}{side}_latency_s"] + x / gpu[f"{key}{side}_bytes_per_s"]
+        latency = tau_c if own and side == "small" else gpu[f"{key}{side}_latency_s"]
+        return latency + x / gpu[f"{key}{side}_bytes_per_s"]
     if n <= 1 or not link:
         return 0.0
-    return tau + 2 * (n - 1) / n * x / link
+    return (tau_c if own else tau) + 2 * (n - 1) / n * x / link
 
 
 def comm_seconds(tokens, ext):

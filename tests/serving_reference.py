@@ -75,6 +75,9 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
         BW=n * gpu["bandwidth_bytes_per_s"] * efficiency(gpu, sv, "bandwidth_efficiency"),
         t_l=sv["launch_overhead_s"],
         t_step=sv.get("step_overhead_s", 0.0),
+        # docs/engines.md: every layer's fixed cost t_L and a routed-expert layer's further t_X, each pass
+        t_layers=L * sv.get("layer_overhead_s", 0.0) + arch["n_moe_layers"] * sv.get("expert_layer_overhead_s", 0.0),
+        tau_c=sv.get("engine_allreduce_latency_s", 0.0),
         n=n,
         D=arch["hidden"],
         link=link,
@@ -116,6 +119,7 @@ def stage_terms(arch: dict, gpu: dict, sv: dict, n_pp: int) -> dict:
         moe=dict(t["moe"], routed=f * t["moe"]["routed"]),
         L=f * L,
         L_s=f * arch["n_sliding_layers"],
+        t_layers=f * t["t_layers"],
         arch=stage_arch,
     )
     stage_pool = sv["memory_utilization"] * sv["n_gpu"] * gpu["memory_bytes"] - f * t["M_W"] - sv["reserved_bytes"]
@@ -152,7 +156,7 @@ def step_seconds(decode_contexts, chunks, t):
     else:
         P_act = t["P_act"]
         byt = moe_weight_bytes(n_tok, t["M_W"], t["moe"])
-        comm = 2 * t["L"] * allreduce_seconds(n_tok * t["D"] * 2.0, t["gpu"], t["n"], t["link"], t["tau"])
+        comm = 2 * t["L"] * allreduce_seconds(n_tok * t["D"] * 2.0, t["gpu"], t["n"], t["link"], t["tau"], t["tau_c"])
     ops = 2 * P_act * n_tok
     for T in decode_contexts:
         ops += t["a_dec"] * T
@@ -160,7 +164,7 @@ def step_seconds(decode_contexts, chunks, t):
     for n, p in chunks:
         ops += t["a_pre"] * (n * p + n * n / 2)
         byt += K(p, t)
-    return max(ops / t["F"], byt / t["BW"]) + t["t_l"] + t["t_step"] + comm
+    return max(ops / t["F"], byt / t["BW"]) + t["t_l"] + t["t_layers"] + t["t_step"] + comm
 
 
 def imbalance(N, E, k, ep, skew):
@@ -207,14 +211,14 @@ def layout_pass(n_tok, t):
     tp, gpu = t["n"], t["gpu"]
     if dp > 1:
         group = tp * dp
-        comm = (2 * L - L_moe) * allreduce_seconds(n_tok * D * 2.0, gpu, tp, t["link"], t["tau"])
+        comm = (2 * L - L_moe) * allreduce_seconds(n_tok * D * 2.0, gpu, tp, t["link"], t["tau"], t["tau_c"])
         for b in (lay["dispatch"], 2.0):
             comm += L_moe * alltoall_seconds(n_tok * k * D * b / tp, gpu, group)
         moe_tp = lay["moe_tp"]
         x = n_tok * dp * k / ep * D * 2.0
-        comm += L_moe * allreduce_seconds(x, gpu, moe_tp, link_bytes_per_s(gpu, moe_tp), t["tau"])
+        comm += L_moe * allreduce_seconds(x, gpu, moe_tp, link_bytes_per_s(gpu, moe_tp), t["tau"], t["tau_c"])
     else:
-        comm = 2 * L * allreduce_seconds(n_tok * D * 2.0, gpu, tp, t["link"], t["tau"])
+        comm = 2 * L * allreduce_seconds(n_tok * D * 2.0, gpu, tp, t["link"], t["tau"], t["tau_c"])
     return P_act, byt, comm
 
 

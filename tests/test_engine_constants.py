@@ -137,7 +137,7 @@ def test_the_calibrated_preset_takes_the_fitted_e_b8_and_the_engine_step_overhea
     steps = _block("step_overhead_s")["engines"]
     assert steps and all(e["converged"] and 0 <= e["value"] < 0.02 for e in steps.values())  # host work: < 20 ms
     for e, entry in steps.items():  # at its bound (0): not identified, none charged
-        assert entry["identified"] == (not entry["at_bound"]) and serving_keys.calibrated_step_overhead(e)[0] == (
+        assert entry["identified"] == (not entry["at_bound"]) and serving_keys.calibrated_step_cost(e)[0] == (
             entry["value"] if entry["identified"] else 0.0
         )
     engine = next(k for k, e in steps.items() if e["identified"])

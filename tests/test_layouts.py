@@ -207,6 +207,17 @@ LAYOUTS = {
     "gpt_oss_dp2_tp2_ep4_fp8_dispatch": dict(
         model="gpt-oss-120b", gpu="H200", batch=12, tp=2, dp=2, ep=4, moe_tp=1, dispatch_dtype="fp8", chunk_size=256
     ),
+    "deepseek_dp2_tp4_ep4_layer_costs_engine_allreduce": dict(  # moe_tp 2: the experts' all-reduce at τ_c too
+        model="DeepSeek-V3",
+        gpu="H200",
+        batch=16,
+        tp=4,
+        dp=2,
+        ep=4,
+        layer_overhead_s=2.5e-5,
+        expert_layer_overhead_s=8e-5,
+        engine_allreduce_latency_s=5e-6,
+    ),
     "mixtral_ep2_under_tp2_two_replicas": dict(model="Mixtral-8x7B", gpu="H100-SXM", batch=8, tp=2, ep=2, replicas=2),
     "gpt_oss_tp4_expert_kernels": dict(
         model="gpt-oss-120b",
@@ -217,6 +228,9 @@ LAYOUTS = {
         expert_bandwidth_efficiency=0.7,
         compute_efficiency=0.6,
         bandwidth_efficiency=0.8,
+        layer_overhead_s=3e-5,
+        expert_layer_overhead_s=5e-5,
+        engine_allreduce_latency_s=7e-6,
     ),
     "deepseek_wide_ep16_over_two_nodes": dict(
         model="DeepSeek-V3", gpu="H200", batch=32, tp=1, dp=16, ep=16, expert_imbalance=1.3

@@ -50,8 +50,17 @@ def _terms(sim, pp):
 PIPELINES = {
     "dense_pp2": dict(model="Llama-3.1-70B", gpu="H100-SXM", batch=8, tp=2, pp=2),
     "dense_pp4_two_replicas": dict(model="Llama-3.1-70B", gpu="H100-SXM", batch=12, tp=1, pp=4, replicas=2),
-    "moe_mla_uneven_pp2": dict(  # 61 layers: stages of 31, the largest binds
-        model="DeepSeek-V3", gpu="H100-SXM", batch=16, tp=8, pp=2, launch_overhead_s=2e-4, step_overhead_s=0.003
+    "moe_mla_uneven_pp2": dict(  # 61 layers: stages of 31, the largest binds; its layers' fixed costs f·(L·t_L + …)
+        model="DeepSeek-V3",
+        gpu="H100-SXM",
+        batch=16,
+        tp=8,
+        pp=2,
+        launch_overhead_s=2e-4,
+        step_overhead_s=0.003,
+        layer_overhead_s=3e-5,
+        expert_layer_overhead_s=7e-5,
+        engine_allreduce_latency_s=6e-6,
     ),
     "sliding_chunked_pp4": dict(model="gpt-oss-120b", gpu="H100-SXM", batch=16, tp=2, pp=4, chunk_size=256),
     "kv_bound_pp2": dict(  # each engine's 1/n_pp of the stage's pool holds few long requests

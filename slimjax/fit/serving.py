@@ -51,6 +51,9 @@ SERVING_PARAMS = (
     "allreduce_latency_s",
     "expert_compute_efficiency",
     "expert_bandwidth_efficiency",
+    "layer_overhead_s",
+    "expert_layer_overhead_s",
+    "engine_allreduce_latency_s",
 )
 SERVING_BOUNDED = (
     "compute_efficiency",
@@ -81,7 +84,14 @@ DEFAULT_START = dict(
     # left out: the experts' grouped GEMMs as efficient as the dense ones (a fit of them starts where it is told)
     expert_compute_efficiency=1.0,
     expert_bandwidth_efficiency=1.0,
+    # left out: no per-layer costs, NCCL's all-reduce (a fit of them starts where it is told)
+    layer_overhead_s=0.0,
+    expert_layer_overhead_s=0.0,
+    engine_allreduce_latency_s=0.0,
 )
+# a time held at 0 is exp(−30) s in the fit's coordinates; these are exactly 0 below this (τ_c > 0 switches the
+# all-reduce to the engine's kernel, and held at 0 every result stays what it was without them)
+OFF_BELOW_S = {"layer_overhead_s": 1e-12, "expert_layer_overhead_s": 1e-12, "engine_allreduce_latency_s": 1e-12}
 AT_BOUND = 1e-3  # a fraction within this of 0 or 1 (a time below this many seconds × 1e-3) sits at its bound
 
 
@@ -218,12 +228,12 @@ def _bucket(
     score_all: bool = False,
     follow: tuple[str, ...] = (),
 ):
-    """(mean TTFT, mean TPOT, E2E) per lane and their Jacobian in the free z's: ``z`` (lanes, 6) unconstrained
-    constants, ``x`` the lanes' specs and their requests' lengths (``input_lens``, ``output_lens``: lanes × n). A
-    closed loop of C clients × ``per_client`` requests on a replica admitting C − ``waiting`` of them at once is
-    scored after its first C completions (``score_all``: over every request; E2E: their mean); an offline batch is
-    its C requests at time 0, all scored (E2E: the batch's, its last completion). ``follow``: FP8 efficiencies that
-    stand for their base constant as it moves (unset: :data:`FP8_OF`)."""
+    """(mean TTFT, mean TPOT, E2E) per lane and their Jacobian in the free z's: ``z`` (lanes, params) unconstrained
+    constants (:data:`SERVING_PARAMS`), ``x`` the lanes' specs and their requests' lengths (``input_lens``,
+    ``output_lens``: lanes × n). A closed loop of C clients × ``per_client`` requests on a replica admitting
+    C − ``waiting`` of them at once is scored after its first C completions (``score_all``: over every request; E2E:
+    their mean); an offline batch is its C requests at time 0, all scored (E2E: the batch's, its last completion).
+    ``follow``: FP8 efficiencies that stand for their base constant as it moves (unset: :data:`FP8_OF`)."""
     n = clients if offline else clients * per_client
     lanes = z.shape[0]
     slots = int(2 ** np.ceil(np.log2(max(clients, 1))))
@@ -263,6 +273,7 @@ def row_terms(x: dict, named: dict, parts: tuple[bool, ...] = (False, False)):
     (:data:`SERVING_PARAMS` name -> per-lane value; the link's two are GPU fields, the rest serving keys): the rows'
     engine, its optional lane parts ``parts`` (:func:`slimjax.engine.sim.with_parts`)."""
     named = dict(named)
+    named.update({p: jnp.where(named[p] < below, 0.0, named[p]) for p, below in OFF_BELOW_S.items() if p in named})
     link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}
     gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
     serving = row_serving(x, **named)

@@ -309,6 +309,31 @@ SERVING: dict[str, ServingKey] = {
             _nonneg,
             "fixed cost t_step of one engine step (scheduling, sampling, host work; the serving simulation), s",
         ),
+        ServingKey(
+            "layer_overhead_s",
+            "layer_overhead_s",
+            0.0,
+            _nonneg,
+            "fixed cost t_L of each layer of a pass beyond its roofline (its small kernels' minimum latency: norms, "
+            "rotary, attention launch), s (docs/engines.md)",
+        ),
+        ServingKey(
+            "expert_layer_overhead_s",
+            "expert_layer_overhead_s",
+            0.0,
+            _nonneg,
+            "further fixed cost t_X of each routed-expert layer of a pass (router, top-k, token permutation, the "
+            "grouped GEMMs' launches), s (docs/engines.md)",
+        ),
+        ServingKey(
+            "engine_allreduce_latency_s",
+            "engine_allreduce_latency_s",
+            0.0,
+            _nonneg,
+            "latency τ_c of the engine's own all-reduce kernel for tensor parallel's small messages inside one "
+            "NVLink domain (vLLM's and SGLang's custom all-reduce, TensorRT-LLM's one-shot), in place of NCCL's "
+            "small-message latency; 0: NCCL's, s (docs/collectives.md)",
+        ),
         ServingKey("compute_efficiency", "compute_efficiency", 1.0, _unit, "roofline compute efficiency e_F"),
         ServingKey("bandwidth_efficiency", "bandwidth_efficiency", 1.0, _unit, "roofline bandwidth efficiency e_B"),
         ServingKey(
@@ -456,10 +481,11 @@ def calibrated_efficiency(gpu: str, engine: str = GENERIC) -> tuple[dict[str, fl
         if fp8_which:
             values[key] = fp8
             which = f"{which}; {short} {fp8_which}"
-    step, step_which = calibrated_step_overhead(engine)
-    if step_which:
-        values["step_overhead_s"] = step
-        which = f"{which}; t_step {step_which}"
+    for key, short in ENGINE_STEP_COSTS.items():
+        value, fitted_for = calibrated_step_cost(engine, key)
+        if fitted_for:
+            values[key] = value
+            which = f"{which}; {short} {fitted_for}"
     experts = calibrated_expert_efficiency(engine)
     if experts:
         values.update(experts)
@@ -503,13 +529,23 @@ def calibrated_fp8_efficiency(gpu: str, key: str = "compute_efficiency_fp8") -> 
     return float(block["default"]), "default"
 
 
-def calibrated_step_overhead(engine: str) -> tuple[float, str]:
-    """t_step, the fixed cost of one engine step beyond the GPU's t_l (host scheduling, sampling, Python), of the
-    engine profile ``engine`` (its catalog key) from configs/roofline/default.yaml's ``step_overhead_s`` block
-    (fitted on measured serving rows, bench/fit_engine_constants.py): (value, engine) where its rows identified it;
-    (0, "") for an engine it did not fit, ``generic`` included (the GPU's t_l alone, as fitted on rows of several
-    engines)."""
-    own = ((_roofline_fit().get("step_overhead_s") or {}).get("engines") or {}).get(engine)
+# an engine's fixed costs of a step (configs/roofline/default.yaml blocks of those names, per engine profile key),
+# as named where a label lists them: t_step (host scheduling, sampling), t_L per layer, t_X per routed-expert layer,
+# and τ_c, its own all-reduce kernel's latency (docs/engines.md)
+ENGINE_STEP_COSTS = {
+    "step_overhead_s": "t_step",
+    "layer_overhead_s": "t_L",
+    "expert_layer_overhead_s": "t_X",
+    "engine_allreduce_latency_s": "τ_c",
+}
+
+
+def calibrated_step_cost(engine: str, key: str = "step_overhead_s") -> tuple[float, str]:
+    """One of :data:`ENGINE_STEP_COSTS` of the engine profile ``engine`` (its catalog key) from
+    configs/roofline/default.yaml's block of that name (fitted on measured serving rows, bench/fit_engine_constants.py
+    and bench/fit_step_costs.py): (value, engine) where its rows identified it; (0, "") for an engine it did not fit,
+    ``generic`` included (0: the GPU's t_l alone, NCCL's all-reduce)."""
+    own = ((_roofline_fit().get(key) or {}).get("engines") or {}).get(engine)
     if own is None or not own.get("identified", True):
         return 0.0, ""
     return float(own["value"]), engine

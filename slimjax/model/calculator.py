@@ -190,9 +190,17 @@ def roofline_terms(model, gpu, serving, *, at_peak=False):
         comm = (zero, zero, jnp.inf + zero, zero, zero)
     else:
         zero = 0.0 * serving.n_gpu
-        e_f, e_b, launch = serving.compute_efficiency, serving.bandwidth_efficiency, serving.launch_overhead_s
+        e_f, e_b = serving.compute_efficiency, serving.bandwidth_efficiency
+        launch = serving.launch_overhead_s + layers_overhead_s(model, serving)
         e_f8, e_b8 = serving.compute_efficiency_fp8, serving.bandwidth_efficiency_fp8
-        comm = parallel.tp_comm_segments(model.n_layers, model.hidden, serving.n_gpu, gpu, tp_passes(model, serving))
+        comm = parallel.tp_comm_segments(
+            model.n_layers,
+            model.hidden,
+            serving.n_gpu,
+            gpu,
+            tp_passes(model, serving),
+            serving.engine_allreduce_latency_s,
+        )
     roof = roofline.Roof(
         active_params=experts.active_params(
             model.n_params, model.n_moe_layers, model.n_experts, model.experts_per_token, p_e
@@ -251,6 +259,15 @@ def replica_engines(serving):
     return serving.pipeline_stages * serving.dp_ranks
 
 
+def layers_overhead_s(model, serving):
+    """f·(L·t_L + L_moe·t_X): the per-layer fixed costs of one stage's pass (``layer_overhead_s`` t_L on every layer,
+    ``expert_layer_overhead_s`` t_X more on each routed-expert layer; docs/engines.md), seconds, with f = ⌈L/n_pp⌉/L
+    the largest stage's share (§10), so that a pipelined step's n_pp·t_l carries g·(L·t_L + L_moe·t_X). Part of the
+    step's t_l (:func:`roofline_terms`): 0 where both are 0."""
+    f = pipeline.stage_fraction(model.n_layers, serving.pipeline_stages)
+    return f * (model.n_layers * serving.layer_overhead_s + model.n_moe_layers * serving.expert_layer_overhead_s)
+
+
 def tp_passes(model, serving):
     """All-reduces per pass over a rank's n_tp GPUs: 2·L (§4c), or 2·L − L_moe where D > 1 attention data-parallel
     ranks send the MoE layers' tokens to their experts by all-to-all instead (docs/layouts.md)."""
@@ -276,6 +293,7 @@ def layout_comm_lines(model, gpu, serving) -> tuple:
             expert_tp(serving),
             gpu,
             moe_layers,
+            serving.engine_allreduce_latency_s,
         ),
     )
     return tuple(roofline.CommLine(*line) for line in lines)

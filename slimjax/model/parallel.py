@@ -84,19 +84,22 @@ def tp_comm_terms(n_layers, hidden, n_gpu, link_bytes_per_s, latency_s, passes=N
     return fixed, per_token
 
 
-def tp_comm_segments(n_layers, hidden, n_gpu, gpu, passes=None) -> tuple:
+def tp_comm_segments(n_layers, hidden, n_gpu, gpu, passes=None, engine_latency_s=0.0) -> tuple:
     """(fixed, per_token, switch_tokens, large_fixed, large_per_token) seconds: 2·L·t_ar(n_tok·D·b_a) =
     fixed + per_token·n_tok below ``switch_tokens`` and large_fixed + large_per_token·n_tok from it, with the
     GPU's measured all-reduce at n_gpu where it has one, else §4c's line at η_link·BW_link(n) and τ (then
     switch_tokens = ∞ and the large line is 0). ``passes`` all-reduces per pass (default 2·L) of ``hidden``·b_a
-    bytes per token."""
+    bytes per token. ``engine_latency_s`` τ_c > 0: the engine's own all-reduce kernel (docs/collectives.md) sets
+    the small messages' latency, τ_c in place of NCCL's τ_s (or of §4c's τ), where the n_gpu GPUs share one NVLink
+    domain (n ≤ ``gpus_per_node``); its bandwidth terms stay the measured (or §4c's) ones."""
     passes = 2.0 * n_layers if passes is None else passes
+    own = (engine_latency_s > 0) & (n_gpu <= gpu.gpus_per_node)
     line = tp_comm_terms(
         n_layers,
         hidden,
         n_gpu,
         link_bandwidth(n_gpu, gpu.link_bytes_per_s, gpu.link_mesh, gpu.link_efficiency),
-        gpu.allreduce_latency_s,
+        jnp.where(own, engine_latency_s, gpu.allreduce_latency_s),
         passes,
     )
     m = measured_allreduce(gpu, n_gpu)
@@ -108,7 +111,7 @@ def tp_comm_segments(n_layers, hidden, n_gpu, gpu, passes=None) -> tuple:
 
     zero = 0.0 * line[0]
     return (
-        jnp.where(has, passes * m["small_latency_s"], line[0]),
+        jnp.where(has, passes * jnp.where(own, engine_latency_s, m["small_latency_s"]), line[0]),
         jnp.where(has, per_token(m["small_bytes_per_s"]), line[1]),
         jnp.where(has, m["switch_bytes"] / token_bytes, jnp.inf + zero),
         jnp.where(has, passes * m["large_latency_s"], zero),

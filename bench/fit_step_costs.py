@@ -1,0 +1,163 @@
+"""Fit the engines' fixed step costs — t_step (host work per step), t_L (each layer's small kernels), t_X (a routed-
+expert layer's router, top-k, permutation and grouped-GEMM launches) and τ_c (the engine's own all-reduce kernel) —
+per engine profile through the MODEL.md §9 serving simulation on the shared serving runs' dense and MoE rows, and
+measure them leaving one model out (configs/roofline/default.yaml blocks ``step_overhead_s``, ``layer_overhead_s``,
+``expert_layer_overhead_s``, ``engine_allreduce_latency_s``; docs/engines.md).
+
+    python bench/fit_step_costs.py --jobs shipped --parts /tmp/fit_steps     # fit, predict every row
+    python bench/fit_step_costs.py --jobs lomo --parts /tmp/fit_steps        # leave one model out
+    python bench/fit_step_costs.py --jobs report --parts /tmp/fit_steps --write
+
+Why: a decode step's cost beyond its roofline, read off the measured rows (bench/RESULTS.md, "What the MoE rows say
+about a decode step's fixed cost"), grows with the layers (vLLM at TP 1: 3.3 ms for gpt-oss-120b's 36 layers, 4.8 ms
+for Llama-3.1-70B's 80), more for routed-expert layers (MiniMax-M2.5 and Kimi-K2.5: 7–10 ms at 61–62 layers), and is
+flat in TP where NCCL's all-reduce (18 µs a call at 8 GPUs) would add 1.3–3 ms: the engines' own all-reduce kernels
+cost a few µs. One per-step constant (t_step) cannot be right for 36 and 80 layers at once.
+
+Rows: ../shared/data/measured/serving_silicon_h100_h200.csv, every model the studies can run (every layout), each run
+as its harness ran it with its engine's profile and the shipped calibrated constants of its GPU and engine (e_XF,
+e_XB included); fitted on TPOT (TTFT carries the client's overhead) of the rows of a documented client, C ≤ 32
+clients and outputs ≤ 2,048 tokens, at most SAMPLE rows per (model, engine, layout kind); predicted on every row.
+Each constant is a time > 0; a constant outside its physical range (:data:`PHYSICAL_S`) is reported, not shipped.
+Held out: leave one model out (DeepSeek-V3 and R1 are one architecture: left out together); an engine that has no
+rows left for a constant takes the engines' row-weighted mean.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from common import error_table, fit_job, fitted_value, held_constants, job_arguments, write_roofline_block
+
+FIT_MAX_CLIENTS = 32
+FIT_MAX_OUTPUT = 2048
+FIT_HARNESSES = ("inferencemax",)
+ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 10))
+SAMPLE = int(os.environ.get("FIT_SAMPLE", 10))  # TPOT fit rows per (model, engine, layout kind): the fit's cost
+FREE = ("step_overhead_s", "layer_overhead_s", "expert_layer_overhead_s", "engine_allreduce_latency_s")
+START = dict(step_overhead_s=5e-4, layer_overhead_s=2e-5, expert_layer_overhead_s=3e-5, engine_allreduce_latency_s=6e-6)
+# what each can physically be, seconds: host work per step; a layer's handful of small kernels at their few-µs floor;
+# a routed layer's further dozen; a one-shot all-reduce over NVLink (the custom kernels publish 3–10 µs at 8 GPUs)
+PHYSICAL_S = dict(
+    step_overhead_s=(0.0, 0.02),
+    layer_overhead_s=(0.0, 1e-4),
+    expert_layer_overhead_s=(0.0, 3e-4),
+    engine_allreduce_latency_s=(1e-6, 2e-5),
+)
+
+
+def serving_rows() -> pd.DataFrame:
+    """The shared serving runs' aggregated rows the studies can run, with engine, model family and layout kind."""
+    from slimjax.fit import serving as fit
+    from slimjax.fit import validate as study
+    from slimjax.inputs.layouts import layout_kind
+    from slimjax.inputs.traces import load_many
+    from slimjax.studies.serving_check import cannot_run
+
+    frame, _ = load_many(study.default_serving_paths(), None, None)
+    t = fit.measured_targets(frame.dropna(subset=["ttft_s", "itl_s"]))
+    t = t[~fit.offline_rows(t)].reset_index(drop=True)
+    t = t[cannot_run(t) == ""].reset_index(drop=True)
+    x = fit.lane_inputs(t)
+    t["moe"] = np.asarray(x["model"].n_experts) > 0
+    t["engine"] = fit.row_profiles(t)["engine"]
+    t["family"] = t.model.str.replace("-R1", "-V3")  # one architecture
+    t["kind"] = [layout_kind(a, b, c) for a, b, c in zip(t.n_gpu, t.dp, t.ep, strict=True)]
+    return t
+
+
+def fit_rows(t: pd.DataFrame) -> pd.DataFrame:
+    rows = t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
+    rows = rows.sample(frac=1.0, random_state=0).groupby(["model", "engine", "kind"]).head(SAMPLE)
+    return rows.sort_index().reset_index(drop=True).assign(ttft_s=np.nan)
+
+
+def fit_costs(t: pd.DataFrame) -> dict:
+    """{param: {engine: fit}} by the serving fit on TPOT, every other constant held at the shipped ones."""
+    from slimjax.fit import serving as fit
+
+    rows = fit_rows(t)
+    print(f"fitting {', '.join(FREE)} per engine on the TPOT of {len(rows)} rows", flush=True)
+    print(rows.groupby(["engine", "family"]).size().to_string(), flush=True)
+    held = held_constants(rows)
+    ds = fit.calibrate_serving_by(rows, held, {p: "engine" for p in FREE}, start=START, iterations=ITERATIONS)
+    out = {p: {} for p in FREE}
+    for v in range(ds.sizes["value"]):
+        one = ds.isel(value=v)
+        p, engine = str(one.param.values), str(one.level.values)
+        f = fitted_value(one)
+        lo, hi = PHYSICAL_S[p]
+        f["physical"] = bool(lo <= f["value"] <= hi)
+        out[p][engine] = f
+        print(f"  {p} {engine}: {f['value']:.4g} ± {f['standard_error']:.2g} {f}", flush=True)
+    return out
+
+
+def constants_for(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
+    """Per row, the held constants and, where ``fits`` has its engine's (identified, physical), the fitted costs (an
+    engine without: the others' row-weighted mean; None: the shipped constants)."""
+    c = held_constants(t)
+    if fits is None:
+        return c
+    for p, by_engine in fits.items():
+        ok = {e: f for e, f in by_engine.items() if f.get("identified", True) and f.get("physical", True)}
+        mean = sum(f["value"] * f["rows"] for f in ok.values()) / max(sum(f["rows"] for f in ok.values()), 1)
+        c[p] = t.engine.map({e: f["value"] for e, f in ok.items()}).fillna(mean if ok else 0.0).to_numpy(float)
+    return c
+
+
+def predict(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
+    from slimjax.fit import serving as fit
+    from slimjax.inputs.serving import calibrated_request_overhead
+
+    got = fit.predict_serving(t, constants_for(t, fits))
+    got["ttft_sim_s"] = got["ttft_sim_s"] + [calibrated_request_overhead(e) for e in t.engine]
+    got["ttft_error"] = got["ttft_sim_s"] / got["ttft_s"] - 1
+    return got
+
+
+def report(parts: Path, write: bool) -> None:
+    fits = yaml.safe_load((parts / "fits.yaml").read_text())
+    p = pd.concat([pd.read_csv(parts / f) for f in ("shipped.csv", "lomo.csv") if (parts / f).exists()])
+    p["all"] = "all"
+    p["class"] = np.where(p.moe, "MoE", "dense")
+    for by in ("all", "class", ["class", "engine"], "family", ["family", "engine"], "kind"):
+        print(error_table(p, by).to_string(), "\n")
+    print(yaml.safe_dump(fits))
+    if write:
+        for key, by_engine in fits.items():
+            block = {
+                "method": "bench/fit_step_costs.py: slimjax.fit.serving.calibrate_serving_by, one joint fit of t_step, "
+                "t_L, t_X and τ_c per engine profile (the MODEL.md §9 simulation as forward model, each row run as its "
+                "harness ran it with its engine's profile, every other constant at its GPU's and engine's shipped one) "
+                f"on the TPOT of rows of C <= {FIT_MAX_CLIENTS} and O <= {FIT_MAX_OUTPUT} of the harnesses "
+                f"{', '.join(FIT_HARNESSES)}, dense and MoE models; an engine without rows has none (0)",
+                "data": "../shared/data/measured/serving_silicon_h100_h200.csv",
+                "fitted": str(datetime.date.today()),
+                "engines": {
+                    e: {
+                        k: (float(f"{v:.4g}") if isinstance(v, float) else v)
+                        for k, v in {**f, "identified": f["identified"] and f["physical"]}.items()
+                    }
+                    for e, f in sorted(by_engine.items())
+                },
+            }
+            write_roofline_block(key, block)
+
+
+def main() -> None:
+    args, parts = job_arguments("shipped", "/tmp/fit_steps", write=True)
+    for name in args.jobs.split(","):
+        if name == "report":
+            report(parts, args.write)
+        else:
+            fit_job(name, serving_rows(), parts, fit_costs, predict, "shipped before")
+
+
+if __name__ == "__main__":
+    main()
