@@ -26,6 +26,7 @@ rows left for a constant takes the engines' row-weighted mean.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 from pathlib import Path
 
@@ -38,6 +39,7 @@ FIT_MAX_CLIENTS = 32
 FIT_MAX_OUTPUT = 2048
 FIT_HARNESSES = ("inferencemax",)
 ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 10))
+LOMO_ITERATIONS = int(os.environ.get("LOMO_ITERATIONS", 3))  # from the in-sample fit: near its optimum already
 SAMPLE = int(os.environ.get("FIT_SAMPLE", 10))  # TPOT fit rows per (model, engine, layout kind): the fit's cost
 FREE = ("step_overhead_s", "layer_overhead_s", "expert_layer_overhead_s", "engine_allreduce_latency_s")
 START = dict(step_overhead_s=5e-4, layer_overhead_s=2e-5, expert_layer_overhead_s=3e-5, engine_allreduce_latency_s=6e-6)
@@ -77,15 +79,21 @@ def fit_rows(t: pd.DataFrame) -> pd.DataFrame:
     return rows.sort_index().reset_index(drop=True).assign(ttft_s=np.nan)
 
 
-def fit_costs(t: pd.DataFrame) -> dict:
-    """{param: {engine: fit}} by the serving fit on TPOT, every other constant held at the shipped ones."""
+def fit_costs(t: pd.DataFrame, warm: dict | None = None, iterations: int = ITERATIONS) -> dict:
+    """{param: {engine: fit}} by the serving fit on TPOT, every other constant held at the shipped ones; ``warm``: a
+    fit ({param: {engine: fit}}) each engine starts from (its values, at least 1 ns), else :data:`START`."""
     from slimjax.fit import serving as fit
 
     rows = fit_rows(t)
     print(f"fitting {', '.join(FREE)} per engine on the TPOT of {len(rows)} rows", flush=True)
     print(rows.groupby(["engine", "family"]).size().to_string(), flush=True)
-    held = held_constants(rows)
-    ds = fit.calibrate_serving_by(rows, held, {p: "engine" for p in FREE}, start=START, iterations=ITERATIONS)
+    held, start = held_constants(rows), START
+    if warm is not None:  # each engine's level starts at its value in ``held`` (calibrate_serving_by's rule)
+        for p in FREE:
+            own = {e: max(f["value"], 1e-9) for e, f in warm[p].items()}
+            held[p] = rows.engine.map(own).fillna(START[p]).to_numpy(float)
+        start = None
+    ds = fit.calibrate_serving_by(rows, held, {p: "engine" for p in FREE}, start=start, iterations=iterations)
     out = {p: {} for p in FREE}
     for v in range(ds.sizes["value"]):
         one = ds.isel(value=v)
@@ -151,12 +159,21 @@ def report(parts: Path, write: bool) -> None:
 
 
 def main() -> None:
+    """Jobs: ``fit`` (parts/fits.yaml alone), ``shipped`` and ``lomo`` (:func:`common.fit_job`; ``lomo`` starts each fit from parts/fits.yaml where
+    ``shipped`` wrote it, for :data:`LOMO_ITERATIONS`), ``report``."""
     args, parts = job_arguments("shipped", "/tmp/fit_steps", write=True)
     for name in args.jobs.split(","):
         if name == "report":
             report(parts, args.write)
-        else:
-            fit_job(name, serving_rows(), parts, fit_costs, predict, "shipped before")
+            continue
+        if name == "fit":  # the in-sample fit alone (predict later, row subsets in other processes)
+            (parts / "fits.yaml").write_text(yaml.safe_dump(fit_costs(serving_rows())))
+            continue
+        fit = fit_costs
+        if name == "lomo" and (parts / "fits.yaml").exists():
+            warm = yaml.safe_load((parts / "fits.yaml").read_text())
+            fit = functools.partial(fit_costs, warm=warm, iterations=LOMO_ITERATIONS)
+        fit_job(name, serving_rows(), parts, fit, predict, "shipped before")
 
 
 if __name__ == "__main__":

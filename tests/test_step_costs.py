@@ -89,3 +89,21 @@ def test_step_costs_are_checked_by_name():
     for key in ("layer_overhead_s", "expert_layer_overhead_s", "engine_allreduce_latency_s"):
         with pytest.raises(SlimjaxError, match=f"serving.{key}"):
             check_serving_value(key, -1e-6, f"serving.{key}")
+
+
+def test_the_calibrated_preset_takes_each_engines_step_costs():
+    """`efficiency: calibrated` with `engine: X` fills every step cost configs/roofline/default.yaml fitted for X
+    (identified, physical), none for `generic`; the label names each (`t_L vllm`)."""
+    from slimjax.inputs.catalog import config_yaml
+    from slimjax.inputs import serving as keys
+
+    doc = config_yaml("roofline/default.yaml")
+    for key, short in keys.ENGINE_STEP_COSTS.items():
+        for engine, entry in ((doc.get(key) or {}).get("engines") or {}).items():
+            values, label = keys.calibrated_efficiency("H200", engine)
+            if entry["identified"]:
+                assert values[key] == entry["value"] and f"{short} {engine}" in label
+            else:
+                assert keys.calibrated_step_cost(engine, key) == (0.0, "")
+    generic, _ = keys.calibrated_efficiency("H200", "generic")
+    assert all(generic.get(k, 0.0) == 0.0 for k in keys.ENGINE_STEP_COSTS if k != "step_overhead_s")
