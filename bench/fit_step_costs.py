@@ -159,8 +159,8 @@ def report(parts: Path, write: bool) -> None:
 
 
 def main() -> None:
-    """Jobs: ``fit`` (parts/fits.yaml alone), ``shipped`` and ``lomo`` (:func:`common.fit_job`; ``lomo`` starts each fit from parts/fits.yaml where
-    ``shipped`` wrote it, for :data:`LOMO_ITERATIONS`), ``report``."""
+    """Jobs: ``fit`` (parts/fits.yaml alone), ``shipped`` and ``lomo`` (:func:`common.fit_job`; ``lomo`` starts each
+    fit from parts/fits.yaml where ``fit`` or ``shipped`` wrote it, for :data:`LOMO_ITERATIONS`), ``report``."""
     args, parts = job_arguments("shipped", "/tmp/fit_steps", write=True)
     for name in args.jobs.split(","):
         if name == "report":
