@@ -1,4 +1,4 @@
-"""docs/engines.md, a step's fixed costs per layer (t_L, t_X) and the engine's own all-reduce (τ_c, docs/collectives.md):
+"""docs/engines.md, a step's fixed costs per layer (t_L, t_X) and the engine's all-reduce (τ_c, docs/collectives.md):
 the roofline record's t_l and the all-reduce lines by hand, a pipelined stage's share, NCCL's across nodes, and 0 as
 nothing at all. The simulation against the plain event loop with them set is in tests/test_layouts.py and
 tests/test_pipeline.py (per request, float64, 1e-9)."""
