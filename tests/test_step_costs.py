@@ -94,8 +94,8 @@ def test_step_costs_are_checked_by_name():
 def test_the_calibrated_preset_takes_each_engines_step_costs():
     """`efficiency: calibrated` with `engine: X` fills every step cost configs/roofline/default.yaml fitted for X
     (identified, physical), none for `generic`; the label names each (`t_L vllm`)."""
-    from slimjax.inputs.catalog import config_yaml
     from slimjax.inputs import serving as keys
+    from slimjax.inputs.catalog import config_yaml
 
     doc = config_yaml("roofline/default.yaml")
     for key, short in keys.ENGINE_STEP_COSTS.items():
