@@ -124,11 +124,12 @@ def error_table(p, by):
     ).round(1)
 
 
-def fit_job(name: str, t, parts: Path, fit, predict, before: str) -> None:
+def fit_job(name: str, t, parts: Path, fit, predict, before: str, held_out=None) -> None:
     """A per-engine fit script's job on rows ``t`` (with ``family``): ``shipped`` fits on every row (``fit(rows)`` ->
     {param: {engine: fit}}) and predicts every row before (``predict(rows, None)``, labelled ``before``) and after;
-    ``lomo`` leaves each model family out in turn, fits on the rest and predicts it (written as it goes). Parts in
-    ``parts``: fits.yaml, shipped.csv, fits_without_<family>.yaml, lomo.csv."""
+    ``lomo`` leaves each model family out in turn (those ``held_out`` selects of ``t``'s rows, default every one),
+    fits on the rest and predicts it (written as it goes). Parts in ``parts``: fits.yaml, shipped.csv,
+    fits_without_<family>.yaml, lomo.csv."""
     import pandas as pd
 
     if name == "shipped":
@@ -139,7 +140,7 @@ def fit_job(name: str, t, parts: Path, fit, predict, before: str) -> None:
         ).to_csv(parts / "shipped.csv", index=False)
     elif name == "lomo":
         out = []
-        for m in sorted(t.family.unique()):
+        for m in sorted(t.family[held_out if held_out is not None else slice(None)].unique()):
             rest = t[t.family != m].reset_index(drop=True)
             print(f"leave {m} out: {len(rest)} rows", flush=True)
             fits = fit(rest)
