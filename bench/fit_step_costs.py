@@ -107,16 +107,25 @@ def fit_costs(t: pd.DataFrame, warm: dict | None = None, iterations: int = ITERA
     return out
 
 
+def _usable(f: dict) -> bool:
+    return f.get("identified", True) and f.get("physical", True)
+
+
+def _row_weighted_mean(by_engine: dict) -> float:
+    ok = [f for f in by_engine.values() if _usable(f)]
+    return sum(f["value"] * f["rows"] for f in ok) / max(sum(f["rows"] for f in ok), 1)
+
+
 def constants_for(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
-    """Per row, the held constants and, where ``fits`` has its engine's (identified, physical), the fitted costs (an
-    engine without: the others' row-weighted mean; None: the shipped constants)."""
+    """Per row, the held constants and the fitted costs as the studies take them (``calibrated_step_cost``): its
+    engine's where identified and physical, 0 where its fit ended at the bound 0, else the identified engines'
+    row-weighted mean; None: the shipped constants."""
     c = held_constants(t)
     if fits is None:
         return c
     for p, by_engine in fits.items():
-        ok = {e: f for e, f in by_engine.items() if f.get("identified", True) and f.get("physical", True)}
-        mean = sum(f["value"] * f["rows"] for f in ok.values()) / max(sum(f["rows"] for f in ok.values()), 1)
-        c[p] = t.engine.map({e: f["value"] for e, f in ok.items()}).fillna(mean if ok else 0.0).to_numpy(float)
+        own = {e: (f["value"] if _usable(f) else 0.0) for e, f in by_engine.items() if _usable(f) or f["at_bound"]}
+        c[p] = t.engine.map(own).fillna(_row_weighted_mean(by_engine)).to_numpy(float)
     return c
 
 
@@ -148,6 +157,8 @@ def report(parts: Path, write: bool) -> None:
                 f"{', '.join(FIT_HARNESSES)}, dense and MoE models; an engine without rows has none (0)",
                 "data": "../shared/data/measured/serving_silicon_h100_h200.csv",
                 "fitted": str(datetime.date.today()),
+                # an engine its rows cannot tell apart (or without rows): the identified engines' row-weighted mean
+                "default": float(f"{_row_weighted_mean(by_engine):.4g}"),
                 "engines": {
                     e: {
                         k: (float(f"{v:.4g}") if isinstance(v, float) else v)

@@ -93,7 +93,8 @@ def test_step_costs_are_checked_by_name():
 
 def test_the_calibrated_preset_takes_each_engines_step_costs():
     """`efficiency: calibrated` with `engine: X` fills every step cost configs/roofline/default.yaml fitted for X
-    (identified, physical), none for `generic`; the label names each (`t_L vllm`)."""
+    (identified, physical), 0 where its fit ended at the bound 0, the block's default (the fitted engines' mean) where
+    its rows cannot tell it apart; none for `generic`; the label names each (`t_L vllm`)."""
     from slimjax.inputs import serving as keys
     from slimjax.inputs.catalog import config_yaml
 
@@ -103,7 +104,9 @@ def test_the_calibrated_preset_takes_each_engines_step_costs():
             values, label = keys.calibrated_efficiency("H200", engine)
             if entry["identified"]:
                 assert values[key] == entry["value"] and f"{short} {engine}" in label
-            else:
+            elif entry["at_bound"] or "default" not in doc[key]:
                 assert keys.calibrated_step_cost(engine, key) == (0.0, "")
+            else:
+                assert values[key] == doc[key]["default"] and f"{short} {engine}: the engines' mean" in label
     generic, _ = keys.calibrated_efficiency("H200", "generic")
     assert all(generic.get(k, 0.0) == 0.0 for k in keys.ENGINE_STEP_COSTS if k != "step_overhead_s")

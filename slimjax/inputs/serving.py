@@ -542,13 +542,18 @@ ENGINE_STEP_COSTS = {
 
 def calibrated_step_cost(engine: str, key: str = "step_overhead_s") -> tuple[float, str]:
     """One of :data:`ENGINE_STEP_COSTS` of the engine profile ``engine`` (its catalog key) from
-    configs/roofline/default.yaml's block of that name (fitted on measured serving rows, bench/fit_engine_constants.py
-    and bench/fit_step_costs.py): (value, engine) where its rows identified it; (0, "") for an engine it did not fit,
-    ``generic`` included (0: the GPU's t_l alone, NCCL's all-reduce)."""
-    own = ((_roofline_fit().get(key) or {}).get("engines") or {}).get(engine)
-    if own is None or not own.get("identified", True):
+    configs/roofline/default.yaml's block of that name (fitted on measured serving rows, bench/fit_step_costs.py):
+    (value, engine) where its rows identified it; (0, "") where its fit ended at the bound 0, for ``generic`` (§9's
+    plain step: the GPU's t_l alone, NCCL's all-reduce) and where the block has no ``default``; else the block's
+    ``default``, the fitted engines' row-weighted mean (an engine whose rows cannot tell it apart, or that has none:
+    its kernels cost something too)."""
+    block = _roofline_fit().get(key) or {}
+    own = (block.get("engines") or {}).get(engine)
+    if own is not None and own.get("identified", True):
+        return float(own["value"]), engine
+    if engine == GENERIC or (own is not None and own.get("at_bound")) or "default" not in block:
         return 0.0, ""
-    return float(own["value"]), engine
+    return float(block["default"]), f"{engine}: the engines' mean"
 
 
 def calibrated_link(gpu: str) -> dict[str, float]:
