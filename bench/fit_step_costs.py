@@ -4,9 +4,14 @@ per engine profile through the MODEL.md §9 serving simulation on the shared ser
 measure them leaving one model out (configs/roofline/default.yaml blocks ``step_overhead_s``, ``layer_overhead_s``,
 ``expert_layer_overhead_s``, ``engine_allreduce_latency_s``; docs/engines.md).
 
-    python bench/fit_step_costs.py --jobs shipped --parts /tmp/fit_steps     # fit, predict every row
-    python bench/fit_step_costs.py --jobs lomo --parts /tmp/fit_steps        # leave one model out
+    python bench/fit_step_costs.py --jobs fit --parts /tmp/fit_steps        # the in-sample fit (25 min here)
+    python bench/fit_step_costs.py --jobs shipped --parts /tmp/fit_steps    # fit, predict every row (hours here)
+    python bench/fit_step_costs.py --jobs lomo --parts /tmp/fit_steps       # leave one MoE model out
     python bench/fit_step_costs.py --jobs report --parts /tmp/fit_steps --write
+
+(JAX_COMPILATION_CACHE_DIR=/tmp/jaxcache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 lets the processes share their
+compiled loops.) Nothing it fitted is shipped yet: its first fit did not converge and could not tell t_step, t_L and
+t_X apart within an engine (bench/RESULTS.md, "A step's fixed costs per layer"); ``--write`` is for a fit that does.
 
 Why: a decode step's cost beyond its roofline, read off the measured rows (bench/RESULTS.md, "What the MoE rows say
 about a decode step's fixed cost"), grows with the layers (vLLM at TP 1: 3.3 ms for gpt-oss-120b's 36 layers, 4.8 ms
@@ -141,12 +146,22 @@ def predict(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
 
 def report(parts: Path, write: bool) -> None:
     fits = yaml.safe_load((parts / "fits.yaml").read_text())
+    moving = [f"{k} {e}" for k, v in fits.items() for e, f in v.items() if _usable(f) and not f["converged"]]
+    if write and moving:
+        raise SystemExit(
+            f"not written: the fit of {', '.join(moving)} did not converge (a fit still moving is not shipped)"
+        )
     p = pd.concat([pd.read_csv(parts / f) for f in ("shipped.csv", "lomo.csv") if (parts / f).exists()])
     p["all"] = "all"
     p["class"] = np.where(p.moe, "MoE", "dense")
     for by in ("all", "class", ["class", "engine"], "family", ["family", "engine"], "kind"):
         print(error_table(p, by).to_string(), "\n")
     print(yaml.safe_dump(fits))
+    moving = [f"{k} {e}" for k, v in fits.items() for e, f in v.items() if _usable(f) and not f["converged"]]
+    if write and moving:
+        raise SystemExit(
+            f"not written: the fit of {', '.join(moving)} did not converge (a fit still moving is not shipped)"
+        )
     if write:
         for key, by_engine in fits.items():
             block = {

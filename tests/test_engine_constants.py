@@ -125,8 +125,8 @@ def _block(key):
 
 def test_the_calibrated_preset_takes_the_fitted_e_b8_and_the_engine_step_overhead():
     """configs/roofline/default.yaml's ``bandwidth_efficiency_fp8`` block (per GPU, else its default) and
-    ``step_overhead_s`` block (per engine profile; an engine it did not fit, ``generic`` included, none): every
-    value physical; the preset under ``engine: vllm`` takes vLLM's t_step and says so; without an engine, none."""
+    ``step_overhead_s`` block (per engine profile; ``generic``, none): every value physical and converged; the preset
+    under ``engine: vllm`` takes vLLM's t_step and says so; without an engine, none."""
     e_b8 = _block("bandwidth_efficiency_fp8")
     for gpu, entry in e_b8["gpus"].items():
         value, which = serving_keys.calibrated_fp8_efficiency(gpu, "bandwidth_efficiency_fp8")
@@ -136,10 +136,10 @@ def test_the_calibrated_preset_takes_the_fitted_e_b8_and_the_engine_step_overhea
     assert 0 < e_b8["default"] < 1
     steps = _block("step_overhead_s")["engines"]
     assert steps and all(e["converged"] and 0 <= e["value"] < 0.02 for e in steps.values())  # host work: < 20 ms
-    for e, entry in steps.items():  # at its bound (0): not identified, none charged
-        assert entry["identified"] == (not entry["at_bound"]) and serving_keys.calibrated_step_cost(e)[0] == (
-            entry["value"] if entry["identified"] else 0.0
-        )
+    for e, entry in steps.items():  # at its bound (0): none charged (the other rules: tests/test_step_costs.py)
+        if entry["identified"] or entry["at_bound"]:
+            want = entry["value"] if entry["identified"] else 0.0
+            assert serving_keys.calibrated_step_cost(e)[0] == want
     engine = next(k for k, e in steps.items() if e["identified"])
     values, label = serving_keys.calibrated_efficiency("H200", engine)
     assert values["step_overhead_s"] == steps[engine]["value"] and f"t_step {engine}" in label

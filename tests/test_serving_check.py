@@ -200,16 +200,3 @@ def test_a_disaggregated_row_on_a_gpu_without_a_network_is_listed(shared_data, m
         scored.not_run.iloc[0].startswith("its GPU has no network_gbs")
         and "configs/gpus.yaml" in scored.not_run.iloc[0]
     )
-
-
-def test_a_runs_kv_cache_is_fp8_only_where_its_checkpoint_was_requantized(shared_data):
-    """An 8-bit run of a model whose own checkpoint is 16-bit serves a re-quantized release whose config quantizes the
-    KV cache too (fp8); a run at its checkpoint's own precision (DeepSeek's and MiniMax's FP8, gpt-oss's MXFP4, Kimi's
-    INT4) keeps the engines' `auto` KV, bf16 (NaN: the model's own)."""
-    rows = slimjax.load_traces(shared_data / "measured" / "serving_silicon_h100_h200.csv")
-    by = rows.groupby("model").kv_dtype_bytes
-    assert (by.get_group("Llama-3.1-70B") == 1.0).all()
-    for model in ("DeepSeek-R1", "MiniMax-M2.5", "gpt-oss-120b", "Kimi-K2.5"):
-        native = catalog.resolve_model(model)[1]
-        assert native["bytes_per_weight"] <= 1.01 and by.get_group(model).isna().all(), model
-        assert native["kv_dtype_bytes"] == 2.0

@@ -232,31 +232,6 @@ def precision_bytes(value) -> float:
     return None
 
 
-# a run quantizes below its model's own checkpoint when its weights take at most this share of the checkpoint's bytes
-REQUANTIZED = 0.75
-
-
-def _run_kv_bytes(models: pd.Series, run_bytes: pd.Series) -> pd.Series:
-    """Per row, the KV cache's bytes per element as the engine keeps it (NaN: the model's own, bf16). A run at
-    8-bit precision or below of a model whose own checkpoint is 16-bit serves a re-quantized release (ModelOpt or
-    llm-compressor FP8), whose config quantizes the KV cache too: fp8 (Llama-3.1-70B on one H200, 32 clients of
-    9,216 tokens: 94 GB of bf16 KV beside 70 GB of fp8 weights, yet TTFT 0.47 s and TPOT 38 ms, no queue). A run at
-    its checkpoint's own precision (DeepSeek-V3's and MiniMax-M2.5's FP8, gpt-oss's MXFP4, Kimi-K2.5's INT4) keeps the
-    engines' default `auto` KV, the activations' bf16: MiniMax-M2.5 on 4 H100s at 64 clients of 9,216 tokens
-    queues 20–30 s for KV (a bf16 pool holds 33 such requests, an fp8 one 66). A model the catalog lacks: fp8 at
-    8-bit runs, as before (its rows cannot run anyway)."""
-    native = {}
-    for name in models.dropna().unique():
-        try:
-            native[name] = float(catalog.resolve_model(str(name), "traces.model")[1]["bytes_per_weight"])
-        except SlimjaxError:
-            native[name] = np.nan
-    own = models.map(native).astype(float)
-    low = run_bytes.map(lambda b: b is not None and np.isfinite(b) and b <= 1).astype(bool)
-    requantized = own.isna() | (run_bytes.astype(float) <= REQUANTIZED * own)
-    return pd.Series(np.where(low & requantized, 1.0, np.nan), index=models.index)
-
-
 def _aiconfigurator(path: Path) -> pd.DataFrame:
     df = _numeric(
         _read_csv(path, "aiconfigurator"),
@@ -277,8 +252,11 @@ def _aiconfigurator(path: Path) -> pd.DataFrame:
     if "precision" in df:
         label = label.where(label.notna() & (label.astype(str).str.strip() != ""), df["precision"])
     weight_bytes = label.map(lambda v: _UNKNOWN_PRECISION if (b := precision_bytes(v)) is None else b)
+    # the KV cache of a run at 8-bit precision or below is fp8: a bf16 cache cannot hold what these runs serve
+    # (Llama-3.1-70B on one H200, 32 clients of 9,216 tokens: 94 GB of bf16 KV beside 70 GB of fp8 weights, yet
+    # TTFT 0.47 s and TPOT 38 ms, no queue), and fp8 is the smallest KV these engines keep on Hopper
     run = df["precision"].map(precision_bytes) if "precision" in df else pd.Series(np.nan, index=df.index)
-    kv_bytes = _run_kv_bytes(df["model_path"], run)
+    kv_bytes = run.map(lambda b: 1.0 if b is not None and np.isfinite(b) and b <= 1 else np.nan)
 
     def column(col, default):
         if col not in df:
