@@ -141,6 +141,14 @@ def table_csv(table) -> str:
     return flat.to_csv(float_format="%.17g")
 
 
+def recorded_validate_tables() -> list[str]:
+    """The validate tables recorded, one per CPU family the suite has run on (validate.csv, validate.<cpu>.csv):
+    SLIM's fits are ill-conditioned enough that another CPU's last bits move a MAPE by 0.5 % and a coverage by one
+    row (an AMD EPYC against the Intel machine that recorded validate.csv), far beyond :data:`CROSS_CPU_RTOL`. A
+    table must equal one of them."""
+    return [path.read_text() for path in sorted(GOLDEN.glob("validate*.csv"))]
+
+
 def same_table(got_csv: str, want_csv: str, rtol: float = 1e-8) -> bool:
     """The validate table equals the golden one: labels and counts exactly, scores to ``rtol`` (least-squares
     solves differ in the last bits between BLAS/LAPACK builds and CPUs, and the fits' iterations amplify them: a
@@ -182,7 +190,7 @@ def main() -> int:
         return 0
     want = json.loads((GOLDEN / "quickstart.json").read_text())
     bad = [k for k in want if digests.get(k) != want[k]] + [k for k in digests if k not in want]
-    same_csv = same_table(csv, (GOLDEN / "validate.csv").read_text())
+    same_csv = any(same_table(csv, want) for want in recorded_validate_tables())
     want_cap = json.loads((GOLDEN / "capacity.json").read_text())
     bad_cap = differing(capacity, want_cap, capacity_values, dict(np.load(GOLDEN / "capacity_values.npz")))
     want_proc = json.loads((GOLDEN / "procure.json").read_text())
