@@ -100,6 +100,15 @@ def job_arguments(jobs: str, parts: str, write: bool = False) -> tuple[argparse.
     return a, parts_dir
 
 
+def row_weighted_mean(fits: dict, keep=lambda f: f.get("identified", True)) -> float:
+    """The row-weighted mean of the fits ``keep`` accepts ({level: {value, rows, …}}; identified ones by default):
+    the default of a level without its own value. NaN where none is kept."""
+    ok = [f for f in fits.values() if keep(f)]
+    if not ok:
+        return float("nan")
+    return float(sum(f["value"] * f["rows"] for f in ok) / sum(f["rows"] for f in ok))
+
+
 def held_constants(t):
     """Per row of ``t`` (a frame with ``gpu`` and ``engine``), the calibrated constants of its GPU and engine as the
     studies take them (:func:`slimjax.studies.serving_check.calibrated_constants`)."""

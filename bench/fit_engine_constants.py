@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from common import fitted_value, job_arguments, write_roofline_block
+from common import fitted_value, job_arguments, row_weighted_mean, write_roofline_block
 
 FIT_MAX_CLIENTS = 32
 FIT_MAX_OUTPUT = 2048  # an 8,192-token output adds steps, not prefills: its TTFT is the shorter rows' (cost)
@@ -109,14 +109,6 @@ def fit_joint(t: pd.DataFrame, start: dict | None = None) -> dict:
     return out
 
 
-def pooled(fits: dict) -> float:
-    """The row-weighted mean of the identified fits (NaN, unset, where none is)."""
-    ok = {g: f for g, f in fits.items() if f["identified"]}
-    if not ok:
-        return float("nan")
-    return float(sum(f["value"] * f["rows"] for f in ok.values()) / sum(f["rows"] for f in ok.values()))
-
-
 def fitted_constants(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
     """Per row of ``t``, the constants it is predicted at: the held ones and, where ``fits`` (None: before, every
     fitted constant unset) has them, its GPU's e_F8 and e_B8 (the GPUs' mean for a GPU without its own) and its
@@ -127,7 +119,7 @@ def fitted_constants(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
     for p, by in FREE.items():
         own = {k: f["value"] for k, f in fits[p].items() if f["identified"]}
         if by == "gpu":
-            c[p] = t[by].map(own).fillna(pooled(fits[p])).to_numpy(float)
+            c[p] = t[by].map(own).fillna(row_weighted_mean(fits[p])).to_numpy(float)
         else:
             c[p] = t[by].map(own).fillna(c[p]).to_numpy(float)
     return c
@@ -223,7 +215,7 @@ def report(parts: Path, write: bool) -> None:
             "data": data,
             "fitted": fitted,
             "gpus": _rounded(fits[key]),
-            "default": float(f"{pooled(fits[key]):.4g}"),
+            "default": float(f"{row_weighted_mean(fits[key]):.4g}"),
         }
         if key == "compute_efficiency_fp8":
             block["mape_in_sample"] = fits["mape_in_sample"]

@@ -38,7 +38,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from common import error_table, fit_job, fitted_value, held_constants, job_arguments, write_roofline_block
+from common import (
+    error_table,
+    fit_job,
+    fitted_value,
+    held_constants,
+    job_arguments,
+    row_weighted_mean,
+    write_roofline_block,
+)
 
 FIT_MAX_CLIENTS = 32
 FIT_MAX_OUTPUT = 2048
@@ -158,7 +166,7 @@ def constants_for(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
         return c
     for p, by_engine in fits.items():
         ok = {e: f for e, f in by_engine.items() if f.get("identified", True)}
-        mean = sum(f["value"] * f["rows"] for f in ok.values()) / max(sum(f["rows"] for f in ok.values()), 1)
+        mean = row_weighted_mean(by_engine)
         c[p] = t.engine.map({e: f["value"] for e, f in ok.items()}).fillna(mean if ok else 1.0).to_numpy(float)
     return c
 
@@ -189,8 +197,9 @@ def report(parts: Path, write: bool) -> None:
     if write:
         block = {}
         for p, by_engine in fits.items():
-            ok = {e: f for e, f in by_engine.items() if f.get("identified", True)}
-            mean = sum(f["value"] * f["rows"] for f in ok.values()) / sum(f["rows"] for f in ok.values())
+            mean = row_weighted_mean(by_engine)
+            if np.isnan(mean):
+                raise SystemExit(f"not written: no engine's {p} is identified")
             block[p] = {
                 "default": float(f"{mean:.4g}"),  # an engine without MoE rows: the engines' row-weighted mean
                 "engines": {

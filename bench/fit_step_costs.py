@@ -38,7 +38,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from common import error_table, fit_job, fitted_value, held_constants, job_arguments, write_roofline_block
+from common import (
+    error_table,
+    fit_job,
+    fitted_value,
+    held_constants,
+    job_arguments,
+    row_weighted_mean,
+    write_roofline_block,
+)
 
 FIT_MAX_CLIENTS = 32
 FIT_MAX_OUTPUT = 2048
@@ -116,9 +124,10 @@ def _usable(f: dict) -> bool:
     return f.get("identified", True) and f.get("physical", True)
 
 
-def _row_weighted_mean(by_engine: dict) -> float:
-    ok = [f for f in by_engine.values() if _usable(f)]
-    return sum(f["value"] * f["rows"] for f in ok) / max(sum(f["rows"] for f in ok), 1)
+def _default(by_engine: dict) -> float:
+    """The identified, physical engines' row-weighted mean; 0 where none is."""
+    mean = row_weighted_mean(by_engine, _usable)
+    return 0.0 if np.isnan(mean) else mean
 
 
 def constants_for(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
@@ -130,7 +139,7 @@ def constants_for(t: pd.DataFrame, fits: dict | None) -> pd.DataFrame:
         return c
     for p, by_engine in fits.items():
         own = {e: (f["value"] if _usable(f) else 0.0) for e, f in by_engine.items() if _usable(f) or f["at_bound"]}
-        c[p] = t.engine.map(own).fillna(_row_weighted_mean(by_engine)).to_numpy(float)
+        c[p] = t.engine.map(own).fillna(_default(by_engine)).to_numpy(float)
     return c
 
 
@@ -173,7 +182,7 @@ def report(parts: Path, write: bool) -> None:
                 "data": "../shared/data/measured/serving_silicon_h100_h200.csv",
                 "fitted": str(datetime.date.today()),
                 # an engine its rows cannot tell apart (or without rows): the identified engines' row-weighted mean
-                "default": float(f"{_row_weighted_mean(by_engine):.4g}"),
+                "default": float(f"{_default(by_engine):.4g}"),
                 "engines": {
                     e: {
                         k: (float(f"{v:.4g}") if isinstance(v, float) else v)

@@ -65,14 +65,10 @@ def capacity_sweep():
     return slimjax.sweep(CAPACITY_SWEEP, quiet=True)
 
 
-def capacity_digests() -> dict:
-    return array_digests(capacity_sweep())
-
-
 def float_values(ds) -> dict:
     """{name: values} of ``ds``'s floating-point variables and coordinates (what :data:`CROSS_CPU_RTOL` compares)."""
-    names = sorted(set(ds.data_vars) | set(ds.coords))
-    return {k: np.asarray(ds[k].values) for k in names if np.asarray(ds[k].values).dtype.kind == "f"}
+    arrays = {k: np.asarray(ds[k].values) for k in sorted(set(ds.data_vars) | set(ds.coords))}
+    return {k: a for k, a in arrays.items() if a.dtype.kind == "f"}
 
 
 def differing(got: dict, want: dict, values: dict, recorded: dict) -> list:

@@ -91,7 +91,8 @@ DEFAULT_START = dict(
 )
 # a time held at 0 is exp(−30) s in the fit's coordinates; these are exactly 0 below this (τ_c > 0 switches the
 # all-reduce to the engine's kernel, and held at 0 every result stays what it was without them)
-OFF_BELOW_S = {"layer_overhead_s": 1e-12, "expert_layer_overhead_s": 1e-12, "engine_allreduce_latency_s": 1e-12}
+OFF_BELOW = ("layer_overhead_s", "expert_layer_overhead_s", "engine_allreduce_latency_s")
+OFF_BELOW_S = 1e-12
 AT_BOUND = 1e-3  # a fraction within this of 0 or 1 (a time below this many seconds × 1e-3) sits at its bound
 
 
@@ -273,7 +274,7 @@ def row_terms(x: dict, named: dict, parts: tuple[bool, ...] = (False, False)):
     (:data:`SERVING_PARAMS` name -> per-lane value; the link's two are GPU fields, the rest serving keys): the rows'
     engine, its optional lane parts ``parts`` (:func:`slimjax.engine.sim.with_parts`)."""
     named = dict(named)
-    named.update({p: jnp.where(named[p] < below, 0.0, named[p]) for p, below in OFF_BELOW_S.items() if p in named})
+    named.update({p: jnp.where(named[p] < OFF_BELOW_S, 0.0, named[p]) for p in OFF_BELOW if p in named})
     link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}
     gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
     serving = row_serving(x, **named)
