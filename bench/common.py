@@ -109,6 +109,29 @@ def row_weighted_mean(fits: dict, keep=lambda f: f.get("identified", True)) -> f
     return float(sum(f["value"] * f["rows"] for f in ok) / sum(f["rows"] for f in ok))
 
 
+def servable_rows():
+    """The shared serving runs' aggregated rows the studies can run (measured TTFT and TPOT, not offline, nothing
+    :func:`slimjax.studies.serving_check.cannot_run` refuses), with ``moe``, ``engine`` (the row's profile key),
+    ``family`` (DeepSeek-V3 and R1 are one architecture) and layout ``kind``."""
+    import numpy as np
+
+    from slimjax.fit import serving as fit
+    from slimjax.fit import validate as study
+    from slimjax.inputs.layouts import layout_kind
+    from slimjax.inputs.traces import load_many
+    from slimjax.studies.serving_check import cannot_run
+
+    frame, _ = load_many(study.default_serving_paths(), None, None)
+    t = fit.measured_targets(frame.dropna(subset=["ttft_s", "itl_s"]))
+    t = t[~fit.offline_rows(t)].reset_index(drop=True)
+    t = t[cannot_run(t) == ""].reset_index(drop=True)
+    t["moe"] = np.asarray(fit.lane_inputs(t)["model"].n_experts) > 0
+    t["engine"] = fit.row_profiles(t)["engine"]
+    t["family"] = t.model.str.replace("-R1", "-V3")
+    t["kind"] = [layout_kind(a, b, c) for a, b, c in zip(t.n_gpu, t.dp, t.ep, strict=True)]
+    return t
+
+
 def held_constants(t):
     """Per row of ``t`` (a frame with ``gpu`` and ``engine``), the calibrated constants of its GPU and engine as the
     studies take them (:func:`slimjax.studies.serving_check.calibrated_constants`)."""

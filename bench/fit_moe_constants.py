@@ -45,6 +45,7 @@ from common import (
     held_constants,
     job_arguments,
     row_weighted_mean,
+    servable_rows,
     write_roofline_block,
 )
 
@@ -61,23 +62,8 @@ SLOPE_GRID = (1.0, 0.5, 1 / 3, 0.25, 0.2, 1 / 6, 1 / 7, 0.125)
 
 def moe_rows() -> pd.DataFrame:
     """The shared serving runs' MoE rows the studies can run, with their engine, model family and layout kind."""
-    from slimjax.fit import serving as fit
-    from slimjax.fit import validate as study
-    from slimjax.inputs.layouts import layout_kind
-    from slimjax.inputs.traces import load_many
-    from slimjax.studies.serving_check import cannot_run
-
-    frame, _ = load_many(study.default_serving_paths(), None, None)
-    t = fit.measured_targets(frame.dropna(subset=["ttft_s", "itl_s"]))
-    t = t[~fit.offline_rows(t)].reset_index(drop=True)
-    x = fit.lane_inputs(t)
-    t = t[np.asarray(x["model"].n_experts) > 0].reset_index(drop=True)
-    t = t[cannot_run(t) == ""].reset_index(drop=True)
-    t["engine"] = fit.row_profiles(t)["engine"]
-    t["family"] = t.model.str.replace("-R1", "-V3")  # one architecture
-    t["kind"] = [layout_kind(a, b, c) for a, b, c in zip(t.n_gpu, t.dp, t.ep, strict=True)]
-    t["experts"] = "all"
-    return t
+    t = servable_rows()
+    return t[t.moe].reset_index(drop=True).assign(experts="all")
 
 
 def slope_pairs(t: pd.DataFrame) -> pd.DataFrame:

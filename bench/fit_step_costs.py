@@ -45,6 +45,7 @@ from common import (
     held_constants,
     job_arguments,
     row_weighted_mean,
+    servable_rows,
     write_roofline_block,
 )
 
@@ -65,26 +66,6 @@ PHYSICAL_S = dict(
     expert_layer_overhead_s=(0.0, 3e-4),
     engine_allreduce_latency_s=(1e-6, 2e-5),
 )
-
-
-def serving_rows() -> pd.DataFrame:
-    """The shared serving runs' aggregated rows the studies can run, with engine, model family and layout kind."""
-    from slimjax.fit import serving as fit
-    from slimjax.fit import validate as study
-    from slimjax.inputs.layouts import layout_kind
-    from slimjax.inputs.traces import load_many
-    from slimjax.studies.serving_check import cannot_run
-
-    frame, _ = load_many(study.default_serving_paths(), None, None)
-    t = fit.measured_targets(frame.dropna(subset=["ttft_s", "itl_s"]))
-    t = t[~fit.offline_rows(t)].reset_index(drop=True)
-    t = t[cannot_run(t) == ""].reset_index(drop=True)
-    x = fit.lane_inputs(t)
-    t["moe"] = np.asarray(x["model"].n_experts) > 0
-    t["engine"] = fit.row_profiles(t)["engine"]
-    t["family"] = t.model.str.replace("-R1", "-V3")  # one architecture
-    t["kind"] = [layout_kind(a, b, c) for a, b, c in zip(t.n_gpu, t.dp, t.ep, strict=True)]
-    return t
 
 
 def fit_rows(t: pd.DataFrame) -> pd.DataFrame:
@@ -204,17 +185,17 @@ def main() -> None:
             report(parts, args.write)
             continue
         if name == "fit":  # the in-sample fit alone (predict later, row subsets in other processes)
-            (parts / "fits.yaml").write_text(yaml.safe_dump(fit_costs(serving_rows())))
+            (parts / "fits.yaml").write_text(yaml.safe_dump(fit_costs(servable_rows())))
             continue
         if name == "continue":  # the in-sample fit continued from parts/fits.yaml until it converges
             warm = yaml.safe_load((parts / "fits.yaml").read_text())
-            (parts / "fits_continued.yaml").write_text(yaml.safe_dump(fit_costs(serving_rows(), warm=warm)))
+            (parts / "fits_continued.yaml").write_text(yaml.safe_dump(fit_costs(servable_rows(), warm=warm)))
             continue
         fit = fit_costs
         if name == "lomo" and (parts / "fits.yaml").exists():
             warm = yaml.safe_load((parts / "fits.yaml").read_text())
             fit = functools.partial(fit_costs, warm=warm, iterations=LOMO_ITERATIONS)
-        t = serving_rows()
+        t = servable_rows()
         fit_job(name, t, parts, fit, predict, "shipped before", held_out=t.moe if HELD_OUT == "moe" else None)
 
 
