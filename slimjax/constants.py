@@ -55,6 +55,15 @@ KV_POLICIES = {
     "recompute": "paged KV, preemption by recomputation (latest admitted first)",
     "retract": "paged KV, preemption by recomputation (fewest emitted tokens first)",
 }
+# speculative decoding (docs/speculative.md), in code order (a method's code is its place): none, a DeepSeek-style
+# multi-token-prediction module, an EAGLE head (each drafting with one layer of the target and its LM head), or a
+# separate draft model
+SPECULATIVE_METHODS = {
+    "none": "no speculative decoding",
+    "mtp": "multi-token prediction module (one layer of the target and its LM head)",
+    "eagle": "EAGLE head (one layer of the target and its LM head)",
+    "draft": "a separate draft model",
+}
 DEFAULT_MEMORY_BUDGET = "256MiB"
 
 # The (I, O) summaries and figures show when none is asked for: the grid values nearest (in log) to a

@@ -54,8 +54,15 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
     routed_params = arch["n_moe_layers"] * P_e
     dense = sv["bytes_per_weight"] * (arch["n_params"] - arch["n_experts"] * routed_params)
     # docs/layouts.md: the D ranks' n·D GPUs hold the dense part D times and the experts once; M_R per rank
+    spec = speculation(arch, sv, M_W)
+    # docs/speculative.md: the draft's own weights (one target layer, or the draft model's) once per rank
+    resident = spec["share"] * M_W + sv.get("draft_weight_bytes", 0.0) if spec else 0.0
     pool = (
-        sv["memory_utilization"] * n * dp * gpu["memory_bytes"] - M_W - (dp - 1) * dense - dp * sv["reserved_bytes"]
+        sv["memory_utilization"] * n * dp * gpu["memory_bytes"]
+        - M_W
+        - (dp - 1) * dense
+        - dp * resident
+        - dp * sv["reserved_bytes"]
     ) / dp
     return dict(
         P_act=arch["n_params"] - arch["n_moe_layers"] * (arch["n_experts"] - arch["experts_per_token"]) * P_e,
@@ -99,6 +106,28 @@ def replica_terms(arch: dict, gpu: dict, sv: dict) -> dict:
         chunk=int(sv["chunk_size"]),
         step_tokens=int(sv.get("step_tokens", 2048)),
         arch=a,
+        spec=spec,
+    )
+
+
+def speculation(arch: dict, sv: dict, M_W: float) -> dict | None:
+    """docs/speculative.md's terms from the serving fields (None: k = 0): k, a, the target's share s (1/L for mtp
+    and eagle, codes 1 and 2), λ = s + L_0/L, and P_0, W_0, α_0, κ_0 with a layer draft's LM head D·V."""
+    k = sv.get("speculative_tokens", 0.0)
+    if not k:
+        return None
+    L = arch["n_layers"]
+    share = 1.0 / L if sv["speculative_method"] in (1.0, 2.0) else 0.0
+    head = arch["hidden"] * arch["vocab"] if share else 0.0
+    return dict(
+        k=k,
+        a=sv["acceptance_length"],
+        share=share,
+        lam=share + sv["draft_layers"] / L,
+        P0=sv["draft_params"] + head,
+        W0=sv["draft_weight_bytes"] + head * sv["bytes_per_weight"],
+        alpha0=sv["draft_attention_flops"],
+        kappa0=sv["draft_kv_bytes"],
     )
 
 
@@ -149,22 +178,44 @@ def step_seconds(decode_contexts, chunks, t):
         n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
         tau_stage = step_seconds(decode_contexts, chunks, t["stage"])
         return t["n_pp"] * tau_stage + (t["n_pp"] - 1) * network_seconds(n_tok * t["D"] * 2.0, t)
-    n_tok = len(decode_contexts) + sum(n for n, _ in chunks)
-    lay = t.get("layout") or {}
-    if lay.get("dp", 1) > 1 or lay.get("ep", 1) > 1 or lay.get("e_XF", 1) != 1 or lay.get("e_XB", 1) != 1:
-        P_act, byt, comm = layout_pass(n_tok, t)
-    else:
-        P_act = t["P_act"]
-        byt = moe_weight_bytes(n_tok, t["M_W"], t["moe"])
-        comm = 2 * t["L"] * allreduce_seconds(n_tok * t["D"] * 2.0, t["gpu"], t["n"], t["link"], t["tau"], t["tau_c"])
+    spec = t.get("spec")
+    k = int(spec["k"]) if spec else 0
+    prompt = sum(n for n, _ in chunks)
+    n_tok = len(decode_contexts) * (1 + k) + prompt
+    P_act, byt, comm = pass_terms(n_tok, t)
     ops = 2 * P_act * n_tok
-    for T in decode_contexts:
-        ops += t["a_dec"] * T
+    for T in decode_contexts:  # a decode's 1 + k queries at T … T + k read its KV once
+        ops += t["a_dec"] * sum(T + i for i in range(k + 1))
         byt += K(T, t)
     for n, p in chunks:
         ops += t["a_pre"] * (n * p + n * n / 2)
         byt += K(p, t)
-    return max(ops / t["F"], byt / t["BW"]) + t["t_l"] + t["t_layers"] + t["t_step"] + comm
+    tau = max(ops / t["F"], byt / t["BW"]) + t["t_l"] + t["t_layers"] + t["t_step"] + comm
+    if spec:
+        C, KV = sum(decode_contexts), sum(K(T, t) for T in decode_contexts)
+        tau += k * draft_pass(len(decode_contexts), C, KV, t) + draft_pass(prompt, 0.0, 0.0, t)
+    return tau
+
+
+def pass_terms(n_tok, t):
+    """(P_act, weight bytes, communication) of the target's pass of n_tok tokens."""
+    lay = t.get("layout") or {}
+    if lay.get("dp", 1) > 1 or lay.get("ep", 1) > 1 or lay.get("e_XF", 1) != 1 or lay.get("e_XB", 1) != 1:
+        return layout_pass(n_tok, t)
+    byt = moe_weight_bytes(n_tok, t["M_W"], t["moe"])
+    comm = 2 * t["L"] * allreduce_seconds(n_tok * t["D"] * 2.0, t["gpu"], t["n"], t["link"], t["tau"], t["tau_c"])
+    return t["P_act"], byt, comm
+
+
+def draft_pass(m, C, KV, t):
+    """docs/speculative.md's δ(m, C, K): one draft pass over m tokens of contexts summing to C (target KV K)."""
+    if m == 0:
+        return 0.0
+    sp = t["spec"]
+    P_act, byt, comm = pass_terms(m, t)
+    ops = 2 * (sp["share"] * P_act + sp["P0"]) * m + (sp["share"] * t["a_dec"] + sp["alpha0"]) * C
+    read = sp["share"] * byt + sp["W0"] + sp["kappa0"] * C + sp["share"] * KV
+    return max(ops / t["F"], read / t["BW"]) + sp["lam"] * (t["t_l"] + t["t_layers"] + comm)
 
 
 def imbalance(N, E, k, ep, skew):
@@ -340,7 +391,8 @@ def simulate(
             rep.queue_peak = max(rep.queue_peak, len(rep.queue) + len(rep.parked))
             rep.kv_peak = max(rep.kv_peak, (U - rep.free) * unit_bytes)
         decoding = [q for q in rep.running if q["p"] >= inputs[q["i"]] + q["r"] and not alone]
-        budget = max(t["step_tokens"] - len(decoding), 0)
+        per_decode = 1 + int(t["spec"]["k"]) if t.get("spec") else 1  # a verify pass's 1 + k tokens each
+        budget = max(t["step_tokens"] - len(decoding) * per_decode, 0)
         chunks = []
         for q in rep.running:
             if q["p"] >= inputs[q["i"]] + q["r"]:
@@ -353,9 +405,17 @@ def simulate(
         fin = now + tau
         steps += 1
         rep.busy += tau
+        spec = t.get("spec")
         for q in decoding:
-            q["j"] += 1
-            gaps.append(fin - q["last"])
+            if spec:  # its m-th verify step emits ⌊m·a⌋ − ⌊(m − 1)·a⌋, paced evenly over the wait
+                m = q.get("m", 0)
+                got = min(math.floor((m + 1) * spec["a"]) - math.floor(m * spec["a"]), outputs[q["i"]] - q["j"])
+                q["m"] = m + 1
+                q["j"] += got
+                gaps.extend([(fin - q["last"]) / got] * int(got))
+            else:
+                q["j"] += 1
+                gaps.append(fin - q["last"])
             q["last"] = fin
         for q, n in chunks:
             q["p"] += n

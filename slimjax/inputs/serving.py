@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 
 from ..config import float64_scope
-from ..constants import KV_POLICIES
-from ..errors import SlimjaxError
+from ..constants import KV_POLICIES, SPECULATIVE_METHODS
+from ..errors import SlimjaxError, suggest
+from ..model import experts, memory
 from ..model.calculator import (
     TP_DEGREES,
     largest_node_tp,
@@ -162,6 +163,19 @@ def kv_policy_code(value):
     """The spec's value of a KV policy: its place in :data:`slimjax.constants.KV_POLICIES` (a code, or an array of
     codes, passes as it is)."""
     return float(list(KV_POLICIES).index(value)) if isinstance(value, str) else value
+
+
+def _speculative_method(value, field: str) -> str:
+    """A speculative decoding method's name (:data:`slimjax.constants.SPECULATIVE_METHODS`), normalised."""
+    name = value.strip().lower().replace("-", "_") if isinstance(value, str) else None
+    if name not in SPECULATIVE_METHODS:
+        raise SlimjaxError(field, f"must be one of {', '.join(SPECULATIVE_METHODS)}, got {value!r}")
+    return name
+
+
+def speculative_method_code(value):
+    """The spec's value of a method: its place in :data:`slimjax.constants.SPECULATIVE_METHODS` (codes pass)."""
+    return float(list(SPECULATIVE_METHODS).index(value)) if isinstance(value, str) else value
 
 
 _unit = number_rule(lambda v: 0 < v <= 1, "in (0, 1]")
@@ -334,6 +348,67 @@ SERVING: dict[str, ServingKey] = {
             "NVLink domain (vLLM's and SGLang's custom all-reduce, TensorRT-LLM's one-shot), in place of NCCL's "
             "small-message latency; 0: NCCL's, s (docs/collectives.md)",
         ),
+        ServingKey(
+            "speculative_method",
+            "speculative_method",
+            "none",
+            _speculative_method,
+            "speculative decoding's draft (docs/speculative.md): none, mtp or eagle (one layer of the target and its "
+            "LM head), or draft (a draft model: the `speculative` block's draft_model fills the draft_* keys)",
+            to_base=speculative_method_code,
+            cli_type=str,
+        ),
+        ServingKey(
+            "speculative_tokens",
+            "speculative_tokens",
+            0,
+            number_rule(lambda v: v >= 0 and is_integer(v), "a non-negative integer"),
+            "draft tokens k verified per request in each decode step (0: no speculative decoding)",
+            cli_type=int,
+        ),
+        ServingKey(
+            "acceptance_length",
+            "acceptance_length",
+            1.0,
+            _at_least_1,
+            "mean acceptance length a, tokens a verify step emits per request, the bonus token included (1 ≤ a ≤ 1 + k;"
+            " what engines report)",
+        ),
+        ServingKey(
+            "draft_layers",
+            "draft_layers",
+            0.0,
+            _nonneg,
+            "layers L_0 of one draft pass beyond the target's share (a draft model's own; mtp and eagle: 0)",
+        ),
+        ServingKey(
+            "draft_params",
+            "draft_params",
+            0.0,
+            _nonneg,
+            "active parameters P_0 of one draft pass beyond the target's share (a draft model's)",
+        ),
+        ServingKey(
+            "draft_weight_bytes",
+            "draft_weight_bytes",
+            0.0,
+            _nonneg,
+            "weight bytes W_0 a draft pass reads and the draft keeps in memory beyond the target's (a draft model's)",
+        ),
+        ServingKey(
+            "draft_attention_flops",
+            "draft_attention_flops",
+            0.0,
+            _nonneg,
+            "attention FLOPs α_0 of one draft pass per context token beyond the target's share (a draft model's)",
+        ),
+        ServingKey(
+            "draft_kv_bytes",
+            "draft_kv_bytes",
+            0.0,
+            _nonneg,
+            "KV bytes κ_0 one draft pass reads per context token beyond the target's share (a draft model's)",
+        ),
         ServingKey("compute_efficiency", "compute_efficiency", 1.0, _unit, "roofline compute efficiency e_F"),
         ServingKey("bandwidth_efficiency", "bandwidth_efficiency", 1.0, _unit, "roofline bandwidth efficiency e_B"),
         ServingKey(
@@ -389,8 +464,9 @@ SERVING: dict[str, ServingKey] = {
 
 
 # `efficiency` picks a preset of the three roofline settings rather than one spec field; `engine` an engine's
-# profile of scheduling and KV settings (configs/engines.yaml)
-PRESET_KEYS = ("efficiency", "engine")
+# profile of scheduling and KV settings (configs/engines.yaml); `speculative` a block that fills the speculative_*,
+# acceptance_length and draft_* keys (docs/speculative.md)
+PRESET_KEYS = ("efficiency", "engine", "speculative")
 EFFICIENCY_KEYS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")
 EFFICIENCY_PRESETS = ("plain", "calibrated")
 
@@ -641,6 +717,101 @@ def _apply_engine(merged: dict, where: dict, gpu: str, gpu_fields: Mapping) -> E
     return profile
 
 
+SPECULATIVE_BLOCK = {  # the `speculative` block's keys: the serving key each fills
+    "method": "speculative_method",
+    "tokens": "speculative_tokens",
+    "acceptance_length": "acceptance_length",
+}
+
+
+def draft_model_terms(name: Any, target: Mapping, field: str) -> dict[str, float]:
+    """The draft_* serving keys of a draft model (a catalog name, config path or inline model, as ``models``
+    takes): its layers, active parameters, weight bytes, decode attention FLOPs and KV bytes (its full-attention
+    layers at its own KV dtype) per context token. It must share the target's vocabulary (it proposes the target's
+    tokens)."""
+    label, d = resolve_model(name, field)
+    if d["vocab"] != target["vocab"]:
+        raise SlimjaxError(
+            field,
+            f"draft model {label}'s vocabulary ({d['vocab']:g} tokens) is not the target's ({target['vocab']:g}): a "
+            "draft proposes the target's tokens",
+        )
+    p_e = experts.expert_params(d["n_ffn"], d["hidden"], d["expert_ffn_dim"])
+    active = experts.active_params(d["n_params"], d["n_moe_layers"], d["n_experts"], d["experts_per_token"], p_e)
+    _, a_dec = experts.attention_flops_coefficients(
+        *(d[k] for k in ("n_layers", "n_heads", "head_dim", "mla", "kv_lora_rank", "rope_dim", "qk_nope_dim")),
+        d["v_head_dim"],
+    )
+    e_kv = memory.kv_bytes_per_layer_token(
+        d["n_kv_heads"], d["head_dim"], d["kv_dtype_bytes"], d["mla"], d["kv_lora_rank"], d["rope_dim"]
+    )
+    return dict(
+        draft_layers=float(d["n_layers"]),
+        draft_params=float(active),
+        draft_weight_bytes=float(d["n_params"] * d["bytes_per_weight"]),
+        draft_attention_flops=float(a_dec),
+        draft_kv_bytes=float((d["n_layers"] - d["n_sliding_layers"]) * e_kv),
+    )
+
+
+def _apply_speculative(merged: dict, where: dict, arch: Mapping) -> None:
+    """Expand the ``speculative`` block (method, tokens, acceptance_length, draft_model; docs/speculative.md) into
+    its serving keys, where the user did not give them directly; null or false: none."""
+    if "speculative" not in merged:
+        return
+    block, field = merged.pop("speculative"), where.pop("speculative")
+    if block is None or block is False:
+        block = {"method": "none", "tokens": 0}
+    if not isinstance(block, Mapping):
+        raise SlimjaxError(
+            field, f"must be a mapping of {', '.join([*SPECULATIVE_BLOCK, 'draft_model'])}, got {block!r}"
+        )
+    for k in block:
+        if k not in SPECULATIVE_BLOCK and k != "draft_model":
+            raise SlimjaxError(f"{field}.{k}", f"unknown key{suggest(str(k), [*SPECULATIVE_BLOCK, 'draft_model'])}")
+    method = _speculative_method(block.get("method", "none"), f"{field}.method")
+    if (method == "draft") != ("draft_model" in block):
+        raise SlimjaxError(
+            f"{field}.draft_model" if method == "draft" else f"{field}.method",
+            "method draft needs draft_model (a catalog model)"
+            if method == "draft"
+            else f"draft_model is a draft model's: give method draft, not {method}",
+        )
+    values = {key: block[k] for k, key in SPECULATIVE_BLOCK.items() if k in block}
+    if method == "draft":
+        values |= draft_model_terms(block["draft_model"], arch, f"{field}.draft_model")
+    named = {key: f"{field}.{k}" for k, key in SPECULATIVE_BLOCK.items()}  # how errors name the block's fields
+    for k, v in values.items():
+        if k not in merged:
+            merged[k], where[k] = v, named.get(k, f"{field}.draft_model")
+
+
+def check_speculative(checked: Mapping, where: Mapping, who: str = "") -> None:
+    """Speculative decoding's settings agree (docs/speculative.md): a method with k ≥ 1 draft tokens, or none with
+    k = 0; 1 ≤ a ≤ 1 + k; one pipeline stage (a draft spanning stages is not modelled)."""
+    k, a, method = checked["speculative_tokens"], checked["acceptance_length"], checked["speculative_method"]
+    at = where.get
+    if (method == "none") != (k == 0):
+        raise SlimjaxError(
+            at("speculative_tokens", "serving.speculative_tokens")
+            if method != "none"
+            else at("speculative_method", "serving.speculative_method"),
+            f"{who}method {method} with {k:g} draft tokens: give a method (mtp, eagle, draft) and tokens ≥ 1, "
+            "or none and 0",
+        )
+    if a > 1 + k:
+        raise SlimjaxError(
+            at("acceptance_length", "serving.acceptance_length"),
+            f"{who}{a:g} tokens per step cannot be accepted from {k:g} draft tokens: 1 ≤ acceptance_length ≤ 1 + k",
+        )
+    pp = checked.get("pp", 1)
+    if k > 0 and isinstance(pp, float) and not math.isnan(pp) and pp > 1:
+        raise SlimjaxError(
+            at("pp", "serving.pp"),
+            f"{who}speculative decoding over {pp:g} pipeline stages is not modelled (docs/speculative.md): pp 1",
+        )
+
+
 def register_serving_key(key: ServingKey) -> ServingKey:
     """Add a serving key to the table (the public hook): it is then accepted in sweep files, filled in
     every :class:`ServingSpec`, given its default in calibration and offered by ``slimjax capacity``."""
@@ -777,6 +948,7 @@ def serving_block(
             preset = merged.get("efficiency", "plain")
             profile = _apply_engine(merged, where, g, gpu)
             efficiency = _apply_efficiency(merged, where, g, profile.key)
+            _apply_speculative(merged, where, arch)
             checked, autos = _resolve(
                 merged,
                 where,
@@ -794,6 +966,7 @@ def serving_block(
                     unfit = f"{m}: {problem}"
                 elif problem:
                     raise SlimjaxError(where.get(row.key, f"serving.{row.key}"), f"{m}: {problem}")
+            check_speculative(checked, where, f"{m} on {g}: ")
             check_group_shape(
                 g,
                 gpu,

@@ -97,6 +97,12 @@ def serving_per_group(
     for g, row in gpus:
         check_group_shape(g, row, [], pp, "tp", "pp")
     base, table = serving_per_tp(value, models, gpus, tp, max_tokens, calibrated, layouts)
+    if np.any(np.asarray(pp) > 1) and np.any(np.asarray(base.speculative_tokens) > 0):
+        raise SlimjaxError(
+            "pp",
+            f"speculative decoding over {int(np.max(pp))} pipeline stages is not modelled (docs/speculative.md): pp 1 "
+            "where the serving block speculates",
+        )
     out = {k: np.repeat(np.asarray(v)[..., None], len(pp), axis=-1) for k, v in base.fields().items()}
     out["pipeline_stages"] = np.broadcast_to(np.asarray(pp, float), out["pipeline_stages"].shape).copy()
     for m in table:

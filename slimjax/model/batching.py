@@ -22,6 +22,19 @@ from .calculator import kv_capacity, replica_engines, roofline_terms
 from .memory import kv_read_bytes, model_kv_bytes_per_layer_token, seq_footprint_bytes
 from .pipeline import stage_fraction
 from .roofline import comm_s, pass_active_params, pass_weights_bytes
+from .speculative import speculation
+
+# Speculation's fields (slimjax.model.speculative): the replica_terms key of each
+SPECULATION_TERMS = {
+    "tokens": "speculative_tokens",
+    "acceptance": "acceptance_length",
+    "target_share": "draft_target_share",
+    "layer_share": "draft_layer_share",
+    "params": "draft_params",
+    "weight_bytes": "draft_weight_bytes",
+    "attention_flops": "draft_attention_flops",
+    "kv_bytes": "draft_kv_bytes",
+}
 
 
 def step_work(
@@ -78,7 +91,8 @@ def replica_terms(model, gpu, serving) -> dict:
     and for a paged cache the layer-block u(T) = L_f·⌈T/β⌉ + L_s·⌈min(T, W)/β⌉ (``kv_block_size`` β,
     ``kv_full_layers``, ``kv_sliding_layers``, ``kv_window``), its bytes f·r·o·e_kv·β (``kv_unit_bytes``), the
     engine's pool in them U = ⌊pool/unit⌋ (``kv_pool_units``) and the admission watermark ⌈w·U⌉
-    (``kv_watermark_units``); ``prefill_first`` (1: a step with prompt tokens runs them alone)."""
+    (``kv_watermark_units``); ``prefill_first`` (1: a step with prompt tokens runs them alone). Speculative
+    decoding's terms (docs/speculative.md): :data:`SPECULATION_TERMS` (``speculative_tokens`` k, 0: none)."""
     roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
     stages = serving.pipeline_stages
     pool = kv_capacity(model, gpu, serving, 1.0, 0.0)["pool"]
@@ -109,6 +123,7 @@ def replica_terms(model, gpu, serving) -> dict:
         kv_unit_bytes=unit,
         kv_pool_units=pool_units,
         kv_watermark_units=jnp.ceil(serving.kv_watermark * pool_units),
+        **{SPECULATION_TERMS[f]: v for f, v in speculation(model, serving)._asdict().items()},
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import experts, memory, parallel, pipeline, queue, roofline
+from . import experts, memory, parallel, pipeline, queue, roofline, speculative
 from .rates import request_rate, token_throughput
 from .specs import ServingSpec
 
@@ -29,15 +29,22 @@ def max_seqs(model, gpu, serving, input_len, output_len):
 
 def kv_capacity(model, gpu, serving, input_len, output_len):
     """Memory (§3) of one stage of the group (§10; the whole group when n_pp = 1): e_kv, the model's weights M_W,
-    the stage's KV pool u·n_tp·M − f·M_W − M_R, a sequence's footprint of I + O tokens on the stage's layers,
-    max_seqs = ⌊pool / footprint⌋ (f = ⌈L/n_pp⌉/L, :mod:`.pipeline`)."""
+    the stage's KV pool u·n_tp·M − f·M_W − M_R (less a speculative draft's own weights), a sequence's footprint of
+    I + O tokens on the stage's layers, max_seqs = ⌊pool / footprint⌋ (f = ⌈L/n_pp⌉/L, :mod:`.pipeline`)."""
     e_kv = memory.model_kv_bytes_per_layer_token(model, serving.kv_dtype_bytes)
     weights = memory.weights_bytes(model.n_params, serving.bytes_per_weight)
     share = pipeline.stage_fraction(model.n_layers, serving.pipeline_stages)
     # D attention data-parallel ranks (docs/layouts.md): the stage's D·n_tp GPUs hold the dense part once per rank
     # and the routed experts once, each rank M_R and 1/D of the pool (D = 1: §3 as written)
     ranks = serving.dp_ranks
-    stored = weights + (ranks - 1.0) * dense_weights_bytes(model, serving.bytes_per_weight)
+    # a speculative draft's own weights beside the target's, once per rank (docs/speculative.md; 0 without one)
+    draft = speculative.resident_bytes(
+        serving.speculative_tokens,
+        speculative.target_share(serving.speculative_method, model.n_layers),
+        weights,
+        serving.draft_weight_bytes,
+    )
+    stored = weights + (ranks - 1.0) * dense_weights_bytes(model, serving.bytes_per_weight) + ranks * draft
     pool = (
         memory.kv_pool_bytes(
             serving.memory_utilization,

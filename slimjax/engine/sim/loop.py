@@ -306,7 +306,13 @@ def complete(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: T
     n, dt = stream.arrival_s.shape[0], stream.arrival_s.dtype
     done, req, go = k.advanced.done, k.before.request, k.go
     st = st._replace(done=write_completions(st.done, k.advanced.slots, k.end, jnp.where(done, req, n)))
-    if params.prefill_first is None:
+    if params.speculation is not None:  # each decode's Δ tokens of the step paced over its wait: Δ gaps of wait/Δ
+        decode = go & k.plan.decode
+        tokens = k.advanced.slots.decoded - k.before.decoded
+        wait = k.tau if params.prefill_first is None else k.end - k.before.last_token_s
+        at = jnp.where(decode & (tokens > 0), gap_bin(wait / jnp.maximum(tokens, 1.0)), GAP_BINS)
+        st = st._replace(gaps=st.gaps.at[at].add(tokens, mode="drop"))
+    elif params.prefill_first is None:
         # every decoding request's last token came at this step's start (a replica holding requests steps back to
         # back), so all d gaps of the step are τ
         st = st._replace(
@@ -432,7 +438,10 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
     dec = occ & (sl.prefilled >= target)
     d = jnp.sum(dec)
     ahead = jnp.arange(COAST_STEPS, dtype=dt)
-    tau = one.coast_times(params, sl, dec, COAST_STEPS)
+    spec = params.speculation is not None
+    through = one.coast_emitted(params, sl, dec, COAST_STEPS + 1)  # (slots, steps + 1): tokens before each step
+    before, after = through[:, :-1], through[:, 1:]
+    tau = one.coast_times(params, sl, dec, COAST_STEPS, before)
     ends, t = [], st.clock[0]
     for k in range(COAST_STEPS):  # sequential, as the steps add up one at a time
         t = t + tau[k]
@@ -453,11 +462,15 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
         tokens = jnp.where(parked, sl.input_len[at] + sl.recompute[at], stream.input_len[jnp.clip(head, 0, n - 1)])
         fits = (parked | (head < n)) & (held < params.batch) & (pg.units(tokens) + pg.watermark_units <= free)
         head_t = jnp.where(fits, jnp.where(parked, -inf, arrival[jnp.minimum(head, n - 1)]), inf)
-        context = (sl.input_len + j)[:, None] + ahead  # (slots, steps): each decode's context after each step
+        context = (sl.input_len + j)[:, None] + before  # (slots, steps): each decode's context at each step
         held_after = jnp.where(dec[:, None], pg.units(context), sl.held_kv[:, None])
         grown = jnp.sum(jnp.where(dec[:, None], held_after - sl.held_kv[:, None], 0.0), axis=0)  # (steps,)
-    left = jnp.min(jnp.where(dec, o_len - j, inf))  # tokens to the first completion
-    ok = go & (held > 0) & (d == held) & (ahead < left - 1.0) & (starts < head_t)
+    if spec:  # no request completes within a step of the stretch
+        short = jnp.all(jnp.where(dec[:, None], j[:, None] + after < o_len[:, None], True), axis=0)
+    else:
+        left = jnp.min(jnp.where(dec, o_len - j, inf))  # tokens to the first completion
+        short = ahead < left - 1.0
+    ok = go & (held > 0) & (d == held) & short & (starts < head_t)
     if pg is not None:
         ok = ok & (grown <= free)
     tracked = pg is not None or params.prefill_first is not None  # lanes that keep each request's last token
@@ -466,7 +479,12 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
     take = jnp.cumprod(ok.astype(jnp.int32)).astype(bool)
     k = jnp.sum(take).astype(jnp.int32)
     zero = jnp.zeros((), dt)
-    slots = st.slots.at[0, :, SLOT_COLUMN["decoded"]].set(jnp.where(dec, j + k.astype(dt), j))
+    if spec:
+        emitted = jnp.where(k > 0, after[:, jnp.maximum(k - 1, 0)], 0.0)
+        slots = st.slots.at[0, :, SLOT_COLUMN["decoded"]].set(jnp.where(dec, j + emitted, j))
+        slots = slots.at[0, :, SLOT_COLUMN["verified"]].set(jnp.where(dec, sl.verified + k.astype(dt), sl.verified))
+    else:
+        slots = st.slots.at[0, :, SLOT_COLUMN["decoded"]].set(jnp.where(dec, j + k.astype(dt), j))
     if tracked:
         last = jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], st.clock[0])
         slots = slots.at[0, :, SLOT_COLUMN["last_token_s"]].set(jnp.where(dec & (k > 0), last, sl.last_token_s))
@@ -482,9 +500,18 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
         kv_peak_bytes=kv_peak,
         clock=jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], st.clock),
         busy_s=st.busy_s.at[0].add(jnp.sum(jnp.where(take, tau, zero))),
-        gaps=st.gaps.at[jnp.where(take, gap_bin(tau), GAP_BINS)].add(d.astype(dt), mode="drop"),
+        gaps=coast_gaps(st.gaps, take, tau, d, dec, after - before if spec else None),
         steps=st.steps + k,
     )
+
+
+def coast_gaps(gaps, take, tau, d, decode, tokens=None):
+    """A stretch's gaps added to the histogram: d of τ per step taken, or where the lane speculates each decode's
+    ``tokens`` (slots, steps) of τ/Δ (docs/speculative.md)."""
+    if tokens is None:
+        return gaps.at[jnp.where(take, gap_bin(tau), GAP_BINS)].add(d.astype(gaps.dtype), mode="drop")
+    at = jnp.where(take[None, :] & decode[:, None] & (tokens > 0), gap_bin(tau / jnp.maximum(tokens, 1.0)), GAP_BINS)
+    return gaps.at[at].add(tokens, mode="drop")
 
 
 def body(lane: Lane, params: LaneParams, stream: Stream, st: LaneState) -> LaneState:

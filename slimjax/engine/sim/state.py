@@ -16,6 +16,8 @@ import numpy as np
 
 from ...constants import KV_POLICIES
 from ...model import memory
+from ...model.batching import SPECULATION_TERMS
+from ...model.speculative import Speculation
 
 GAP_BINS = 2048  # log-spaced inter-token gap bins from GAP_RANGE_S[0] to [1]: 1.1 % wide
 GAP_RANGE_S = (1e-6, 1e4)
@@ -77,6 +79,7 @@ def prompt_units(params: dict, input_len):
 OPTIONAL_PARTS = {
     "paging": ("kv_policy", tuple(PAGING_TERMS.values())),
     "prefill_first": ("prefill_first", ()),
+    "speculative": ("speculative_tokens", tuple(k for k in SPECULATION_TERMS.values() if k != "speculative_tokens")),
 }
 
 
@@ -123,6 +126,7 @@ class LaneParams(NamedTuple):
     stop: StopParams | None = None
     paging: Paging | None = None
     prefill_first: Any = None  # a step with prompt tokens to prefill runs them alone (docs/engines.md; None: mixed)
+    speculation: Speculation | None = None  # speculative decoding (docs/speculative.md; None: none)
 
     @classmethod
     def of(cls, params: dict) -> LaneParams:
@@ -146,6 +150,9 @@ class LaneParams(NamedTuple):
             stop,
             paging,
             params.get("prefill_first"),
+            Speculation(**{f: params[k] for f, k in SPECULATION_TERMS.items()})
+            if "speculative_tokens" in params
+            else None,
         )
 
 
@@ -182,13 +189,15 @@ class Slots(NamedTuple):
     recompute: Any  # r: emitted tokens prefilled again with its prompt after a preemption (paged)
     preemptions: Any  # times it was preempted
     last_token_s: Any  # when its last token came (paged or prefill-first lanes)
+    verified: Any  # m: verify steps it has taken (speculative lanes: its tokens so far are ⌊m·a⌋ after the first)
 
 
 SLOT_EMPTY = {"request": -1, "last_token_s": np.nan}  # an empty slot's value per field; 0 for fields not named
 SLOT_DTYPES = {"request": np.int32}  # a field's dtype in the Slots view; the stream's float dtype if not named
 SLOT_COLUMN = {f: i for i, f in enumerate(Slots._fields)}  # each field's column in the packed slot rows
-# a lane without optional parts (LaneParams.paging, .prefill_first) keeps only the columns before "parked": the
-# others stay at their empty value there (fewer columns to admit and compact: measured 6 % at 64 candidates)
+# a lane without optional parts (LaneParams.paging, .prefill_first, .speculation) keeps only the columns before
+# "parked": the others stay at their empty value there (fewer columns to admit and compact: measured 6 % at 64
+# candidates)
 PLAIN_COLUMNS = SLOT_COLUMN["parked"]
 
 
@@ -199,7 +208,7 @@ PLAIN_COLUMNS = SLOT_COLUMN["parked"]
 
 def row_width(params: LaneParams) -> int:
     """Columns of a lane's slot rows: every field where the lane has an optional part, else the plain ones."""
-    plain = params.paging is None and params.prefill_first is None
+    plain = params.paging is None and params.prefill_first is None and params.speculation is None
     return PLAIN_COLUMNS if plain else len(Slots._fields)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ...model import batching
+from ...model import batching, speculative
 from .state import SLOT_COLUMN, LaneParams, Slots, Stream, empty_rows, pack, unpack
 
 
@@ -104,6 +104,7 @@ def new_row(stream: Stream, queue: Queue, head, held_kv, t) -> Slots:
         recompute=0.0,
         preemptions=0.0,
         last_token_s=jnp.where(ready_made > 0, t, jnp.nan),  # a prompt prefilled elsewhere brought its first token
+        verified=0.0,
     )
 
 
@@ -242,7 +243,9 @@ def schedule(params: LaneParams, sl: Slots, count, holding: bool, alone=False) -
         dec = dec & ~alone
     pre = live & (p < target)
     d = jnp.sum(dec)
-    budget = jnp.maximum(params.step_tokens - d, 0.0)
+    # each decoding request's verify pass takes 1 + k tokens of the budget where it speculates
+    taken = d if params.speculation is None else speculative.verify_tokens(d, params.speculation.tokens)
+    budget = jnp.maximum(params.step_tokens - taken, 0.0)
     need = jnp.where(pre, jnp.minimum(target - p, chunk), 0.0)
     before = jnp.cumsum(need) - need
     new = jnp.where(pre, jnp.clip(budget - before, 0.0, need), 0.0)
@@ -250,21 +253,41 @@ def schedule(params: LaneParams, sl: Slots, count, holding: bool, alone=False) -
 
 
 def step_time(params: LaneParams, sl: Slots, plan: Plan):
-    """τ of the planned step (§9 step 3, :func:`slimjax.model.batching.step_time`)."""
+    """τ of the planned step (§9 step 3, :func:`slimjax.model.batching.step_time`); where the lane speculates, its
+    decodes' verify pass and the drafting (:mod:`slimjax.model.speculative`)."""
     roof = params.roof
     zero = jnp.zeros((), sl.prefilled.dtype)
     dec, chunked, new, p, context = plan.decode, plan.chunked, plan.new_tokens, sl.prefilled, plan.context
-    return batching.step_time(
-        plan.decodes + jnp.sum(new),
-        jnp.sum(jnp.where(dec, context, zero)),
-        jnp.sum(jnp.where(dec, batching.context_kv_bytes(context, roof), zero)),
-        jnp.sum(jnp.where(chunked, batching.chunk_attention_tokens(new, p), zero)),
-        jnp.sum(jnp.where(chunked, batching.context_kv_bytes(p, roof), zero)),
+    d = plan.decodes
+    decode_context = jnp.sum(jnp.where(dec, context, zero))
+    decode_kv = jnp.sum(jnp.where(dec, batching.context_kv_bytes(context, roof), zero))
+    chunk_pairs = jnp.sum(jnp.where(chunked, batching.chunk_attention_tokens(new, p), zero))
+    chunk_kv = jnp.sum(jnp.where(chunked, batching.context_kv_bytes(p, roof), zero))
+    return timed_step(params, d, decode_context, decode_kv, jnp.sum(new), chunk_pairs, chunk_kv)
+
+
+def timed_step(params: LaneParams, d, decode_context, decode_kv, prompt, chunk_pairs, chunk_kv):
+    """τ of a step of ``d`` decodes (contexts summing to ``decode_context``, their KV ``decode_kv``) and ``prompt``
+    prompt tokens in chunks (their (query × context) pairs ``chunk_pairs``, their earlier KV ``chunk_kv``)."""
+    roof, spec = params.roof, params.speculation
+    tokens, pairs = d, decode_context
+    if spec is not None:
+        tokens = speculative.verify_tokens(d, spec.tokens)
+        pairs = speculative.verify_context_sum(d, decode_context, spec.tokens)
+    tau = batching.step_time(
+        tokens + prompt,
+        pairs,
+        decode_kv,
+        chunk_pairs,
+        chunk_kv,
         roof,
         params.a_pre,
         params.a_dec,
         params.step_overhead_s,
     )
+    if spec is None:
+        return tau
+    return tau + speculative.draft_s(spec, roof, params.a_dec, d, decode_context, decode_kv, prompt)
 
 
 class Advanced(NamedTuple):
@@ -279,16 +302,17 @@ def advance(params: LaneParams, sl: Slots, plan: Plan, end, go) -> Advanced:
     per decoding request, the first token where the prompt completes; done where the last token came. A paged
     request prefilled again over I + r emits its token r + 1 where it completes (docs/engines.md)."""
     p_new = sl.prefilled + plan.new_tokens
+    step_tokens, sl = emitted_now(params, sl, plan.decode)
     if params.paging is None and params.prefill_first is None:
         first = plan.chunked & (p_new >= sl.input_len)
-        j_new = jnp.where(plan.decode, sl.decoded + 1.0, jnp.where(first, 1.0, sl.decoded))
+        j_new = jnp.where(plan.decode, sl.decoded + step_tokens, jnp.where(first, 1.0, sl.decoded))
         t_first = jnp.where(first, end, sl.first_token_s)
         done = go & (plan.decode | first) & (j_new >= sl.output_len)
         return Advanced(sl._replace(prefilled=p_new, decoded=j_new, first_token_s=t_first), first, done)
     r = sl.recompute
     prompt_done = plan.chunked & (p_new >= sl.input_len + r)
     first, again = prompt_done & (r == 0), prompt_done & (r > 0)
-    j_new = jnp.where(plan.decode, sl.decoded + 1.0, jnp.where(prompt_done, r + 1.0, sl.decoded))
+    j_new = jnp.where(plan.decode, sl.decoded + step_tokens, jnp.where(prompt_done, r + 1.0, sl.decoded))
     t_first = jnp.where(first, end, sl.first_token_s)
     t_last = jnp.where(plan.decode | prompt_done, end, sl.last_token_s)  # a token's gap runs from the one before
     done = go & (plan.decode | prompt_done) & (j_new >= sl.output_len)
@@ -296,23 +320,46 @@ def advance(params: LaneParams, sl: Slots, plan: Plan, end, go) -> Advanced:
     return Advanced(advanced, first, done, again)
 
 
-def coast_times(params: LaneParams, sl: Slots, decode, steps: int):
-    """τ of ``steps`` decode-only steps from now (each decoding request one more token of context per step),
-    from the same terms as :func:`step_time`; (steps,)."""
+def emitted_now(params: LaneParams, sl: Slots, decode):
+    """(tokens, slots): what each decoding request emits at this step — 1, or where the lane speculates its m-th
+    verify step's ⌊m·a⌋ − ⌊(m − 1)·a⌋, at most what is left of its output — and the slots with ``verified``
+    counted (docs/speculative.md)."""
+    if params.speculation is None:
+        return 1.0, sl
+    m = sl.verified
+    a = params.speculation.acceptance
+    tokens = speculative.emitted_tokens(m + 1.0, a) - speculative.emitted_tokens(m, a)
+    tokens = jnp.minimum(tokens, sl.output_len - sl.decoded)
+    return tokens, sl._replace(verified=jnp.where(decode, m + 1.0, m))
+
+
+def coast_emitted(params: LaneParams, sl: Slots, decode, steps: int):
+    """(slots, steps): tokens each request has emitted in a stretch of decode-only steps before each step (the
+    stretch stops short of any completion, so no cap applies); ``ahead`` steps where one token a step."""
+    dt = sl.prefilled.dtype
+    ahead = jnp.arange(steps, dtype=dt)
+    if params.speculation is None:
+        return jnp.broadcast_to(ahead, (sl.decoded.shape[0], steps))
+    a = params.speculation.acceptance
+    m = sl.verified[:, None]
+    return jnp.where(decode[:, None], speculative.emitted_tokens(m + ahead, a) - speculative.emitted_tokens(m, a), 0.0)
+
+
+def coast_times(params: LaneParams, sl: Slots, decode, steps: int, before=None):
+    """τ of ``steps`` decode-only steps from now (each decoding request's context grows by the tokens it emits,
+    ``before``: :func:`coast_emitted`), from the same terms as :func:`step_time`; (steps,)."""
     roof = params.roof
     dt = sl.prefilled.dtype
     zero = jnp.zeros((), dt)
     d = jnp.sum(decode)
-    ahead = jnp.arange(steps, dtype=dt)
-    context = (sl.input_len + sl.decoded)[:, None] + ahead  # (slots, steps): each decode's context at each step
-    return batching.step_time(
-        jnp.broadcast_to(d.astype(dt), ahead.shape),
+    before = coast_emitted(params, sl, decode, steps) if before is None else before
+    context = (sl.input_len + sl.decoded)[:, None] + before  # (slots, steps): each decode's context at each step
+    return timed_step(
+        params,
+        jnp.broadcast_to(d.astype(dt), (steps,)),
         jnp.sum(jnp.where(decode[:, None], context, zero), axis=0),
         jnp.sum(jnp.where(decode[:, None], batching.context_kv_bytes(context, roof), zero), axis=0),
         zero,
         zero,
-        roof,
-        params.a_pre,
-        params.a_dec,
-        params.step_overhead_s,
+        zero,
     )

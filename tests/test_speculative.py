@@ -1,0 +1,259 @@
+"""Speculative decoding (docs/speculative.md): the jitted simulation against the plain Python event loop of
+tests/serving_reference.py per request (float64, 1e-9) with MTP/EAGLE layer drafts and a draft model, on one and
+several replicas, reserved and paged KV under pressure, prefill-first steps and a closed loop; its limits (k = 0 is no
+speculation bit for bit, a = 1 with a free draft is no speculation, a lone request's TPOT is its verify step and
+drafting over a, by hand); the draft's memory; and its settings checked, one line naming the field."""
+
+import math
+
+import numpy as np
+import pytest
+import reference as ref
+import serving_reference as sref
+
+from slimjax.errors import SlimjaxError
+from slimjax.inputs import catalog
+from slimjax.inputs.serving import draft_model_terms
+from slimjax.studies import simulate
+
+RNG = np.random.default_rng(37)
+N = 40
+ARRIVALS = np.sort(RNG.uniform(0, 1.5, N)).round(3)
+INPUTS = RNG.integers(50, 1500, N)
+OUTPUTS = RNG.integers(1, 300, N)
+MODEL, GPU = "Llama-3.1-8B", "H100-SXM"
+EAGLE = dict(method="eagle", tokens=3, acceptance_length=2.3)
+
+
+def _stream():
+    return {"requests": {"arrival_s": ARRIVALS.tolist(), "input_len": INPUTS.tolist(), "output_len": OUTPUTS.tolist()}}
+
+
+def _spec(model=MODEL, batch=16, *, tp=1, replicas=1, router="round_robin", stream=None, **serving):
+    return dict(
+        models=[model],
+        gpus=[GPU],
+        tp=[tp],
+        batch=[batch],
+        replicas=[replicas],
+        router=router,
+        precision="float64",
+        serving=serving,
+        stream=stream or _stream(),
+    )
+
+
+def _compare(spec, clients=None, policy="reserve"):
+    sim = simulate.parse(spec)
+    ds = simulate.run(sim)
+    model = spec["models"][0]
+    arch, gpu = catalog.resolve_model(model)[1], sref.study_gpu(sim)  # the GPU's row as the study has it
+    sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
+    terms = sref.replica_terms(arch, gpu, sv)
+    st = sim.stream
+    want = sref.simulate(
+        terms,
+        None if st.arrival_s is None else st.arrival_s.tolist(),
+        [int(x) for x in st.input_len],
+        [int(x) for x in st.output_len],
+        int(sim.batch[0]),
+        int(sim.replicas[0]),
+        sim.router,
+        clients,
+        policy=policy,
+        prefill_first=bool(spec["serving"].get("prefill_first", 0)),
+    )
+    got = ds.isel(dict(model=0, gpu=0, tp=0, pp=0, batch=0, replicas=0) | ({"clients": 0} if clients else {}))
+    np.testing.assert_allclose(got.ttft_s.values, want["ttft"], rtol=1e-9, atol=0)
+    np.testing.assert_allclose(got.e2e_s.values, want["e2e"], rtol=1e-9, atol=0)
+    np.testing.assert_array_equal(got.preemptions.values, want["preemptions"])
+    assert ds.attrs["engine_steps"] == want["steps"]
+    np.testing.assert_allclose(float(got.kv_peak_bytes), max(want["kv_peak"]), rtol=1e-12)
+    exact = float(np.quantile(want["gaps"], 0.9))
+    assert abs(float(got.token_gap_p90_s) / exact - 1) < 0.012  # one histogram bin
+    return ds, want, terms
+
+
+def _pool_tokens_reserved_gib(tokens: float, model: str, spec_block: dict) -> float:
+    """Reserved memory that leaves a pool of ``tokens`` tokens of KV beside the weights and the draft (u = 0.9)."""
+    arch, g = catalog.resolve_model(model)[1], catalog.resolve_gpu(GPU)[1]
+    weights = arch["n_params"] * arch["bytes_per_weight"]
+    draft = weights / arch["n_layers"] if spec_block.get("method") in ("mtp", "eagle") else 0.0
+    pool = tokens * arch["n_layers"] * ref.kv_bytes_per_layer_token(arch)
+    return (0.9 * g["memory_bytes"] - weights - draft - pool) / 2**30
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(speculative=EAGLE),  # one replica: contiguous lanes, decode stretches
+        dict(speculative=dict(method="mtp", tokens=1, acceptance_length=1.8), chunk_size=256, step_tokens=600),
+        dict(speculative=EAGLE, replicas=2, router="least_loaded"),
+        dict(speculative=EAGLE, prefill_first=1),
+        dict(speculative=dict(method="eagle", tokens=4, acceptance_length=3.7), tp=2, batch=8),
+    ],
+    ids=["eagle", "mtp_chunked", "least_loaded", "prefill_first", "tp2"],
+)
+def test_speculation_equals_the_event_loop(case):
+    """Each decode verifies 1 + k tokens and emits ⌊m·a⌋ − ⌊(m − 1)·a⌋ at its m-th step, the drafting costs k
+    passes of one layer and the LM head, and the simulation equals the event loop per request."""
+    case = dict(case)
+    spec = _spec(
+        tp=case.pop("tp", 1),
+        batch=case.pop("batch", 16),
+        replicas=case.pop("replicas", 1),
+        router=case.pop("router", "round_robin"),
+        **case,
+    )
+    ds, want, terms = _compare(spec)
+    assert terms["spec"] is not None
+    plain = simulate.run(simulate.parse({**spec, "serving": {k: v for k, v in case.items() if k != "speculative"}}))
+    # the run speculated: fewer steps, and (a > 1, a small batch) shorter decodes
+    assert ds.attrs["engine_steps"] < plain.attrs["engine_steps"]
+    assert float(ds.tpot_mean_s.squeeze()) < float(plain.tpot_mean_s.squeeze())
+
+
+def test_a_draft_model_equals_the_event_loop():
+    """Llama-3.1-8B drafting for Llama-3.1-70B on four GPUs: its own passes, weights and KV reads."""
+    block = dict(method="draft", tokens=4, acceptance_length=3.1, draft_model="Llama-3.1-8B")
+    ds, _, terms = _compare(_spec("Llama-3.1-70B", batch=8, tp=4, speculative=block))
+    assert terms["spec"]["share"] == 0 and terms["spec"]["P0"] > 7e9
+
+
+@pytest.mark.parametrize("policy", ["recompute", "retract"])
+def test_speculation_under_kv_pressure_equals_the_event_loop(policy):
+    """Paged KV outgrown: speculating requests grow by their emitted tokens, are preempted and prefilled again."""
+    reserved = _pool_tokens_reserved_gib(9000, MODEL, EAGLE)
+    spec = _spec(batch=32, speculative=EAGLE, kv_policy=policy, reserved_gib=reserved)
+    _, want, _ = _compare(spec, policy=policy)
+    assert sum(want["preemptions"]) > 0
+
+
+def test_a_closed_loop_speculating_equals_the_event_loop():
+    stream = {"closed_loop": {"clients": [6], "input_len": 700, "output_len": 257, "requests_per_client": 3}}
+    _compare(_spec(batch=6, stream=stream, speculative=dict(method="mtp", tokens=2, acceptance_length=2.6)), clients=6)
+
+
+def test_no_draft_tokens_is_no_speculation_bit_for_bit():
+    """k = 0 (method none) leaves every result as it was: the lane runs without the part."""
+    base = simulate.run(simulate.parse(_spec(chunk_size=512)))
+    off = simulate.run(simulate.parse(_spec(chunk_size=512, speculative=dict(method="none", tokens=0))))
+    for name in ("ttft_s", "e2e_s", "tpot_mean_s", "kv_peak_bytes", "token_gap_p90_s"):
+        np.testing.assert_array_equal(off[name].values, base[name].values)
+    assert off.attrs["engine_steps"] == base.attrs["engine_steps"]
+
+
+def test_one_token_accepted_from_a_free_draft_is_no_speculation():
+    """a = 1 with a draft that costs nothing: a lone request's decode is memory-bound whatever 1 + k tokens it
+    verifies, so its times are exactly those without speculation."""
+    stream = {"requests": {"arrival_s": [0.0, 5.0], "input_len": [300, 900], "output_len": [120, 60]}}
+    base = simulate.run(simulate.parse(_spec(stream=stream)))
+    free = dict(speculative_method="draft", speculative_tokens=2, acceptance_length=1.0)
+    got = simulate.run(simulate.parse(_spec(stream=stream, **free)))
+    np.testing.assert_array_equal(got.ttft_s.values, base.ttft_s.values)
+    np.testing.assert_array_equal(got.e2e_s.values, base.e2e_s.values)
+
+
+def test_a_lone_requests_tpot_is_its_verify_step_and_drafting_over_a():
+    """By hand: one request of O = 1 + 2·n tokens at a = 2 takes n verify steps of 1 + k tokens; each is the
+    roofline max(FLOPs/F, bytes/BW) + t_l of the target plus k EAGLE passes (one layer and the LM head), so its
+    TPOT is their mean over a."""
+    k, a, n, prompt = 3, 2.0, 40, 1000
+    stream = {"requests": {"arrival_s": [0.0], "input_len": [prompt], "output_len": [1 + 2 * n]}}
+    launch = 1e-3
+    ds = simulate.run(
+        simulate.parse(
+            _spec(
+                stream=stream, launch_overhead_s=launch, speculative=dict(method="eagle", tokens=k, acceptance_length=a)
+            )
+        )
+    ).squeeze()
+    arch, gpu = catalog.resolve_model(MODEL)[1], catalog.resolve_gpu(GPU)[1]
+    L, D, V = arch["n_layers"], arch["hidden"], arch["vocab"]
+    P, bw = arch["n_params"], arch["bytes_per_weight"]
+    F, BW = gpu["flops_per_s"], gpu["bandwidth_bytes_per_s"]
+    kv_token = L * ref.kv_bytes_per_layer_token(arch)  # bytes of KV per context token, every layer
+    a_dec = 4 * L * arch["n_heads"] * arch["head_dim"]
+    steps = []
+    for m in range(n):
+        T = prompt + 1 + 2 * m  # its context at the m-th verify step
+        verify = max((2 * P * (1 + k) + a_dec * ((1 + k) * T + k * (k + 1) / 2)) / F, (P * bw + kv_token * T) / BW)
+        draft_read = P * bw / L + D * V * bw + kv_token * T / L
+        draft_ops = 2 * (P / L + D * V) + a_dec / L * T
+        steps.append(verify + launch + k * (max(draft_ops / F, draft_read / BW) + launch / L))
+    want = sum(steps) / (2 * n)
+    assert math.isclose(float(ds.tpot_mean_s), want, rel_tol=1e-9)
+    # the back of the envelope: about (weights + a 1/L share and the head k times) over the bandwidth, over a
+    envelope = (P * bw * (1 + k / L) + k * D * V * bw) / BW / a
+    assert 0.9 < float(ds.tpot_mean_s) / envelope < 1.4
+
+
+def test_the_draft_model_terms_by_hand():
+    """Llama-3.1-8B as a draft: 32 layers, its parameters, 4·L·H·d_h attention FLOPs and 2·L·H_kv·d_h·b_kv KV bytes
+    per context token."""
+    target = catalog.resolve_model("Llama-3.1-70B")[1]
+    d = catalog.resolve_model("Llama-3.1-8B")[1]
+    got = draft_model_terms("Llama-3.1-8B", target, "serving.speculative.draft_model")
+    assert got["draft_layers"] == 32
+    assert got["draft_params"] == d["n_params"]
+    assert got["draft_weight_bytes"] == d["n_params"] * d["bytes_per_weight"]
+    assert got["draft_attention_flops"] == 4 * 32 * 32 * 128
+    assert got["draft_kv_bytes"] == 32 * 2 * 8 * 128 * d["kv_dtype_bytes"]
+
+
+def test_the_draft_weights_leave_less_kv():
+    """The pool is less by the draft's own weights: one layer of the target (EAGLE), or the draft model."""
+    ds0 = simulate.parse(_spec())
+    eagle = simulate.parse(_spec(speculative=EAGLE))
+    arch = catalog.resolve_model(MODEL)[1]
+    from slimjax.model.calculator import kv_capacity
+
+    def pool(sim):
+        return float(kv_capacity(sim.model, sim.gpu, sim.serving, 1.0, 1.0)["pool"][0, 0, 0, 0])
+
+    layer = arch["n_params"] * arch["bytes_per_weight"] / arch["n_layers"]
+    assert math.isclose(pool(ds0) - pool(eagle), layer, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "serving, field, words",
+    [
+        (
+            dict(speculative=dict(method="eagle", tokens=2, acceptance_length=3.5)),
+            "serving.speculative.acceptance_length",
+            "1 ≤ acceptance_length ≤ 1 + k",
+        ),
+        (dict(speculative=dict(method="mtp", tokens=0)), "serving.speculative.tokens", "tokens ≥ 1"),
+        (dict(speculative_tokens=2), "serving.speculative_method", "give a method"),
+        (dict(speculative=dict(method="draft", tokens=2)), "serving.speculative.draft_model", "needs draft_model"),
+        (
+            dict(speculative=dict(method="eagle", tokens=2, draft_model="Llama-3.1-8B")),
+            "serving.speculative.method",
+            "give method draft",
+        ),
+        (
+            dict(speculative=dict(method="draft", tokens=2, draft_model="Qwen3-8B")),
+            "serving.speculative.draft_model",
+            "vocabulary",
+        ),
+        (
+            dict(speculative=dict(method="medusa", tokens=2)),
+            "serving.speculative.method",
+            "must be one of none, mtp, eagle, draft",
+        ),
+        (
+            dict(speculative=dict(method="mtp", tokens=2, acceptance=1.5)),
+            "serving.speculative.acceptance",
+            "unknown key",
+        ),
+        (dict(speculative=dict(method="mtp", tokens=1.5)), "serving.speculative.tokens", "non-negative integer"),
+        (dict(speculative=EAGLE, pp=[1, 2]), "pp", "pipeline stages is not modelled"),
+    ],
+)
+def test_bad_speculative_settings_name_the_field(serving, field, words):
+    serving = dict(serving)
+    study = {"pp": serving.pop("pp")} if "pp" in serving else {}
+    with pytest.raises(SlimjaxError) as e:
+        simulate.parse({**_spec(**serving), **study})
+    text = str(e.value)
+    assert text.startswith(field) and words in text and "\n" not in text
