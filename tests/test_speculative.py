@@ -11,6 +11,7 @@ import pytest
 import reference as ref
 import serving_reference as sref
 
+import slimjax
 from slimjax.errors import SlimjaxError
 from slimjax.inputs import catalog
 from slimjax.inputs.serving import draft_model_terms
@@ -257,3 +258,28 @@ def test_bad_speculative_settings_name_the_field(serving, field, words):
         simulate.parse({**_spec(**serving), **study})
     text = str(e.value)
     assert text.startswith(field) and words in text and "\n" not in text
+
+
+def _sweep(serving, models=(MODEL,), batch=(1, 8)):
+    base = dict(models=list(models), gpus=[GPU], batch=list(batch), input_len=[1000], output_len=[81])
+    return slimjax.sweep({**base, "precision": "float64", "serving": serving})
+
+
+def test_the_closed_form_equals_a_lone_simulated_request():
+    """§4's ITL at B = 1 with an integer a takes the simulation's own contexts: equal to its TPOT."""
+    block = dict(method="eagle", tokens=3, acceptance_length=2.0)
+    swept = _sweep({"launch_overhead_s": 1e-3, "speculative": block}).itl_s.sel(batch=1).squeeze()
+    stream = {"requests": {"arrival_s": [0.0], "input_len": [1000], "output_len": [81]}}
+    sim = simulate.run(simulate.parse(_spec(stream=stream, launch_overhead_s=1e-3, speculative=block))).squeeze()
+    assert math.isclose(float(swept), float(sim.tpot_mean_s), rel_tol=1e-12)
+
+
+def test_a_sweep_that_speculates_somewhere_leaves_the_rest_bit_for_bit():
+    """A model that does not speculate in a sweep where another does: every figure as in a sweep without it."""
+    models = (MODEL, "Qwen3-8B")
+    plain = _sweep({}, models)
+    mixed = _sweep({"Qwen3-8B": {"speculative": dict(method="mtp", tokens=2, acceptance_length=2.4)}}, models)
+    for name in ("itl_s", "ttft_s", "service_s", "token_throughput", "kv_pool_bytes", "max_seqs"):
+        np.testing.assert_array_equal(mixed[name].sel(model=MODEL).values, plain[name].sel(model=MODEL).values)
+    on, off = (float(d.itl_s.sel(model="Qwen3-8B", batch=8).squeeze()) for d in (mixed, plain))
+    assert on < off  # the speculating one decodes faster per token

@@ -272,8 +272,20 @@ def _capacity_inputs(sweep: Sweep) -> dict:
 
 def _capacity_cell(x: dict) -> dict:
     return capacity_cell_terms(
-        x["model64"], x["gpu64"], x["serving"], x["input_len"].astype(F64), x["output_len"].astype(F64)
+        x["model64"],
+        x["gpu64"],
+        x["serving"],
+        x["input_len"].astype(F64),
+        x["output_len"].astype(F64),
+        speculating=x["static"].get("speculative", 0) == 1,
     )
+
+
+def _capacity_static(sweep: Sweep) -> tuple:
+    """("speculative", 1) where some group of the sweep speculates (docs/speculative.md): only then is the
+    speculative decode computed."""
+    k = np.asarray(sweep.serving.speculative_tokens) if sweep.serving is not None else np.zeros(1)
+    return (("speculative", 1),) if np.any(k > 0) else ()
 
 
 def _capacity_batch(x: dict, cells: dict, out: dict) -> dict:
@@ -331,6 +343,7 @@ register_group(
         batch=_capacity_batch,
         attrs=_memory_attrs,
         wide=True,
+        static=_capacity_static,
     )
 )
 # the roofline timing variables of the calculator (their group is "capacity"; they need this one active too)

@@ -306,15 +306,26 @@ def layout_comm_lines(model, gpu, serving) -> tuple:
     return tuple(roofline.CommLine(*line) for line in lines)
 
 
-def capacity_cell_terms(model, gpu, serving, input_len, output_len):
+def capacity_cell_terms(model, gpu, serving, input_len, output_len, speculating: bool = False):
     """Memory (§3) per (model, GPU, I, O) and chunked prefill (§4) per (model, GPU, I); a group of D data-parallel
-    ranks reports its D pools and D·max_seqs (docs/layouts.md)."""
+    ranks reports its D pools and D·max_seqs (docs/layouts.md). ``speculating`` (static: some group of the grid
+    speculates): where k > 0 each chunk adds the draft's pass over it and ``speculation`` holds the terms
+    :func:`service_terms` times the decode with (docs/speculative.md)."""
     kv = kv_capacity(model, gpu, serving, input_len, output_len)
     e_kv, weights, pool, footprint = kv["e_kv"], kv["weights"], kv["pool"], kv["footprint"]
     roof, a_pre, a_dec = roofline_terms(model, gpu, serving)
     prefill_s, chunk_max_s, chunks = roofline.prefill_time(input_len, serving.chunk_size, roof, a_pre)
+    extra = {}
+    if speculating:
+        spec = speculative.speculation(model, serving)
+        drafts, one = speculative.prefill_drafts_s(spec, roof, a_dec, input_len, serving.chunk_size)
+        on = spec.tokens > 0
+        prefill_s = jnp.where(on, prefill_s + drafts, prefill_s)
+        chunk_max_s = jnp.where(on, chunk_max_s + one, chunk_max_s)  # the longest chunk and a full chunk's draft
+        extra["speculation"] = spec
     ranks = serving.dp_ranks  # the group's D data-parallel ranks each hold their own pool and sequences
     return dict(
+        **extra,
         weights_bytes=weights,
         kv_pool_bytes=pool * ranks,
         kv_bytes_per_token=memory.kv_bytes_per_token(model.n_layers, e_kv),
@@ -341,6 +352,10 @@ def service_terms(cell, measured, batch, input_len, output_len):
     """
     engine = pipeline.engine_batch(batch, cell.get("engines", 1.0))
     itl = roofline.decode_itl(engine, input_len, output_len, cell["roofline"], cell["attn_dec"])
+    if "speculation" in cell:  # docs/speculative.md: verify steps of 1 + k tokens, k draft passes, a tokens each
+        spec = cell["speculation"]
+        spec_itl = speculative.decode_itl(spec, engine, input_len, output_len, cell["roofline"], cell["attn_dec"])
+        itl = jnp.where(spec.tokens > 0, spec_itl, itl)
     # NaN wherever prefill is; this select also fixes how XLA fuses (and contracts into FMAs) the decode
     # sums, which keeps dense figures bit-identical to before §4b/§4c (tests/golden/capacity.json)
     itl = jnp.where(jnp.isnan(cell["prefill_s"]), jnp.nan, itl)

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 
 from ..constants import SPECULATIVE_METHODS
+from . import roofline
 from .roofline import comm_s, pass_active_params, pass_weights_bytes
 
 # the methods whose draft is one layer of the target (its MTP module, an EAGLE head) with the target's LM head
@@ -110,3 +111,74 @@ def resident_bytes(spec_tokens, target_share, target_weight_bytes, draft_weight_
     """What the draft keeps in memory beside the target: one layer's weights (mtp, eagle: s·M_W; the LM head is the
     target's own) or the draft model's W_0; 0 without speculation (k = 0), bytes."""
     return jnp.where(spec_tokens > 0, target_share * target_weight_bytes + draft_weight_bytes, 0.0)
+
+
+def verify_steps(output_len, acceptance):
+    """n_v = ⌈(O − 1)/a⌉: the verify steps that emit a request's O − 1 tokens after its first (⌊m·a⌋ ≥ O − 1)."""
+    return jnp.ceil((output_len - 1.0) / acceptance)
+
+
+def _stepped(line_u, line_v, c0, a):
+    """A line u + v·T in the step m, at T_m = c0 + a·m: (u + v·c0, v·a)."""
+    return line_u + line_v * c0, line_v * a
+
+
+def _summed(ops, reads, c0, a, m_window, steps, flops, bandwidth):
+    """Σ_{m=1..n} max(ops(T_m)/F, read(T_m)/BW) in closed form: ``ops`` = (u, v) a line in T, ``reads`` = ((u, v)
+    inside the window, (u, v) past it), split at ``m_window`` (T_m ≤ W ⟺ m ≤ m_window)."""
+    a1, b1 = _stepped(ops[0] / flops, ops[1] / flops, c0, a)
+    (ui, vi), (uo, vo) = reads
+    inside = roofline.max_of_lines(a1, b1, *_stepped(ui / bandwidth, vi / bandwidth, c0, a))
+    past = roofline.max_of_lines(a1, b1, *_stepped(uo / bandwidth, vo / bandwidth, c0, a))
+    return roofline.sum_max_of_lines(inside, 1.0, jnp.minimum(steps, m_window)) + roofline.sum_max_of_lines(
+        past, jnp.clip(m_window + 1.0, 1.0, jnp.maximum(steps + 1.0, 1.0)), steps
+    )
+
+
+def decode_itl(spec: Speculation, batch, input_len, output_len, roof, attn):
+    """§4's ITL of B speculating sequences with I-token prompts (``attn`` = a_dec), seconds per token; NaN when O = 1.
+    The n_v = ⌈(O − 1)/a⌉ verify steps take their contexts at T_m = I + 1 + (m − 1)·a (the mean of the
+    simulation's ⌊(m − 1)·a⌋), each a pass of B·(1 + k) tokens plus k draft passes over the B sequences, the sum in
+    closed form on both sides of the window crossover, over the O − 1 tokens (docs/speculative.md)."""
+    k, a, share = spec.tokens, spec.acceptance, spec.target_share
+    n = batch * (1.0 + k)
+    full, sliding, window = roof.kv_per_token_full, roof.kv_per_token_sliding, roof.window
+    tail = jnp.where(sliding > 0, sliding * window, 0.0)
+    c0 = input_len + 1.0 - a
+    steps = verify_steps(output_len, a)
+    m_window = jnp.floor((window - c0) / a)
+
+    def reads(fixed, per_kv, per_token):  # (inside, past) lines of fixed + per_kv·B·K(T) + per_token·B·T
+        inside = (fixed, batch * (per_kv * (full + sliding) + per_token))
+        return inside, (fixed + batch * per_kv * tail, batch * (per_kv * full + per_token))
+
+    verify_ops = (
+        2.0 * pass_active_params(roof, n) * n + attn * batch * k * (k + 1.0) / 2.0,
+        attn * batch * (1.0 + k),
+    )
+    verify = _summed(verify_ops, reads(pass_weights_bytes(roof, n), 1.0, 0.0), c0, a, m_window, steps, *_rates(roof))
+    draft_ops = (
+        2.0 * (share * pass_active_params(roof, batch) + spec.params) * batch,
+        (share * attn + spec.attention_flops) * batch,
+    )
+    draft_read = reads(share * pass_weights_bytes(roof, batch) + spec.weight_bytes, share, spec.kv_bytes)
+    drafts = _summed(draft_ops, draft_read, c0, a, m_window, steps, *_rates(roof))
+    fixed = (
+        roof.launch_overhead_s + comm_s(roof, n) + k * spec.layer_share * (roof.launch_overhead_s + comm_s(roof, batch))
+    )
+    total = verify + k * drafts + steps * fixed
+    return jnp.where(output_len > 1, total / jnp.where(output_len > 1, output_len - 1.0, 1.0), jnp.nan)
+
+
+def _rates(roof):
+    return roof.flops, roof.bandwidth
+
+
+def prefill_drafts_s(spec: Speculation, roof, attn, input_len, chunk_size):
+    """(the draft's passes over a prompt's chunks, one full chunk's): δ(s, 0, 0) per full chunk and δ(n) for the
+    last (:func:`slimjax.model.roofline.chunk_count`), seconds; what §4's prefill adds where it speculates."""
+    chunks, size = roofline.chunk_count(input_len, chunk_size)
+    last = input_len - (chunks - 1.0) * size
+    zero = 0.0 * input_len
+    one = draft_pass_s(spec, roof, attn, size, zero, zero)
+    return (chunks - 1.0) * one + draft_pass_s(spec, roof, attn, last, zero, zero), one
