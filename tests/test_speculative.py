@@ -283,3 +283,35 @@ def test_a_sweep_that_speculates_somewhere_leaves_the_rest_bit_for_bit():
         np.testing.assert_array_equal(mixed[name].sel(model=MODEL).values, plain[name].sel(model=MODEL).values)
     on, off = (float(d.itl_s.sel(model="Qwen3-8B", batch=8).squeeze()) for d in (mixed, plain))
     assert on < off  # the speculating one decodes faster per token
+
+
+def test_speculation_is_a_candidate_setting_of_simulate_and_procure():
+    """``settings`` with ``speculative`` blocks: each setting equals the study whose serving block speculates so,
+    bit for bit; procurement sizes each (a speculating replica decodes faster, so no more replicas are needed for an
+    ITL-bound SLO) and says what it assumed; a bad block in a setting is named there."""
+    from slimjax.studies.procure import spec as procurefile
+
+    mtp = dict(method="eagle", tokens=3, acceptance_length=2.4)
+    settings = [{"speculative": None}, {"speculative": mtp}]
+    sim = simulate.run(simulate.parse({**_spec(batch=8), "settings": settings}))
+    assert list(sim.setting.values) == ["speculative off", "speculative eagle 3 2.4"]
+    for label, block in (("speculative off", {}), ("speculative eagle 3 2.4", {"speculative": mtp})):
+        alone = simulate.run(simulate.parse(_spec(batch=8, **block)))
+        np.testing.assert_array_equal(sim.sel(setting=label).e2e_s.values, alone.e2e_s.values)
+    base = dict(
+        workloads=[dict(name="chat", input_len=800, output_len=300)],
+        rates=[4.0],
+        models=[MODEL],
+        gpus=[GPU],
+        tp=[1],
+        batch=[16],
+        slo={"ttft_s": 2.0, "itl_s": 0.012},
+        sizing={"requests": 80, "seed": 3, "max_replicas": 8},
+    )
+    ds = slimjax.procure({**base, "settings": settings})
+    off, on = (int(ds.best_replicas.sel(setting=s).squeeze()) for s in ds.setting.values)
+    assert on <= off
+    assert "speculative decoding (eagle k 3 a 2.4" in slimjax.procure_tables(ds)
+    with pytest.raises(SlimjaxError) as e:
+        procurefile.parse({**base, "settings": [{"speculative": dict(method="eagle", tokens=2, acceptance_length=4)}]})
+    assert e.value.field == "settings[0].speculative.acceptance_length"

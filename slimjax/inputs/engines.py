@@ -22,7 +22,18 @@ ENGINE_SETTING_KEYS = ("step_tokens", "chunk_size", "block_size", "kv_policy", "
 # flags set it (SGLang --dp/--ep, vLLM --data-parallel-size/--enable-expert-parallel, TensorRT-LLM's moe_*_size)
 LAYOUT_KEYS = ("dp", "ep", "moe_tp")  # a layout beyond its TP degree (one stage): the ranks and the experts' split
 LAYOUT_SETTING_KEYS = (*LAYOUT_KEYS, "expert_imbalance", "dispatch_dtype")
-CANDIDATE_SETTING_KEYS = (*ENGINE_SETTING_KEYS, *LAYOUT_SETTING_KEYS)
+# and speculative decoding (docs/speculative.md): a `speculative` block per candidate, on or off
+SPECULATIVE_SETTING_KEYS = ("speculative",)
+CANDIDATE_SETTING_KEYS = (*ENGINE_SETTING_KEYS, *LAYOUT_SETTING_KEYS, *SPECULATIVE_SETTING_KEYS)
+
+
+def setting_text(value) -> str:
+    """A candidate setting's value as a label reads it: a mapping as its values (``mtp 1 1.8``), off as ``off``."""
+    if value is None or value is False:
+        return "off"
+    if isinstance(value, Mapping):
+        return " ".join(str(v) for v in value.values())
+    return str(value)
 
 
 @functools.cache
@@ -150,7 +161,7 @@ def engine_settings(value, field: str = "settings") -> tuple[tuple[str, dict], .
             raise SlimjaxError(
                 f"{where}.{bad[0]}", f"not an engine or layout setting; one of {', '.join(CANDIDATE_SETTING_KEYS)}"
             )
-        label = ", ".join(f"{k} {entry[k]}" for k in CANDIDATE_SETTING_KEYS if k in entry)
+        label = ", ".join(f"{k} {setting_text(entry[k])}" for k in CANDIDATE_SETTING_KEYS if k in entry)
         if label in seen:
             raise SlimjaxError(where, f"repeats {field}[{seen[label]}] ({label})")
         seen[label] = i

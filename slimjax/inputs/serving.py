@@ -754,21 +754,17 @@ def draft_model_terms(name: Any, target: Mapping, field: str) -> dict[str, float
     )
 
 
-def _apply_speculative(merged: dict, where: dict, arch: Mapping) -> None:
-    """Expand the ``speculative`` block (method, tokens, acceptance_length, draft_model; docs/speculative.md) into
-    its serving keys, where the user did not give them directly; null or false: none."""
-    if "speculative" not in merged:
-        return
-    block, field = merged.pop("speculative"), where.pop("speculative")
+def speculative_block(block: Any, field: str) -> dict:
+    """A ``speculative`` block (method, tokens, acceptance_length, draft_model; docs/speculative.md) checked on its
+    own: its serving keys' values (null or false: none) and ``draft_model`` as given."""
+    keys = [*SPECULATIVE_BLOCK, "draft_model"]
     if block is None or block is False:
         block = {"method": "none", "tokens": 0}
     if not isinstance(block, Mapping):
-        raise SlimjaxError(
-            field, f"must be a mapping of {', '.join([*SPECULATIVE_BLOCK, 'draft_model'])}, got {block!r}"
-        )
+        raise SlimjaxError(field, f"must be a mapping of {', '.join(keys)}, got {block!r}")
     for k in block:
-        if k not in SPECULATIVE_BLOCK and k != "draft_model":
-            raise SlimjaxError(f"{field}.{k}", f"unknown key{suggest(str(k), [*SPECULATIVE_BLOCK, 'draft_model'])}")
+        if k not in keys:
+            raise SlimjaxError(f"{field}.{k}", f"unknown key{suggest(str(k), keys)}")
     method = _speculative_method(block.get("method", "none"), f"{field}.method")
     if (method == "draft") != ("draft_model" in block):
         raise SlimjaxError(
@@ -777,9 +773,30 @@ def _apply_speculative(merged: dict, where: dict, arch: Mapping) -> None:
             if method == "draft"
             else f"draft_model is a draft model's: give method draft, not {method}",
         )
-    values = {key: block[k] for k, key in SPECULATIVE_BLOCK.items() if k in block}
+    values = {"speculative_method": method}
+    for k, key in SPECULATIVE_BLOCK.items():
+        if k in block and key != "speculative_method":
+            values[key] = check_serving_value(key, block[k], f"{field}.{k}")
+    k, a = values.get("speculative_tokens"), values.get("acceptance_length")
+    if k is not None and a is not None and a > 1 + k:
+        raise SlimjaxError(
+            f"{field}.acceptance_length",
+            f"{a:g} tokens per step cannot be accepted from {k:g} draft tokens: 1 ≤ acceptance_length ≤ 1 + k",
+        )
     if method == "draft":
-        values |= draft_model_terms(block["draft_model"], arch, f"{field}.draft_model")
+        values["draft_model"] = block["draft_model"]
+    return values
+
+
+def _apply_speculative(merged: dict, where: dict, arch: Mapping) -> None:
+    """Expand the ``speculative`` block into its serving keys (:func:`speculative_block`; a draft model's terms from
+    the catalog), where the user did not give them directly."""
+    if "speculative" not in merged:
+        return
+    field = where.pop("speculative")
+    values = speculative_block(merged.pop("speculative"), field)
+    if "draft_model" in values:
+        values |= draft_model_terms(values.pop("draft_model"), arch, f"{field}.draft_model")
     named = {key: f"{field}.{k}" for k, key in SPECULATIVE_BLOCK.items()}  # how errors name the block's fields
     for k, v in values.items():
         if k not in merged:

@@ -14,7 +14,7 @@ from ..errors import SlimjaxError
 from ..model.calculator import replicated_kv
 from ..model.specs import ServingSpec
 from . import catalog
-from .engines import LAYOUT_KEYS
+from .engines import LAYOUT_KEYS, SPECULATIVE_SETTING_KEYS
 from .layouts import study_layouts
 from .serving import (
     check_group_shape,
@@ -23,6 +23,7 @@ from .serving import (
     layout_text,
     resolve_study_model,
     serving_block,
+    speculative_block,
 )
 
 # a study's serving defaults where a sweep's differ: calibrated constants, KV replicated where TP exceeds H_kv
@@ -156,7 +157,10 @@ def setting_blocks(value: Any, settings: tuple, names, field: str | None = None)
             for name in names:
                 if isinstance(block.get(name), Mapping) and key in block[name]:
                     raise SlimjaxError(where, f"serving.{name}.{key} sets it too: give it in one place")
-            check_serving_value(key, v, where)
+            if key in SPECULATIVE_SETTING_KEYS:
+                speculative_block(v, where)
+            else:
+                check_serving_value(key, v, where)
         out.append({**block, **keys})
     return out
 

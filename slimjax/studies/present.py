@@ -156,6 +156,15 @@ def engine_assumptions(serving_table: dict) -> tuple[str, str]:
     }.get(alone, f"prompts share {budget} with the decodes, or run in steps of their own before them")
     kv = " / ".join(KV_POLICIES[p] for p in sorted({str(r.get("kv_policy", "reserve")) for r in rows}))
     scheduling = f"{how} (chunk size {', '.join(str(c) if c else 'whole prompt' for c in chunks)}), {kv}"
+    drafts = sorted(
+        {
+            f"{r['speculative_method']} k {int(r['speculative_tokens'])} a {float(r['acceptance_length']):g}"
+            for r in rows
+            if float(r.get("speculative_tokens", 0)) > 0
+        }
+    )
+    if drafts:  # docs/speculative.md
+        scheduling += f"; speculative decoding ({', '.join(drafts)}: k draft tokens, a accepted a step)"
     swept = list(dict.fromkeys(s for r in rows for s in r.get("settings", ())))
     if swept:
         scheduling += f" in the serving block; engine settings swept as candidates (dim setting): {'; '.join(swept)}"
