@@ -315,3 +315,20 @@ def test_speculation_is_a_candidate_setting_of_simulate_and_procure():
     with pytest.raises(SlimjaxError) as e:
         procurefile.parse({**base, "settings": [{"speculative": dict(method="eagle", tokens=2, acceptance_length=4)}]})
     assert e.value.field == "settings[0].speculative.acceptance_length"
+
+
+def test_the_report_draws_tpot_against_the_acceptance_length():
+    """A simulation whose settings differ in a: the store says each candidate's a (1 without speculation) and the
+    report's figure plots TPOT against it, falling as a grows."""
+    from slimjax.studies.simulate import present
+
+    settings = [{"speculative": None}] + [
+        {"speculative": dict(method="eagle", tokens=3, acceptance_length=a)} for a in (1.5, 2.5, 3.5)
+    ]
+    ds = simulate.run(simulate.parse({**_spec(batch=8), "settings": settings}))
+    np.testing.assert_array_equal(ds.acceptance_length.squeeze().values, [1.0, 1.5, 2.5, 3.5])
+    tpot = ds.tpot_mean_s.squeeze().values
+    assert np.all(np.diff(tpot[1:]) < 0)  # more accepted a step, less time a token
+    keys = [f.key for f in present.simulation_figures(ds)]
+    assert "speculative" in keys
+    assert "speculative" not in [f.key for f in present.simulation_figures(simulate.run(simulate.parse(_spec())))]

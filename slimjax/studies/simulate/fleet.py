@@ -83,6 +83,13 @@ SIMULATION = table(
     Variable("kv_peak_bytes", RUN, "bytes", "most KV reserved at once, worst replica", _SIM),
     Variable("preemptions_mean", RUN, "1", "preemptions per counted request (paged KV; 0 under reserve)", _SIM),
     Variable(
+        "acceptance_length",
+        CANDIDATE,
+        "tokens",
+        "tokens a decode step emits per request: the speculative acceptance length a (docs/speculative.md), 1 without",
+        _SIM,
+    ),
+    Variable(
         "fits",
         CANDIDATE,
         "1",
@@ -200,6 +207,8 @@ def run(sim: Simulation, progress=None) -> xr.Dataset:
     data = {name: declared(SIMULATION[name], shaped(per_request[name], (n_req,)), without) for name in PER_REQUEST}
     data.update({name: declared(SIMULATION[name], shaped(summary[name]), without) for name in SUMMARIES})
     data["fits"] = declared(SIMULATION["fits"], fits.reshape(shape), without)
+    accepted = np.where(np.asarray(serving.speculative_tokens) > 0, np.asarray(serving.acceptance_length), 1.0)
+    data["acceptance_length"] = declared(SIMULATION["acceptance_length"], accepted.reshape(shape), without)
     coords = {
         "model": np.asarray(sim.models, dtype=str),
         "gpu": np.asarray(sim.gpus, dtype=str),

@@ -67,6 +67,40 @@ def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
             "Serving simulation (MODEL.md §9): TTFT and TPOT distributions, queue over time",
             fig,
             f"{ds.attrs.get('stream', '')}; router {ds.attrs.get('router', '')}. The dotted line is p90.",
+        ),
+        *acceptance_figures(ds),
+    ]
+
+
+def acceptance_figures(ds: xr.Dataset, at=None) -> list[Figure]:
+    """Where a simulation's candidates differ in speculative decoding (docs/speculative.md): mean and p90 TPOT
+    against the acceptance length a (1: none), one line per candidate that differs only in it."""
+    if "acceptance_length" not in ds or np.unique(ds["acceptance_length"].values).size < 2:
+        return []
+    dims = [d for d in ds["tpot_mean_s"].dims if d not in ("setting", "request")]
+    stacked = ds[["tpot_mean_s", "tpot_p90_s"]].stack(candidate=dims)
+    accepted = ds["acceptance_length"].broadcast_like(ds["tpot_mean_s"]).stack(candidate=dims)
+    fig, axes = grid(1, 4.8, 3.4)
+    ax = axes[0]
+    for k in range(min(stacked.sizes["candidate"], MAX_PANELS)):
+        a = np.ravel(accepted.isel(candidate=k).values)
+        order = np.argsort(a)
+        key = stacked.candidate.values[k]
+        label = " ".join(f"{d} {v}" for d, v in zip(dims, key, strict=True) if ds.sizes[d] > 1) or "the candidate"
+        color = PALETTE[k % len(PALETTE)]
+        for var, style in (("tpot_mean_s", "-"), ("tpot_p90_s", ":")):
+            y = np.ravel(stacked[var].isel(candidate=k).values)
+            ax.plot(a[order], y[order], style, marker="o", ms=3, color=color, label=label if style == "-" else None)
+    ax.set_xlabel("acceptance length a (tokens per verify step; 1: none)")
+    ax.set_ylabel("TPOT (s per token): mean —, p90 ···")
+    ax.legend(fontsize=6)
+    return [
+        Figure(
+            "speculative",
+            "Speculative decoding: TPOT against the acceptance length (docs/speculative.md)",
+            fig,
+            "each point a speculative setting of the candidate; a draft's own cost and its 1 + k token verify pass "
+            "are in every step",
         )
     ]
 
