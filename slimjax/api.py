@@ -495,6 +495,11 @@ def capacity(
         table = sw.serving_table[sw.models[0]][sw.gpus[0]]
         result["efficiency"] = table["efficiency"]  # with its constants' source
         result["dp"] = float(table.get("dp", 1))  # the group is n_tp·n_pp·D GPUs (docs/layouts.md)
+        if float(table.get("speculative_tokens", 0)) > 0:  # docs/speculative.md: said beside the times it moves
+            result["speculative"] = (
+                f"{table['speculative_method']}, {int(table['speculative_tokens'])} draft tokens, "
+                f"{float(table['acceptance_length']):g} accepted a step"
+            )
     return result
 
 

@@ -332,3 +332,14 @@ def test_the_report_draws_tpot_against_the_acceptance_length():
     keys = [f.key for f in present.simulation_figures(ds)]
     assert "speculative" in keys
     assert "speculative" not in [f.key for f in present.simulation_figures(simulate.run(simulate.parse(_spec())))]
+
+
+def test_the_capacity_card_says_it_speculates():
+    from slimjax.report.cards import capacity_cards
+
+    block = dict(method="eagle", tokens=3, acceptance_length=2.5)
+    on = slimjax.capacity("Llama-3.1-70B", GPU, 1024, 256, 32, serving={"n_gpu": 4, "speculative": block})
+    off = slimjax.capacity("Llama-3.1-70B", GPU, 1024, 256, 32, serving={"n_gpu": 4})
+    assert on["itl_s"] < off["itl_s"] and on["kv_pool_bytes"] < off["kv_pool_bytes"]
+    assert ("Speculative decoding", "eagle, 3 draft tokens, 2.5 accepted a step") in capacity_cards(on)
+    assert "speculative" not in off

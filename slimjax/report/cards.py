@@ -345,6 +345,8 @@ def capacity_cards(result: Mapping[str, float]) -> list[tuple[str, str]]:
                 # no number for what cannot happen, nor a queue without its service time
                 text = "not runnable (does not fit)"
             cards.append((label, text))
+    if "speculative" in result:  # TTFT, ITL and the rates are speculative decoding's (docs/speculative.md)
+        cards.append(("Speculative decoding", result["speculative"]))
     if "efficiency" in result:  # measured or not: said beside every time it prints
         cards.append(("Roofline constants", result["efficiency"]))
     return cards
