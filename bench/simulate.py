@@ -100,7 +100,7 @@ def main() -> None:
     if args.speculative:
         _speculative(stream, args.speculative)
     trace = DATA / "traces" / "AzureLLMInferenceTrace_conv.csv"
-    if trace.is_file():
+    if args.trace_seconds and trace.is_file():
         spec = _spec(
             [16, 32, 64, 128],
             dict(trace=str(trace), format="azure", rate_scale=1, duration_s=args.trace_seconds),

@@ -500,18 +500,24 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
         kv_peak_bytes=kv_peak,
         clock=jnp.where(k > 0, ends[jnp.maximum(k - 1, 0)], st.clock),
         busy_s=st.busy_s.at[0].add(jnp.sum(jnp.where(take, tau, zero))),
-        gaps=coast_gaps(st.gaps, take, tau, d, dec, after - before if spec else None),
+        gaps=coast_gaps(st.gaps, take, tau, d, dec, *((after - before, params.speculation.acceptance) if spec else ())),
         steps=st.steps + k,
     )
 
 
-def coast_gaps(gaps, take, tau, d, decode, tokens=None):
+def coast_gaps(gaps, take, tau, d, decode, tokens=None, acceptance=None):
     """A stretch's gaps added to the histogram: d of τ per step taken, or where the lane speculates each decode's
-    ``tokens`` (slots, steps) of τ/Δ (docs/speculative.md)."""
+    ``tokens`` (slots, steps) of τ/Δ (docs/speculative.md). A step's Δ is ⌊a⌋ or ⌊a⌋ + 1 for every request (no cap
+    applies in a stretch), so each step adds two bins, not one per request."""
     if tokens is None:
         return gaps.at[jnp.where(take, gap_bin(tau), GAP_BINS)].add(d.astype(gaps.dtype), mode="drop")
-    at = jnp.where(take[None, :] & decode[:, None] & (tokens > 0), gap_bin(tau / jnp.maximum(tokens, 1.0)), GAP_BINS)
-    return gaps.at[at].add(tokens, mode="drop")
+    low = jnp.floor(acceptance)
+    zero = jnp.zeros((), gaps.dtype)
+    for delta in (low, low + 1.0):
+        count = jnp.sum(jnp.where(decode[:, None] & (tokens == delta), tokens, zero), axis=0)  # (steps,)
+        at = jnp.where(take & (count > 0), gap_bin(tau / delta), GAP_BINS)
+        gaps = gaps.at[at].add(count, mode="drop")
+    return gaps
 
 
 def body(lane: Lane, params: LaneParams, stream: Stream, st: LaneState) -> LaneState:
