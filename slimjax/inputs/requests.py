@@ -83,6 +83,18 @@ class RequestTrace:
     source: str
     format: str
     dropped: int = 0  # requests with zero prompt or output tokens (nothing to serve), not counted
+    hash_ids: tuple[tuple[int, ...], ...] | None = None  # per request its prompt's block hashes (Mooncake's hash_ids)
+
+    def taken(self, keep: np.ndarray) -> RequestTrace:
+        """The requests where ``keep`` (a bool mask), hashes included."""
+        hashes = None if self.hash_ids is None else tuple(h for h, k in zip(self.hash_ids, keep, strict=True) if k)
+        return dataclasses.replace(
+            self,
+            input_len=self.input_len[keep],
+            output_len=self.output_len[keep],
+            arrival_s=None if self.arrival_s is None else self.arrival_s[keep],
+            hash_ids=hashes,
+        )
 
     @property
     def n_requests(self) -> int:
@@ -206,14 +218,16 @@ def load_requests(path: str | os.PathLike, format: str | None = None) -> Request
     keep = (lengths["input"] > 0) & (lengths["output"] > 0)
     if not keep.any():
         raise SlimjaxError(str(path), "no request with both prompt and output tokens")
+    hash_column = next((c for c in columns if _norm(c) == "hashids"), None)
     trace = RequestTrace(
-        input_len=lengths["input"][keep].astype(np.int64),
-        output_len=lengths["output"][keep].astype(np.int64),
-        arrival_s=None if arrival is None else arrival[keep],
+        input_len=lengths["input"].astype(np.int64),
+        output_len=lengths["output"].astype(np.int64),
+        arrival_s=arrival,
         source=str(path),
         format=fmt,
         dropped=int((~keep).sum()),
-    )
+        hash_ids=None if hash_column is None else _hash_lists(df[hash_column], path, hash_column, first_row),
+    ).taken(keep)
     if trace.arrival_s is not None and (trace.n_requests < 2 or trace.span_s <= 0):
         raise SlimjaxError(
             str(path),
@@ -221,6 +235,22 @@ def load_requests(path: str | os.PathLike, format: str | None = None) -> Request
             "needs at least two requests at different times",
         )
     return trace
+
+
+def _hash_lists(series: pd.Series, path: Path, column: str, first_row: int) -> tuple[tuple[int, ...], ...]:
+    """Each request's block hashes: a JSON list (Mooncake) or, in a CSV, integers separated by spaces, commas or
+    semicolons (docs/simulation.md)."""
+    out = []
+    for row, cell in enumerate(series):
+        items = re.split(r"[\s,;\[\]]+", cell.strip()) if isinstance(cell, str) else cell
+        try:
+            values = tuple(int(x) for x in items if not (isinstance(x, str) and not x))
+        except (TypeError, ValueError):
+            raise SlimjaxError(
+                f"{path}: row {row + first_row}, column {column!r}", f"not a list of integer hashes: {cell!r}"
+            ) from None
+        out.append(values)
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,6 +321,4 @@ def read_trace_entry(entry: Mapping, field: str, base_dir: Path | None, *, rate_
         raise SlimjaxError(f"{field}.duration_s", f"{path.name} has no timestamps to take seconds of")
     seconds = positive_number(entry["duration_s"], f"{field}.duration_s")
     keep = (trace.arrival_s - trace.arrival_s[0]) / rate_scale < seconds  # the first request always
-    return dataclasses.replace(
-        trace, input_len=trace.input_len[keep], output_len=trace.output_len[keep], arrival_s=trace.arrival_s[keep]
-    )
+    return trace.taken(keep)

@@ -11,6 +11,11 @@ and watermark, prefill order — over the serving block; a candidate axis ``sett
     {trace: PATH, format: azure|mooncake|csv, rate_scale: s, duration_s: T (optional: the first T seconds)}
     {poisson: RATE, input_len: I, output_len: O, requests: N, seed: 0}
     {closed_loop: {clients: [C, ...], input_len: I, output_len: O, requests_per_client: k}}
+    {conversations: {conversations: N, turns: T, rate: R, think_s: D, system_tokens: S, user_tokens: U,
+                     output_len: O, shared_system: true, block_tokens: 512, seed: 0}}
+
+An inline or trace stream may give each prompt's block hashes (``hash_ids``, with ``hash_block_tokens``; a Mooncake
+trace's are read, 512-token blocks): what the prompts share is then said (docs/simulation.md).
 
 Unknown keys are errors naming the field.
 """
@@ -32,13 +37,15 @@ from ...inputs.checks import checked_number, positive_number
 from ...inputs.disaggregated import parse_deployments
 from ...inputs.engines import engine_settings
 from ...inputs.files import read_spec_file
+from ...inputs.prefixes import PrefixBlocks, chain_blocks, conversation_prompts, reuse_text
 from ...inputs.requests import read_trace_entry
 from ...inputs.serving import with_calibrated_links
 from ...inputs.studyfile import models_and_gpus, serving_per_group, serving_per_setting, with_layouts
 from ...model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 
 PRECISIONS = ("float32", "float64")
-STREAM_KINDS = ("requests", "trace", "poisson", "closed_loop")
+STREAM_KINDS = ("requests", "trace", "poisson", "closed_loop", "conversations")
+MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake traces' hash_ids: one per 512-token block (their README)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +59,7 @@ class Stream:
     clients: tuple[int, ...] = ()  # closed loop: the client counts swept (dim ``clients``)
     requests_per_client: int = 0
     description: str = ""
+    prefix: PrefixBlocks | None = None  # each prompt's block chain ids, where the stream gives them
 
     @property
     def n_requests(self) -> int:
@@ -126,6 +134,89 @@ def poisson_stream(rate: float, input_len: float, output_len: float, requests: i
     )
 
 
+def _prefix(hash_ids, block_tokens, input_len, field: str) -> PrefixBlocks | None:
+    if hash_ids is None:
+        if block_tokens is not None and field.endswith("requests"):
+            raise SlimjaxError(f"{field}.hash_block_tokens", "given without hash_ids")
+        return None
+    if block_tokens is None:
+        raise SlimjaxError(f"{field}.hash_block_tokens", "missing: the block size, in tokens, of hash_ids")
+    if not isinstance(hash_ids, (list, tuple)) or not all(isinstance(h, (list, tuple)) for h in hash_ids):
+        raise SlimjaxError(f"{field}.hash_ids", "must be a list of lists of integer hashes, one list per request")
+    return chain_blocks(hash_ids, input_len, block_tokens, field)
+
+
+def _with_prefix(stream: Stream, prefix: PrefixBlocks | None) -> Stream:
+    """``stream`` with its prompts' block chains, its description saying what they share."""
+    if prefix is None:
+        return stream
+    text = f"{stream.description}; {reuse_text(prefix, stream.input_len)}"
+    return dataclasses.replace(stream, prefix=prefix, description=text)
+
+
+CONVERSATION_KEYS = {  # the conversations stream's keys: default (None: required)
+    "conversations": None,
+    "turns": None,
+    "rate": None,
+    "think_s": None,
+    "system_tokens": 0,
+    "user_tokens": None,
+    "output_len": None,
+    "shared_system": True,
+    "block_tokens": MOONCAKE_BLOCK_TOKENS,
+    "seed": 0,
+}
+
+
+def conversations_stream(block: Any, field: str) -> Stream:
+    """Conversations that resend their history (:func:`slimjax.inputs.prefixes.conversation_prompts`): each starts
+    at a Poisson arrival of ``rate`` conversations/s and sends its turns ``think_s`` apart (an open stream: a turn
+    does not wait for the previous answer); a shared system prompt of ``system_tokens`` (``turns: 1``: requests that
+    share only it). The block hashes follow the text, so the stream says what a prefix cache could reuse."""
+    if not isinstance(block, Mapping):
+        raise SlimjaxError(field, f"must be a mapping of {', '.join(CONVERSATION_KEYS)}, got {block!r}")
+    _only(block, tuple(CONVERSATION_KEYS), field)
+    got = {}
+    for k, default in CONVERSATION_KEYS.items():
+        if k not in block and default is None:
+            raise SlimjaxError(f"{field}.{k}", "missing")
+        got[k] = block.get(k, default)
+    n = int(positive_number(got["conversations"], f"{field}.conversations", integer=True))
+    turns = int(positive_number(got["turns"], f"{field}.turns", integer=True))
+    rate = positive_number(got["rate"], f"{field}.rate")
+    think = checked_number(got["think_s"], f"{field}.think_s", lambda x: x >= 0, "non-negative seconds")
+    system = int(
+        checked_number(
+            got["system_tokens"], f"{field}.system_tokens", lambda x: x >= 0 and x == int(x), "a non-negative integer"
+        )
+    )
+    user = int(positive_number(got["user_tokens"], f"{field}.user_tokens", integer=True))
+    out = int(positive_number(got["output_len"], f"{field}.output_len", integer=True))
+    size = int(positive_number(got["block_tokens"], f"{field}.block_tokens", integer=True))
+    if not isinstance(got["shared_system"], bool):
+        raise SlimjaxError(f"{field}.shared_system", f"must be true or false, got {got['shared_system']!r}")
+    seed = got["seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise SlimjaxError(f"{field}.seed", f"must be a non-negative integer, got {seed!r}")
+    conv, turn, prompt, hashes = conversation_prompts(n, turns, system, user, out, size, got["shared_system"])
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
+    starts = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    arrival = starts[conv] + turn * think
+    order = np.argsort(arrival, kind="stable")
+    i_len = prompt[order]
+    stream = Stream(
+        "conversations",
+        arrival[order],
+        i_len,
+        np.full(len(order), float(out)),
+        description=(
+            f"{n} conversations of {turns} turns ({rate:g}/s, turns {think:g} s apart; system prompt {system} tokens"
+            f"{' shared' if got['shared_system'] else ''}, {user} user and {out} output tokens a turn), seed {seed}"
+        ),
+    )
+    return _with_prefix(stream, chain_blocks([hashes[i] for i in order], i_len, size, field))
+
+
 def _stream(value: Any, base_dir: Path | None) -> Stream:
     field = "stream"
     kinds = (
@@ -138,7 +229,7 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
     if "requests" in value and isinstance(value["requests"], Mapping):
         _only(value, ("requests",), field)
         block = value["requests"]
-        _only(block, ("arrival_s", "input_len", "output_len"), f"{field}.requests")
+        _only(block, ("arrival_s", "input_len", "output_len", "hash_ids", "hash_block_tokens"), f"{field}.requests")
         for k in ("arrival_s", "input_len", "output_len"):
             if k not in block:
                 raise SlimjaxError(f"{field}.requests.{k}", "missing")
@@ -160,9 +251,12 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
         back = np.diff(arrival) < 0
         if back.any():
             raise SlimjaxError(f"{field}.requests.arrival_s[{int(np.argmax(back)) + 1}]", "earlier than the one before")
-        return Stream("requests", arrival, i_len, o_len, description=f"{len(arrival)} requests given inline")
+        prefix = _prefix(block.get("hash_ids"), block.get("hash_block_tokens"), i_len, f"{field}.requests")
+        return _with_prefix(
+            Stream("requests", arrival, i_len, o_len, description=f"{len(arrival)} requests given inline"), prefix
+        )
     if "trace" in value:
-        _only(value, ("trace", "format", "rate_scale", "duration_s"), field)
+        _only(value, ("trace", "format", "rate_scale", "duration_s", "hash_block_tokens"), field)
         scale = positive_number(value.get("rate_scale", 1.0), f"{field}.rate_scale")
         if "duration_s" not in value:  # (a trace without timestamps is named below, with what to use instead)
             trace = read_trace_entry(value, field, base_dir)
@@ -176,13 +270,22 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
         window = ""
         if value.get("duration_s") is not None:  # the stream's first seconds (after the compression)
             window = f", first {value['duration_s']:g} s ({len(arrival)} requests)"
-        return Stream(
+        block_tokens = value.get("hash_block_tokens", MOONCAKE_BLOCK_TOKENS if trace.format == "mooncake" else None)
+        if trace.hash_ids is not None and block_tokens is None:
+            raise SlimjaxError(
+                f"{field}.hash_block_tokens", f"{trace.source} gives hash_ids: say its block size in tokens"
+            )
+        stream = Stream(
             "trace",
             arrival,
             trace.input_len.astype(float),
             trace.output_len.astype(float),
             description=f"{trace.source} ({trace.format}) at rate_scale {scale:g}{window}",
         )
+        return _with_prefix(stream, _prefix(trace.hash_ids, block_tokens, stream.input_len, field))
+    if "conversations" in value:
+        _only(value, ("conversations",), field)
+        return conversations_stream(value["conversations"], f"{field}.conversations")
     if "poisson" in value:
         _only(value, ("poisson", "input_len", "output_len", "requests", "seed"), field)
         rate = positive_number(value["poisson"], f"{field}.poisson")
