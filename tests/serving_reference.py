@@ -299,14 +299,24 @@ def simulate(
     policy="reserve",
     watermark=0.0,
     prefill_first=False,
+    chains=None,
+    block_tokens=None,
 ):
     """Per request (ttft, e2e, arrival, replica, preemptions) and per replica (busy, queue_peak, kv_peak), plus all
     token gaps. ``clients``: closed loop with that many clients (``arrivals`` ignored). ``policy``: ``reserve``
     (MODEL.md §9: footprint(I + O) at admission) or a paged cache (docs/engines.md) preempting by ``recompute``
     (the most recently admitted first) or ``retract`` (the fewest emitted tokens first), admitting while a
     ``watermark`` fraction of the pool's blocks stays free. ``prefill_first``: a step with prompt tokens left runs
-    them alone and the decodes wait (docs/engines.md)."""
+    them alone and the decodes wait (docs/engines.md). ``chains`` (per request its prompt's block chain ids, blocks
+    of ``block_tokens``): a prefix cache per replica under ``reserve`` (docs/engines.md, "Prefix caching"; router
+    ``prefix_affinity`` too); per request ``prefix_hit_tokens``, per replica ``evicted`` (chain ids in eviction
+    order)."""
     N = len(inputs)
+    cached = chains is not None
+    if cached:
+        assert policy == "reserve" and not prefilled, "the reference's prefix cache runs under reserve"
+        c_b = t["r"] * t["o"] * kv_bytes_per_layer_token(t["arch"]) * t["arch"]["n_layers"] * block_tokens
+        hit_tokens = [0] * N
     paged = policy != "reserve"
     fp = [footprint(t["arch"], inputs[i] + outputs[i], t["block"], t["r"], t["o"]) for i in range(N)]
     arch, beta = t["arch"], t["block"]
@@ -327,6 +337,16 @@ def simulate(
     reps = [_Replica(U if paged else t["pool"]) for _ in range(replicas)]
     for rep in reps:
         rep.parked = []  # preempted requests, waiting ahead of the queue
+        rep.refs = {}  # prefix cache: chain id -> requests holding it (0: cached, free, in the LRU)
+        rep.lru = []  # free cached chain ids, least recently freed first
+        rep.evicted = []
+
+    def matched(rep, i):  # leading reusable blocks of request i in rep's cache
+        n, limit = 0, (inputs[i] - 1) // block_tokens
+        while n < min(limit, len(chains[i])) and chains[i][n] in rep.refs:
+            n += 1
+        return n
+
     arr = [math.nan] * N
     if clients is None:
         pending = {i: arrivals[i] for i in range(N)}  # request -> arrival time
@@ -358,13 +378,13 @@ def simulate(
             arr[i] = a
             if router == "round_robin":
                 r = i % replicas
-            else:
-                loads = []
-                for rep in reps:
-                    load = len(rep.queue) + len(rep.running) + len(rep.parked)
-                    if rep.last_end > a:  # completions at that step's end have not happened yet
-                        load += rep.last_done
-                    loads.append(load)
+            elif router == "prefix_affinity" and max(matched(rep, i) for rep in reps) > 0:
+                hits = [matched(rep, i) for rep in reps]
+                best = max(hits)
+                tied = [k for k in range(replicas) if hits[k] == best]
+                r = min(tied, key=lambda k: (_load(reps[k], a), k))
+            else:  # least loaded (and prefix_affinity without a match); completions after a have not happened yet
+                loads = [_load(rep, a) for rep in reps]
                 r = loads.index(min(loads))
             where[i] = r
             reps[r].queue.append(i)
@@ -372,7 +392,31 @@ def simulate(
         r = starts.index(s_min)
         rep = reps[r]
         now = s_min
-        if not paged:
+        if not paged and cached:
+            while rep.queue and len(rep.running) < batch:
+                i = rep.queue[0]
+                m = matched(rep, i)
+                hits = chains[i][:m]
+                need = fp[i] - m * c_b
+                reclaimable = c_b * sum(1 for c in rep.lru if c not in hits)
+                if need > rep.free + reclaimable:
+                    break
+                rep.queue.popleft()
+                for c in hits:  # held now: out of the LRU
+                    if rep.refs[c] == 0:
+                        rep.lru.remove(c)
+                    rep.refs[c] += 1
+                while rep.free < need:  # evict the least recently freed
+                    c = rep.lru.pop(0)
+                    del rep.refs[c]
+                    rep.evicted.append(c)
+                    rep.free += c_b
+                rep.free -= need
+                hit_tokens[i] = m * block_tokens
+                rep.running.append(dict(i=i, p=m * block_tokens, j=0, r=0, last=now, shared=m, own=need))
+            rep.queue_peak = max(rep.queue_peak, len(rep.queue))
+            rep.kv_peak = max(rep.kv_peak, t["pool"] - rep.free)
+        elif not paged:
             while rep.queue and len(rep.running) < batch and fp[rep.queue[0]] <= rep.free:
                 i = rep.queue.popleft()
                 rep.free -= fp[i]
@@ -420,6 +464,17 @@ def simulate(
         for q, n in chunks:
             q["p"] += n
             if q["p"] == inputs[q["i"]] + q["r"]:
+                if cached:  # its full prompt blocks join the cache: adopted where cached meanwhile, else inserted
+                    for c in chains[q["i"]][q["shared"] : inputs[q["i"]] // block_tokens]:
+                        if c in rep.refs:
+                            if rep.refs[c] == 0:
+                                rep.lru.remove(c)
+                            rep.refs[c] += 1
+                            rep.free += c_b  # its own copy given back
+                        else:
+                            rep.refs[c] = 1
+                        q["own"] -= c_b
+                        q["shared"] += 1
                 if q["r"] == 0:
                     q["j"] = 1
                     first[q["i"]] = fin
@@ -430,7 +485,14 @@ def simulate(
         done = [q for q in rep.running if q["j"] >= outputs[q["i"]] and q["j"] > 0]
         for q in done:
             end[q["i"]] = fin
-            rep.free += q["k"] if paged else fp[q["i"]]
+            if cached:  # its own KV back; its blocks released, deepest first (evicted before their parents)
+                rep.free += q["own"]
+                for c in reversed(chains[q["i"]][: q["shared"]]):
+                    rep.refs[c] -= 1
+                    if rep.refs[c] == 0:
+                        rep.lru.append(c)
+            else:
+                rep.free += q["k"] if paged else fp[q["i"]]
             if clients is not None and q["i"] + clients < N:
                 pending[q["i"] + clients] = fin
         rep.running = [q for q in rep.running if q not in done]
@@ -452,7 +514,17 @@ def simulate(
         kv_peak=[rep.kv_peak for rep in reps],
         gaps=gaps,
         steps=steps,
+        **({"prefix_hit_tokens": hit_tokens, "evicted": [rep.evicted for rep in reps]} if cached else {}),
     )
+
+
+def _load(rep, a):
+    """A replica's load as least_loaded counts it at time a: queued, running and parked requests (and those its
+    last step completes after a, not yet gone)."""
+    load = len(rep.queue) + len(rep.running) + len(rep.parked)
+    if rep.last_end > a:
+        load += rep.last_done
+    return load
 
 
 def _admit_paged(rep, inputs, units, W_u, batch, prefilled, now):

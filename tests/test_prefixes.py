@@ -141,3 +141,53 @@ def test_the_conversation_stream_is_seeded_ordered_and_checked():
         with pytest.raises(SlimjaxError) as e:
             simulate.parse({**BASE, "stream": {"conversations": {**block, key: value}}})
         assert e.value.field == f"stream.conversations.{key}"
+
+
+# ---------------------------------------------------------------- the prefix cache's rules, on the event loop
+# (docs/engines.md, "Prefix caching": the contract the simulation's cache is to equal per request)
+
+
+def _terms(pool_blocks: float):
+    """Llama-3.1-8B on an H100 (bf16 KV: 128 KiB a token, 64 MiB a 512-token block) with a pool of that many blocks."""
+    import reference as ref
+    import serving_reference as sref
+
+    from slimjax.inputs import catalog
+
+    arch, gpu = catalog.resolve_model("Llama-3.1-8B")[1], catalog.resolve_gpu("H100-SXM")[1]
+    t = sref.replica_terms(arch, gpu, sref.default_serving(arch))
+    block = arch["n_layers"] * ref.kv_bytes_per_layer_token(arch) * 512
+    return dict(t, pool=pool_blocks * block), block
+
+
+def test_lru_eviction_and_reuse_by_hand():
+    """One replica, batch 1, a pool of six 512-token blocks; prompts of 1,025 tokens (2 full blocks, 2.03 blocks of
+    footprint with their one output token). A caches a1 a2, B b1 b2 (the LRU: a2 a1 b2 b1, deepest first); D needs
+    2.03 blocks with 2 free: a2 goes; C = a1 a2 c3 finds a1 only (512 tokens), evicts b2, re-caches a2; E = a1 a2 e3
+    finds both (1,024 tokens)."""
+    import serving_reference as sref
+
+    t, block = _terms(6)
+    chains = [[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 1, 9], [0, 1, 10]]  # A B D C E
+    got = sref.simulate(t, [0.0, 1.0, 2.0, 3.0, 4.0], [1025] * 5, [1] * 5, 1, chains=chains, block_tokens=512)
+    assert got["prefix_hit_tokens"] == [0, 0, 0, 512, 1024]
+    assert got["evicted"] == [[1, 4]]
+    # C prefills only its last 513 tokens, over its cached 512
+    assert got["ttft"][3] == pytest.approx(sref.step_seconds([], [(513, 512)], t), rel=1e-12)
+    plain = sref.simulate(t, [0.0, 1.0, 2.0, 3.0, 4.0], [1025] * 5, [1] * 5, 1)
+    assert plain["ttft"][3] == pytest.approx(sref.step_seconds([], [(1025, 0)], t), rel=1e-12)
+
+
+def test_prefix_affinity_sends_a_request_where_its_prefix_is():
+    """A (a long answer) on replica 0; B, sharing A's two blocks, arrives while A decodes: affinity sends it to
+    replica 0 (hit 1,024 tokens) though replica 1 is empty, least_loaded to replica 1 (no hit); C, matching nothing,
+    goes to the least loaded: replica 1 (B is done by then under least_loaded; empty under affinity)."""
+    import serving_reference as sref
+
+    t, _ = _terms(40)
+    chains = [[0, 1, 2], [0, 1, 3], [4, 5, 6]]
+    args = (t, [0.0, 0.5, 0.6], [1025, 1025, 1025], [400, 10, 10], 8, 2)
+    affinity = sref.simulate(*args, router="prefix_affinity", chains=chains, block_tokens=512)
+    least = sref.simulate(*args, router="least_loaded", chains=chains, block_tokens=512)
+    assert affinity["replica"] == [0, 0, 1] and affinity["prefix_hit_tokens"] == [0, 1024, 0]
+    assert least["replica"] == [0, 1, 1] and least["prefix_hit_tokens"] == [0, 0, 0]

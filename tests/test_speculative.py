@@ -343,3 +343,37 @@ def test_the_capacity_card_says_it_speculates():
     assert on["itl_s"] < off["itl_s"] and on["kv_pool_bytes"] < off["kv_pool_bytes"]
     assert ("Speculative decoding", "eagle, 3 draft tokens, 2.5 accepted a step") in capacity_cards(on)
     assert "speculative" not in off
+
+
+def test_mtp_on_an_attention_data_parallel_expert_parallel_group_equals_the_event_loop():
+    """DeepSeek-V3's MTP (k = 1) on an H200 node as DP 8 × EP 8: each rank's verify pass and its MTP layer's pass are
+    the layout's (the experts at the busiest rank's load, the all-to-all), per request to 1e-9; the MTP layer's
+    weights are held once per rank."""
+    rng = np.random.default_rng(5)
+    n = 30
+    requests = {
+        "arrival_s": np.sort(rng.uniform(0, 1.0, n)).round(3).tolist(),
+        "input_len": rng.integers(50, 2500, n).tolist(),
+        "output_len": rng.integers(2, 80, n).tolist(),
+    }
+    block = dict(method="mtp", tokens=1, acceptance_length=1.8)
+    spec = dict(
+        models=["DeepSeek-V3"],
+        gpus=["H200"],
+        tp=[1],
+        batch=[32],
+        precision="float64",
+        serving=dict(dp=8, ep=8, launch_overhead_s=2e-4, speculative=block),
+        stream={"requests": requests},
+    )
+    sim = simulate.parse(spec)
+    ds = simulate.run(sim).squeeze()
+    arch = catalog.resolve_model("DeepSeek-V3")[1]
+    sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
+    t = sref.replica_terms(arch, sref.study_gpu(sim), sv)
+    assert t["spec"]["share"] == 1 / arch["n_layers"]
+    want = sref.simulate_pipeline(
+        t, requests["arrival_s"], requests["input_len"], requests["output_len"], 32, 1, engines=8
+    )
+    np.testing.assert_allclose(ds.ttft_s.values, want["ttft"], rtol=1e-9, atol=0)
+    np.testing.assert_allclose(ds.e2e_s.values, want["e2e"], rtol=1e-9, atol=0)

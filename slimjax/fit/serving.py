@@ -225,7 +225,7 @@ def _bucket(
     free: tuple[int, ...],
     offline: bool = False,
     waiting: int = 0,
-    parts: tuple[bool, ...] = (False, False),
+    parts: tuple[bool, ...] | None = None,
     score_all: bool = False,
     follow: tuple[str, ...] = (),
 ):
@@ -269,16 +269,17 @@ def _bucket(
     return value, J
 
 
-def row_terms(x: dict, named: dict, parts: tuple[bool, ...] = (False, False)):
+def row_terms(x: dict, named: dict, parts: tuple[bool, ...] | None = None):
     """(serving, replica terms) of lanes ``x`` (:func:`lane_inputs`, gathered per lane) at the constants ``named``
     (:data:`SERVING_PARAMS` name -> per-lane value; the link's two are GPU fields, the rest serving keys): the rows'
-    engine, its optional lane parts ``parts`` (:func:`slimjax.engine.sim.with_parts`)."""
+    engine, its optional lane parts ``parts`` (:func:`slimjax.engine.sim.with_parts`; None: none of them)."""
     named = dict(named)
     named.update({p: jnp.where(named[p] < OFF_BELOW_S, 0.0, named[p]) for p in OFF_BELOW if p in named})
     link = {p: named.pop(p) for p in ("link_efficiency", "allreduce_latency_s")}
     gpu = type(x["gpu"])(**{**x["gpu"].fields(), **link})
     serving = row_serving(x, **named)
-    return serving, engine.with_parts(floor.replica_terms(x["model"], gpu, serving), parts)
+    terms = floor.replica_terms(x["model"], gpu, serving)
+    return serving, engine.plain(terms) if parts is None else engine.with_parts(terms, parts)
 
 
 def row_serving(x: dict, **keys):
