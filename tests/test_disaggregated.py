@@ -92,6 +92,14 @@ DEPLOYMENTS = {
         ),
         dict(step_overhead_s=0.001),
     ),
+    "eagle_in_both_pools": (  # docs/speculative.md: the decode pool's verify steps, the draft's pass over prompts
+        "Llama-3.1-8B",
+        dict(
+            prefill={"gpu": "H100-SXM", "tp": 1},
+            decode={"gpu": "H200", "tp": 1, "batch": 8, "replicas": 2},
+        ),
+        dict(speculative={"method": "eagle", "tokens": 3, "acceptance_length": 2.2}, chunk_size=1024),
+    ),
 }
 
 
