@@ -191,3 +191,25 @@ def test_prefix_affinity_sends_a_request_where_its_prefix_is():
     least = sref.simulate(*args, router="least_loaded", chains=chains, block_tokens=512)
     assert affinity["replica"] == [0, 0, 1] and affinity["prefix_hit_tokens"] == [0, 1024, 0]
     assert least["replica"] == [0, 1, 1] and least["prefix_hit_tokens"] == [0, 0, 0]
+
+
+@pytest.mark.skipif(
+    not os.path.isfile(MOONCAKE), reason="../shared/data/traces/mooncake_conversation_trace.jsonl absent"
+)
+def test_a_procurement_workload_says_what_its_prompts_share():
+    from slimjax.studies.procure import spec as procurefile
+
+    base = dict(
+        workloads=[dict(name="mooncake", trace=MOONCAKE, format="mooncake", duration_s=120)],
+        rates=[1.0],
+        models=["Llama-3.1-8B"],
+        gpus=["H100-SXM"],
+        tp=[1],
+        batch=[16],
+        slo={"ttft_s": 2.0},
+    )
+    study = procurefile.parse(base)
+    assert "prompts begin with" in study.workloads[0].source and "512-token blocks" in study.workloads[0].source
+    with pytest.raises(SlimjaxError) as e:
+        procurefile.parse({**base, "workloads": [{**base["workloads"][0], "hash_block_tokens": 100}]})
+    assert e.value.field == "workloads[0].hash_ids[0]"

@@ -17,6 +17,8 @@ import numpy as np
 
 from ..errors import SlimjaxError
 
+MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake traces' hash_ids: one per 512-token block (their README)
+
 
 @dataclasses.dataclass(frozen=True)
 class PrefixBlocks:
@@ -81,6 +83,20 @@ def chain_blocks(hash_lists: Sequence[Sequence[int]], input_len, block_tokens: i
             chain[b] = parent
         chains.append(chain)
     return PrefixBlocks(int(block_tokens), tuple(chains))
+
+
+def trace_prefix(trace, block_tokens, field: str) -> PrefixBlocks | None:
+    """The block chains of a trace that gives ``hash_ids`` (a :class:`slimjax.inputs.requests.RequestTrace`), in
+    blocks of ``block_tokens`` (a Mooncake trace's: 512 unless given); None for a trace without them."""
+    if trace.hash_ids is None:
+        if block_tokens is not None:
+            raise SlimjaxError(f"{field}.hash_block_tokens", f"{trace.source} has no hash_ids to give a block size of")
+        return None
+    if block_tokens is None and trace.format == "mooncake":
+        block_tokens = MOONCAKE_BLOCK_TOKENS
+    if block_tokens is None:
+        raise SlimjaxError(f"{field}.hash_block_tokens", f"{trace.source} gives hash_ids: say its block size in tokens")
+    return chain_blocks(trace.hash_ids, trace.input_len, block_tokens, field)
 
 
 def reused_blocks(blocks: PrefixBlocks, input_len) -> np.ndarray:

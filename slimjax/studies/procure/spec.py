@@ -24,6 +24,7 @@ from ...inputs.checks import checked_number, positive_number
 from ...inputs.engines import engine_settings
 from ...inputs.files import read_spec_file
 from ...inputs.measured import MEASURED_KEYS, measured_block
+from ...inputs.prefixes import reuse_text, trace_prefix
 from ...inputs.requests import (
     LengthClasses,
     RequestTrace,
@@ -132,7 +133,7 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
     field = f"workloads[{i}]"
     if not isinstance(entry, Mapping):
         raise SlimjaxError(field, f"must be a mapping with name and input_len/output_len or trace, got {entry!r}")
-    allowed = ("name", "input_len", "output_len", "trace", "format", "classes", "duration_s")
+    allowed = ("name", "input_len", "output_len", "trace", "format", "classes", "duration_s", "hash_block_tokens")
     bad = [k for k in entry if k not in allowed]
     if bad:
         raise SlimjaxError(f"{field}.{bad[0]}", f"unknown key{suggest(str(bad[0]), allowed)}")
@@ -149,6 +150,9 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
             if trace.n_requests < 2:
                 raise SlimjaxError(f"{field}.duration_s", f"{entry['duration_s']!r} s holds fewer than two requests")
             trace = dataclasses.replace(trace, source=f"{trace.source}, first {entry['duration_s']:g} s")
+        prefix = trace_prefix(trace, entry.get("hash_block_tokens"), field)
+        if prefix is not None:  # what its prompts share: the most a prefix cache could save it (not yet sized with)
+            label = f"{label}; {reuse_text(prefix, trace.input_len)}"
         k = entry.get("classes", DEFAULT_CLASSES)
         classes = length_classes(trace.input_len, trace.output_len, k, f"{field}.classes")
         class_of = np.zeros(trace.n_requests, np.int64)

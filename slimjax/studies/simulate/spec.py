@@ -37,7 +37,14 @@ from ...inputs.checks import checked_number, positive_number
 from ...inputs.disaggregated import parse_deployments
 from ...inputs.engines import engine_settings
 from ...inputs.files import read_spec_file
-from ...inputs.prefixes import PrefixBlocks, chain_blocks, conversation_prompts, reuse_text
+from ...inputs.prefixes import (
+    MOONCAKE_BLOCK_TOKENS,
+    PrefixBlocks,
+    chain_blocks,
+    conversation_prompts,
+    reuse_text,
+    trace_prefix,
+)
 from ...inputs.requests import read_trace_entry
 from ...inputs.serving import with_calibrated_links
 from ...inputs.studyfile import models_and_gpus, serving_per_group, serving_per_setting, with_layouts
@@ -45,7 +52,6 @@ from ...model.specs import GPUSpec, ModelSpec, ServingSpec, stack
 
 PRECISIONS = ("float32", "float64")
 STREAM_KINDS = ("requests", "trace", "poisson", "closed_loop", "conversations")
-MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake traces' hash_ids: one per 512-token block (their README)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,11 +276,6 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
         window = ""
         if value.get("duration_s") is not None:  # the stream's first seconds (after the compression)
             window = f", first {value['duration_s']:g} s ({len(arrival)} requests)"
-        block_tokens = value.get("hash_block_tokens", MOONCAKE_BLOCK_TOKENS if trace.format == "mooncake" else None)
-        if trace.hash_ids is not None and block_tokens is None:
-            raise SlimjaxError(
-                f"{field}.hash_block_tokens", f"{trace.source} gives hash_ids: say its block size in tokens"
-            )
         stream = Stream(
             "trace",
             arrival,
@@ -282,7 +283,7 @@ def _stream(value: Any, base_dir: Path | None) -> Stream:
             trace.output_len.astype(float),
             description=f"{trace.source} ({trace.format}) at rate_scale {scale:g}{window}",
         )
-        return _with_prefix(stream, _prefix(trace.hash_ids, block_tokens, stream.input_len, field))
+        return _with_prefix(stream, trace_prefix(trace, value.get("hash_block_tokens"), field))
     if "conversations" in value:
         _only(value, ("conversations",), field)
         return conversations_stream(value["conversations"], f"{field}.conversations")
