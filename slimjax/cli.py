@@ -440,15 +440,22 @@ class _ServingCommand(click.Command):
     help="Roofline efficiencies fitted on measured serving data "
     "(configs/roofline/default.yaml) instead of the plain roofline.",
 )
+@click.option(
+    "--draft-model",
+    default=None,
+    help="A catalog model drafting for --model (with --speculative-method draft; docs/speculative.md).",
+)
 @_options(_MEASURED_OPTIONS, prefix="measured_")
 @_reports_errors(words=lambda e: _as_flags(e))
-def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated, **options) -> None:
+def capacity(model, gpu, input_len, output_len, batch, arrival_rate, calibrated, draft_model, **options) -> None:
     """The capacity calculator's cards at one operating point (same functions as the sweep)."""
     import slimjax
 
     serving = {k: options[k] for k in slimjax.api.serving_keys() if options.get(k) is not None}
     if calibrated:
         serving["efficiency"] = "calibrated"
+    if draft_model is not None:
+        serving["draft_model"] = draft_model
     measured = {k: options["measured_" + k] for k, _ in _MEASURED_OPTIONS if options["measured_" + k] is not None}
     result = slimjax.capacity(
         model, gpu, input_len, output_len, batch, arrival_rate=arrival_rate, serving=serving, measured=measured or None
@@ -670,6 +677,7 @@ def _as_flags(error) -> str:
         "output_len": "--output-len",
         "arrival_rate": "--arrival-rate",
         **{f"serving.{k}": row.flag for k, row in serving_keys().items()},
+        "serving.draft_model": "--draft-model",
         **{f"measured.{k}": "--measured-" + k.replace("_", "-") for k in C.MEASURED_KEYS},
         # the agents command's graph "g" and its API block
         **{

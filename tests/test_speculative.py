@@ -149,7 +149,7 @@ def test_one_token_accepted_from_a_free_draft_is_no_speculation():
     verifies, so its times are exactly those without speculation."""
     stream = {"requests": {"arrival_s": [0.0, 5.0], "input_len": [300, 900], "output_len": [120, 60]}}
     base = simulate.run(simulate.parse(_spec(stream=stream)))
-    free = dict(speculative_method="draft", speculative_tokens=2, acceptance_length=1.0)
+    free = dict(speculative_method="draft", speculative_tokens=2, acceptance_length=1.0, draft_params=0.0)
     got = simulate.run(simulate.parse(_spec(stream=stream, **free)))
     np.testing.assert_array_equal(got.ttft_s.values, base.ttft_s.values)
     np.testing.assert_array_equal(got.e2e_s.values, base.e2e_s.values)
@@ -249,6 +249,12 @@ def test_the_draft_weights_leave_less_kv():
         ),
         (dict(speculative=dict(method="mtp", tokens=1.5)), "serving.speculative.tokens", "non-negative integer"),
         (dict(speculative=EAGLE, pp=[1, 2]), "pp", "pipeline stages is not modelled"),
+        (dict(speculative_method="draft", speculative_tokens=2), "serving.speculative_method", "needs its draft"),
+        (
+            dict(speculative_method="eagle", speculative_tokens=2, draft_model="Llama-3.1-8B"),
+            "serving.draft_model",
+            "drafts for",
+        ),
     ],
 )
 def test_bad_speculative_settings_name_the_field(serving, field, words):
@@ -335,6 +341,7 @@ def test_the_report_draws_tpot_against_the_acceptance_length():
 
 
 def test_the_capacity_card_says_it_speculates():
+    """The card names speculation; ``capacity --draft-model`` beside the flat keys equals the speculative block."""
     from slimjax.report.cards import capacity_cards
 
     block = dict(method="eagle", tokens=3, acceptance_length=2.5)
@@ -343,6 +350,11 @@ def test_the_capacity_card_says_it_speculates():
     assert on["itl_s"] < off["itl_s"] and on["kv_pool_bytes"] < off["kv_pool_bytes"]
     assert ("Speculative decoding", "eagle, 3 draft tokens, 2.5 accepted a step") in capacity_cards(on)
     assert "speculative" not in off
+    flat = dict(n_gpu=4, speculative_method="draft", speculative_tokens=4, acceptance_length=3.0)
+    by_flag = slimjax.capacity("Llama-3.1-70B", GPU, 1024, 256, 32, serving={**flat, "draft_model": "Llama-3.1-8B"})
+    block = dict(method="draft", tokens=4, acceptance_length=3.0, draft_model="Llama-3.1-8B")
+    by_block = slimjax.capacity("Llama-3.1-70B", GPU, 1024, 256, 32, serving={"n_gpu": 4, "speculative": block})
+    assert by_flag["itl_s"] == by_block["itl_s"] and by_flag["kv_pool_bytes"] == by_block["kv_pool_bytes"]
 
 
 def test_mtp_on_an_attention_data_parallel_expert_parallel_group_equals_the_event_loop():

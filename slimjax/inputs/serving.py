@@ -465,8 +465,9 @@ SERVING: dict[str, ServingKey] = {
 
 # `efficiency` picks a preset of the three roofline settings rather than one spec field; `engine` an engine's
 # profile of scheduling and KV settings (configs/engines.yaml); `speculative` a block that fills the speculative_*,
-# acceptance_length and draft_* keys (docs/speculative.md)
-PRESET_KEYS = ("efficiency", "engine", "speculative")
+# acceptance_length and draft_* keys, `draft_model` (beside speculative_method: draft) the draft_* keys alone
+# (docs/speculative.md)
+PRESET_KEYS = ("efficiency", "engine", "speculative", "draft_model")
 EFFICIENCY_KEYS = ("compute_efficiency", "bandwidth_efficiency", "launch_overhead_s")
 EFFICIENCY_PRESETS = ("plain", "calibrated")
 
@@ -790,7 +791,18 @@ def speculative_block(block: Any, field: str) -> dict:
 
 def _apply_speculative(merged: dict, where: dict, arch: Mapping) -> None:
     """Expand the ``speculative`` block into its serving keys (:func:`speculative_block`; a draft model's terms from
-    the catalog), where the user did not give them directly."""
+    the catalog), where the user did not give them directly; a ``draft_model`` given beside the flat keys fills the
+    draft_* ones."""
+    if "draft_model" in merged:
+        field, name = where.pop("draft_model"), merged.pop("draft_model")
+        method = merged.get("speculative_method", "none")
+        if "speculative" in merged or _speculative_method(method, where.get("speculative_method", field)) != "draft":
+            raise SlimjaxError(
+                field, "a draft model drafts for speculative_method: draft (or give it inside the speculative block)"
+            )
+        for k, v in draft_model_terms(name, arch, field).items():
+            if k not in merged:
+                merged[k], where[k] = v, field
     if "speculative" not in merged:
         return
     field = where.pop("speculative")
@@ -801,6 +813,9 @@ def _apply_speculative(merged: dict, where: dict, arch: Mapping) -> None:
     for k, v in values.items():
         if k not in merged:
             merged[k], where[k] = v, named.get(k, f"{field}.draft_model")
+
+
+DRAFT_KEYS = ("draft_layers", "draft_params", "draft_weight_bytes", "draft_attention_flops", "draft_kv_bytes")
 
 
 def check_speculative(checked: Mapping, where: Mapping, who: str = "") -> None:
@@ -815,6 +830,11 @@ def check_speculative(checked: Mapping, where: Mapping, who: str = "") -> None:
             else at("speculative_method", "serving.speculative_method"),
             f"{who}method {method} with {k:g} draft tokens: give a method (mtp, eagle, draft) and tokens ≥ 1, "
             "or none and 0",
+        )
+    if method == "draft" and not any(key in where for key in DRAFT_KEYS):  # never a free draft by omission
+        raise SlimjaxError(
+            at("speculative_method", "serving.speculative_method"),
+            f"{who}method draft needs its draft: draft_model (a catalog model) or the draft_* keys",
         )
     if a > 1 + k:
         raise SlimjaxError(
