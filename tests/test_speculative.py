@@ -389,3 +389,56 @@ def test_mtp_on_an_attention_data_parallel_expert_parallel_group_equals_the_even
     )
     np.testing.assert_allclose(ds.ttft_s.values, want["ttft"], rtol=1e-9, atol=0)
     np.testing.assert_allclose(ds.e2e_s.values, want["e2e"], rtol=1e-9, atol=0)
+
+
+def _closed_form_loop(t, B, I, O, spec):
+    """§4's speculative ITL as a loop over the verify steps (docs/speculative.md), from the event loop's terms: step m
+    at T_m = I + 1 + (m − 1)·a, a pass of B·(1 + k) tokens and k draft passes over B, over the O − 1 tokens."""
+    k, a = int(spec["k"]), spec["a"]
+    steps = math.ceil((O - 1) / a)
+    n = B * (1 + k)
+    P, W_n, comm_n = sref.pass_terms(n, t)
+    P_b, W_b, comm_b = sref.pass_terms(B, t)
+    fixed = t["t_l"] + t["t_layers"]
+    total = 0.0
+    for m in range(1, steps + 1):
+        T = I + 1 + (m - 1) * a
+        ops = 2 * P * n + t["a_dec"] * B * ((1 + k) * T + k * (k + 1) / 2)
+        verify = max(ops / t["F"], (W_n + B * sref.K(T, t)) / t["BW"]) + fixed + comm_n
+        s = spec["share"]
+        d_ops = 2 * (s * P_b + spec["P0"]) * B + (s * t["a_dec"] + spec["alpha0"]) * B * T
+        d_read = s * W_b + spec["W0"] + spec["kappa0"] * B * T + s * B * sref.K(T, t)
+        draft = max(d_ops / t["F"], d_read / t["BW"]) + spec["lam"] * (fixed + comm_b)
+        total += verify + k * draft
+    return total / (O - 1)
+
+
+@pytest.mark.parametrize(
+    "model, tp, block",
+    [
+        ("gpt-oss-20b", 2, dict(method="eagle", tokens=3, acceptance_length=2.5)),  # MoE, a 128-token window
+        ("gemma-2-9b", 1, dict(method="mtp", tokens=2, acceptance_length=2.2)),  # every other layer a 4,096 window
+        ("Llama-3.1-70B", 4, dict(method="draft", tokens=4, acceptance_length=3.3, draft_model="Llama-3.1-8B")),
+    ],
+)
+def test_the_closed_form_equals_a_loop_over_its_verify_steps(model, tp, block):
+    """Grid against loop: §4's speculative ITL summed in closed form on both sides of the window equals the sum over
+    its verify steps, at every (B, I, O) of a small grid (float64)."""
+    grid = dict(batch=[1, 8, 64], input_len=[100, 3000, 9000], output_len=[17, 300])
+    serving = {"n_gpu": tp, "launch_overhead_s": 1e-3, "layer_overhead_s": 2e-5, "speculative": block}
+    ds = slimjax.sweep(dict(models=[model], gpus=["H200"], precision="float64", serving=serving, **grid))
+    study = {k: v for k, v in serving.items() if k != "n_gpu"}
+    sim = simulate.parse(dict(_spec(model), gpus=["H200"], tp=[tp], serving=study))
+    arch = catalog.resolve_model(model)[1]
+    sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
+    t = sref.replica_terms(arch, sref.study_gpu(sim), sv)
+    compared = 0
+    for B in grid["batch"]:
+        for I in grid["input_len"]:
+            for O in grid["output_len"]:
+                got = float(ds.itl_s.sel(batch=B, input_len=I, output_len=O).squeeze())
+                if not np.isfinite(got):  # does not fit (masked)
+                    continue
+                assert got == pytest.approx(_closed_form_loop(t, B, I, O, t["spec"]), rel=1e-9), (B, I, O)
+                compared += 1
+    assert compared >= 12
