@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import reference as ref
 import serving_reference as sref
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import slimjax
 from slimjax.errors import SlimjaxError
@@ -442,3 +444,41 @@ def test_the_closed_form_equals_a_loop_over_its_verify_steps(model, tp, block):
                 assert got == pytest.approx(_closed_form_loop(t, B, I, O, t["spec"]), rel=1e-9), (B, I, O)
                 compared += 1
     assert compared >= 12
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.integers(1, 4),
+    share=st.floats(0.0, 1.0),
+    batch=st.integers(1, 128),
+    prompt=st.integers(1, 20_000),
+    output=st.integers(2, 3_000),
+    draft_gb=st.floats(0.0, 20.0),
+)
+def test_the_closed_form_is_bounded_and_monotone_in_the_draft(tokens, share, batch, prompt, output, draft_gb):
+    """Properties of §4's speculative ITL (gpt-oss-20b, EAGLE on two H200s): every verify step reads the weights, so
+    ITL ≥ n_v·M_W(B·(1 + k))/BW/(O − 1) (the back of the envelope); a heavier draft is never faster; and a = 1 with a
+    free draft is never faster than no speculation."""
+    from slimjax.config import float64_scope
+    from slimjax.inputs.serving import default_serving
+    from slimjax.model import calculator, roofline, speculative
+    from slimjax.model.specs import GPUSpec, ModelSpec, stack
+
+    a = 1.0 + share * tokens
+    base = dict(n_gpu=2.0, launch_overhead_s=1e-3, speculative_method="eagle", speculative_tokens=float(tokens))
+    with float64_scope():
+        m = stack(ModelSpec, [catalog.resolve_model("gpt-oss-20b")[1]])
+        g = stack(GPUSpec, [catalog.resolve_gpu("H200")[1]])
+        roof, _, a_dec = calculator.roofline_terms(m, g, default_serving(m, **base))
+
+        def itl(accepted, **override):
+            spec = speculative.speculation(m, default_serving(m, **{**base, **override, "acceptance_length": accepted}))
+            return float(speculative.decode_itl(spec, batch, prompt, output, roof, a_dec)[0])
+
+        steps = math.ceil((output - 1) / a)
+        reads = float(roofline.pass_weights_bytes(roof, batch * (1.0 + tokens))[0]) / float(roof.bandwidth[0])
+        assert itl(a) >= steps * reads / (output - 1) * (1 - 1e-12)
+        heavier = dict(draft_params=draft_gb * 5e8, draft_weight_bytes=draft_gb * 1e9)
+        assert itl(a, **heavier) >= itl(a) * (1 - 1e-12)
+        free = itl(1.0, speculative_method="draft")  # no layer share, no head: P_0 = W_0 = 0
+        assert free >= float(roofline.decode_itl(batch, prompt, output, roof, a_dec)[0]) * (1 - 1e-12)
