@@ -109,6 +109,29 @@ def row_weighted_mean(fits: dict, keep=lambda f: f.get("identified", True)) -> f
     return float(sum(f["value"] * f["rows"] for f in ok) / sum(f["rows"] for f in ok))
 
 
+# the serving rows the per-engine fits take: ≤ 32 clients, outputs ≤ 2,048 tokens (an 8,192-token output adds steps,
+# not prefills: its TTFT is the shorter rows' cost), and a documented client (configs/harnesses.yaml cites its source;
+# aiconfigurator's collector rows take the default closed loop, which their TTFT does not follow: scored, not fitted)
+FIT_MAX_CLIENTS = 32
+FIT_MAX_OUTPUT = 2048
+FIT_HARNESSES = ("inferencemax",)
+
+
+def fit_eligible(t):
+    """The rows of ``t`` a per-engine fit may take (:data:`FIT_MAX_CLIENTS`, :data:`FIT_MAX_OUTPUT`,
+    :data:`FIT_HARNESSES`)."""
+    return t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
+
+
+def tpot_fit_rows(t, per_group: int):
+    """The eligible rows of ``t``, at most ``per_group`` per (model, engine, layout kind) drawn with a fixed seed (the
+    fit's cost), in their order, TTFT unset (fitted on TPOT alone)."""
+    import numpy as np
+
+    rows = fit_eligible(t).sample(frac=1.0, random_state=0).groupby(["model", "engine", "kind"]).head(per_group)
+    return rows.sort_index().reset_index(drop=True).assign(ttft_s=np.nan)
+
+
 def servable_rows():
     """The shared serving runs' aggregated rows the studies can run (measured TTFT and TPOT, not offline, nothing
     :func:`slimjax.studies.serving_check.cannot_run` refuses), with ``moe``, ``engine`` (the row's profile key),

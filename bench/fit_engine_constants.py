@@ -39,14 +39,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from common import fitted_value, job_arguments, row_weighted_mean, write_roofline_block
+from common import (
+    FIT_HARNESSES,
+    FIT_MAX_CLIENTS,
+    FIT_MAX_OUTPUT,
+    fit_eligible,
+    fitted_value,
+    job_arguments,
+    row_weighted_mean,
+    write_roofline_block,
+)
 
-FIT_MAX_CLIENTS = 32
-FIT_MAX_OUTPUT = 2048  # an 8,192-token output adds steps, not prefills: its TTFT is the shorter rows' (cost)
-# rows whose client is documented (configs/harnesses.yaml cites its source); aiconfigurator's collector rows take
-# the default closed loop, which their TTFT does not follow (it grows with the output length at a fixed prompt and
-# concurrency): scored, not fitted
-FIT_HARNESSES = ("inferencemax",)
 ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 10))
 # each fitted constant and the row column it takes one value per
 FREE = {"compute_efficiency_fp8": "gpu", "bandwidth_efficiency_fp8": "gpu", "step_overhead_s": "engine"}
@@ -90,8 +93,7 @@ def fit_joint(t: pd.DataFrame, start: dict | None = None) -> dict:
     :data:`START`, or ``start`` (a previous fit's, to continue it)."""
     from slimjax.fit import serving as fit
 
-    rows = t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
-    rows = rows.reset_index(drop=True)
+    rows = fit_eligible(t).reset_index(drop=True)
     if rows.empty:  # nothing left to identify them: unset
         return {p: {} for p in FREE}
     held = held_constants(rows)

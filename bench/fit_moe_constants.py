@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 import yaml
 from common import (
+    FIT_HARNESSES,
     error_table,
     fit_job,
     fitted_value,
@@ -46,12 +47,10 @@ from common import (
     job_arguments,
     row_weighted_mean,
     servable_rows,
+    tpot_fit_rows,
     write_roofline_block,
 )
 
-FIT_MAX_CLIENTS = 32
-FIT_MAX_OUTPUT = 2048
-FIT_HARNESSES = ("inferencemax",)
 ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 8))
 SAMPLE = int(os.environ.get("FIT_SAMPLE", 12))  # TPOT fit rows per (model, engine, layout kind): the fit's cost
 SLOPE_MAX_CLIENTS = 8  # TTFT's growth with the prompt is a prefill's where few requests queue
@@ -119,9 +118,7 @@ def bandwidth_efficiency_from_tpot(t: pd.DataFrame, e_xf: dict) -> dict:
     held at its slope fit."""
     from slimjax.fit import serving as fit
 
-    rows = t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
-    rows = rows.sample(frac=1.0, random_state=0).groupby(["model", "engine", "kind"]).head(SAMPLE)
-    rows = rows.sort_index().reset_index(drop=True).assign(ttft_s=np.nan)
+    rows = tpot_fit_rows(t, SAMPLE)
     held = held_constants(rows)
     held["expert_compute_efficiency"] = rows.engine.map({k: f["value"] for k, f in e_xf.items()}).fillna(1.0)
     print(f"fitting e_XB on the TPOT of {len(rows)} rows", flush=True)

@@ -24,8 +24,7 @@ import datetime
 
 import numpy as np
 import pandas as pd
-from common import write_roofline_block
-from fit_engine_constants import FIT_HARNESSES
+from common import FIT_HARNESSES, write_roofline_block
 
 from slimjax.fit.serving import fit_request_overhead
 from slimjax.inputs.catalog import resolve_model

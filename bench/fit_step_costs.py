@@ -39,6 +39,9 @@ import numpy as np
 import pandas as pd
 import yaml
 from common import (
+    FIT_HARNESSES,
+    FIT_MAX_CLIENTS,
+    FIT_MAX_OUTPUT,
     error_table,
     fit_job,
     fitted_value,
@@ -46,12 +49,10 @@ from common import (
     job_arguments,
     row_weighted_mean,
     servable_rows,
+    tpot_fit_rows,
     write_roofline_block,
 )
 
-FIT_MAX_CLIENTS = 32
-FIT_MAX_OUTPUT = 2048
-FIT_HARNESSES = ("inferencemax",)
 ITERATIONS = int(os.environ.get("FIT_ITERATIONS", 10))
 HELD_OUT = os.environ.get("HELD_OUT", "moe")  # the families left out in turn: the MoE models' (issue 39), or "all"
 LOMO_ITERATIONS = int(os.environ.get("LOMO_ITERATIONS", 3))  # from the in-sample fit: near its optimum already
@@ -69,9 +70,7 @@ PHYSICAL_S = dict(
 
 
 def fit_rows(t: pd.DataFrame) -> pd.DataFrame:
-    rows = t[(t.batch <= FIT_MAX_CLIENTS) & (t.output_len <= FIT_MAX_OUTPUT) & t.harness.isin(FIT_HARNESSES)]
-    rows = rows.sample(frac=1.0, random_state=0).groupby(["model", "engine", "kind"]).head(SAMPLE)
-    return rows.sort_index().reset_index(drop=True).assign(ttft_s=np.nan)
+    return tpot_fit_rows(t, SAMPLE)
 
 
 def fit_costs(t: pd.DataFrame, warm: dict | None = None, iterations: int = ITERATIONS) -> dict:

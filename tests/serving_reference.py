@@ -731,3 +731,29 @@ def study_gpu(sim, j: int = 0) -> dict:
     """GPU ``j`` of a parsed simulation study as the study resolved it (catalog fields, the calibrated link where its
     preset takes it; the plain roofline without the measured all-reduce), base units: the reference's GPU input."""
     return {k: float(np.asarray(v).reshape(-1)[j]) for k, v in sim.gpu.fields().items()}
+
+
+def study_terms(sim, arch: dict) -> dict:
+    """The replica terms of a parsed simulation study's first candidate: ``arch`` (its model's catalog fields) on its
+    first GPU as the study resolved it, at its first serving settings."""
+    sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
+    return replica_terms(arch, study_gpu(sim), sv)
+
+
+def simulate_study(sim, arch: dict, clients=None, **options):
+    """(:func:`simulate` of a parsed study's first candidate over its stream, at its first batch limit and replica
+    count and its router, the terms): ``options`` as :func:`simulate` takes them (policy, prefill_first …)."""
+    t = study_terms(sim, arch)
+    st = sim.stream
+    want = simulate(
+        t,
+        None if st.arrival_s is None else st.arrival_s.tolist(),
+        [int(x) for x in st.input_len],
+        [int(x) for x in st.output_len],
+        int(sim.batch[0]),
+        int(sim.replicas[0]),
+        sim.router,
+        clients,
+        **options,
+    )
+    return want, t

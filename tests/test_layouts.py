@@ -258,11 +258,8 @@ def test_layout_simulation_equals_the_event_loop(case):
     )
     sim = simulate.parse(spec)
     ds = simulate.run(sim)
-    arch = catalog.resolve_model(sim.models[0])[1]
-    gpu_fields = sref.study_gpu(sim)
-    sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
-    t = sref.replica_terms(arch, gpu_fields, sv)
-    dp = int(sv["dp_ranks"])
+    t = sref.study_terms(sim, catalog.resolve_model(sim.models[0])[1])
+    dp = int(t["layout"]["dp"])
     want = sref.simulate_pipeline(t, ARRIVALS.tolist(), INPUTS.tolist(), OUTPUTS.tolist(), batch, replicas, engines=dp)
     got = ds.squeeze()
     assert np.isfinite(got.ttft_s.values).all()

@@ -49,19 +49,9 @@ def _spec(policy, batch=32, *, replicas=1, router="round_robin", stream=None, po
 def _compare(spec, clients=None):
     sim = simulate.parse(spec)
     ds = simulate.run(sim)
-    arch = catalog.resolve_model(MODEL)[1]
-    gpu = catalog.resolve_gpu(GPU)[1]
-    sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
-    terms = sref.replica_terms(arch, gpu, sv)
-    st = sim.stream
-    want = sref.simulate(
-        terms,
-        None if st.arrival_s is None else st.arrival_s.tolist(),
-        [int(x) for x in st.input_len],
-        [int(x) for x in st.output_len],
-        int(sim.batch[0]),
-        int(sim.replicas[0]),
-        sim.router,
+    want, terms = sref.simulate_study(
+        sim,
+        catalog.resolve_model(MODEL)[1],
         clients,
         policy=spec["serving"]["kv_policy"],
         watermark=spec["serving"].get("kv_watermark", 0.0),

@@ -39,30 +39,11 @@ def _spec(model, gpu, batch, *, tp=1, replicas=1, router="round_robin", stream=N
     )
 
 
-def _reference(sim, batch, replicas, router, clients=None):
-    arch = catalog.resolve_model(sim.models[0])[1]
-    gpu = sref.study_gpu(sim)
-    sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
-    terms = sref.replica_terms(arch, gpu, sv)
-    st = sim.stream
-    arrivals = None if st.arrival_s is None else st.arrival_s.tolist()
-    return sref.simulate(
-        terms,
-        arrivals,
-        [int(x) for x in st.input_len],
-        [int(x) for x in st.output_len],
-        batch,
-        replicas,
-        router,
-        clients,
-    ), terms
-
-
 def _compare(spec, clients=None):
     sim = simulate.parse(spec)
     ds = simulate.run(sim)
-    batch, replicas = int(sim.batch[0]), int(sim.replicas[0])
-    want, terms = _reference(sim, batch, replicas, sim.router, clients)
+    replicas = int(sim.replicas[0])
+    want, terms = sref.simulate_study(sim, catalog.resolve_model(sim.models[0])[1], clients)
     pick = dict(model=0, gpu=0, tp=0, pp=0, batch=0, replicas=0) | ({"clients": 0} if clients else {})
     got = ds.isel(pick)
     np.testing.assert_allclose(got.ttft_s.values, want["ttft"], rtol=1e-9, atol=0)

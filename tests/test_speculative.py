@@ -49,19 +49,9 @@ def _spec(model=MODEL, batch=16, *, tp=1, replicas=1, router="round_robin", stre
 def _compare(spec, clients=None, policy="reserve"):
     sim = simulate.parse(spec)
     ds = simulate.run(sim)
-    model = spec["models"][0]
-    arch, gpu = catalog.resolve_model(model)[1], sref.study_gpu(sim)  # the GPU's row as the study has it
-    sv = {k: float(np.asarray(v)[0, 0, 0, 0]) for k, v in sim.serving.fields().items()}
-    terms = sref.replica_terms(arch, gpu, sv)
-    st = sim.stream
-    want = sref.simulate(
-        terms,
-        None if st.arrival_s is None else st.arrival_s.tolist(),
-        [int(x) for x in st.input_len],
-        [int(x) for x in st.output_len],
-        int(sim.batch[0]),
-        int(sim.replicas[0]),
-        sim.router,
+    want, terms = sref.simulate_study(
+        sim,
+        catalog.resolve_model(spec["models"][0])[1],
         clients,
         policy=policy,
         prefill_first=bool(spec["serving"].get("prefill_first", 0)),
@@ -383,8 +373,7 @@ def test_mtp_on_an_attention_data_parallel_expert_parallel_group_equals_the_even
     sim = simulate.parse(spec)
     ds = simulate.run(sim).squeeze()
     arch = catalog.resolve_model("DeepSeek-V3")[1]
-    sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
-    t = sref.replica_terms(arch, sref.study_gpu(sim), sv)
+    t = sref.study_terms(sim, arch)
     assert t["spec"]["share"] == 1 / arch["n_layers"]
     want = sref.simulate_pipeline(
         t, requests["arrival_s"], requests["input_len"], requests["output_len"], 32, 1, engines=8
@@ -431,9 +420,7 @@ def test_the_closed_form_equals_a_loop_over_its_verify_steps(model, tp, block):
     ds = slimjax.sweep(dict(models=[model], gpus=["H200"], precision="float64", serving=serving, **grid))
     study = {k: v for k, v in serving.items() if k != "n_gpu"}
     sim = simulate.parse(dict(_spec(model), gpus=["H200"], tp=[tp], serving=study))
-    arch = catalog.resolve_model(model)[1]
-    sv = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in sim.serving.fields().items()}
-    t = sref.replica_terms(arch, sref.study_gpu(sim), sv)
+    t = sref.study_terms(sim, catalog.resolve_model(model)[1])
     compared = 0
     for B in grid["batch"]:
         for I in grid["input_len"]:

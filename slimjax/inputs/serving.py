@@ -778,12 +778,8 @@ def speculative_block(block: Any, field: str) -> dict:
     for k, key in SPECULATIVE_BLOCK.items():
         if k in block and key != "speculative_method":
             values[key] = check_serving_value(key, block[k], f"{field}.{k}")
-    k, a = values.get("speculative_tokens"), values.get("acceptance_length")
-    if k is not None and a is not None and a > 1 + k:
-        raise SlimjaxError(
-            f"{field}.acceptance_length",
-            f"{a:g} tokens per step cannot be accepted from {k:g} draft tokens: 1 ≤ acceptance_length ≤ 1 + k",
-        )
+    if "speculative_tokens" in values and "acceptance_length" in values:
+        check_acceptance(values["acceptance_length"], values["speculative_tokens"], f"{field}.acceptance_length")
     if method == "draft":
         values["draft_model"] = block["draft_model"]
     return values
@@ -818,6 +814,15 @@ def _apply_speculative(merged: dict, where: dict, arch: Mapping) -> None:
 DRAFT_KEYS = ("draft_layers", "draft_params", "draft_weight_bytes", "draft_attention_flops", "draft_kv_bytes")
 
 
+def check_acceptance(a: float, k: float, field: str, who: str = "") -> None:
+    """1 ≤ a ≤ 1 + k: a verify step emits at most its k drafts and the bonus token (a ≥ 1 is the key's own rule)."""
+    if a > 1 + k:
+        raise SlimjaxError(
+            field,
+            f"{who}{a:g} tokens per step cannot be accepted from {k:g} draft tokens: 1 ≤ acceptance_length ≤ 1 + k",
+        )
+
+
 def check_speculative(checked: Mapping, where: Mapping, who: str = "") -> None:
     """Speculative decoding's settings agree (docs/speculative.md): a method with k ≥ 1 draft tokens, or none with
     k = 0; 1 ≤ a ≤ 1 + k; one pipeline stage (a draft spanning stages is not modelled)."""
@@ -836,11 +841,7 @@ def check_speculative(checked: Mapping, where: Mapping, who: str = "") -> None:
             at("speculative_method", "serving.speculative_method"),
             f"{who}method draft needs its draft: draft_model (a catalog model) or the draft_* keys",
         )
-    if a > 1 + k:
-        raise SlimjaxError(
-            at("acceptance_length", "serving.acceptance_length"),
-            f"{who}{a:g} tokens per step cannot be accepted from {k:g} draft tokens: 1 ≤ acceptance_length ≤ 1 + k",
-        )
+    check_acceptance(a, k, at("acceptance_length", "serving.acceptance_length"), who)
     pp = checked.get("pp", 1)
     if k > 0 and isinstance(pp, float) and not math.isnan(pp) and pp > 1:
         raise SlimjaxError(

@@ -123,9 +123,10 @@ def _stepped(line_u, line_v, c0, a):
     return line_u + line_v * c0, line_v * a
 
 
-def _summed(ops, reads, c0, a, m_window, steps, flops, bandwidth):
-    """Σ_{m=1..n} max(ops(T_m)/F, read(T_m)/BW) in closed form: ``ops`` = (u, v) a line in T, ``reads`` = ((u, v)
-    inside the window, (u, v) past it), split at ``m_window`` (T_m ≤ W ⟺ m ≤ m_window)."""
+def _summed(ops, reads, c0, a, m_window, steps, roof):
+    """Σ_{m=1..n} max(ops(T_m)/F, read(T_m)/BW) in closed form (F, BW the ``roof``'s): ``ops`` = (u, v) a line in T,
+    ``reads`` = ((u, v) inside the window, (u, v) past it), split at ``m_window`` (T_m ≤ W ⟺ m ≤ m_window)."""
+    flops, bandwidth = roof.flops, roof.bandwidth
     a1, b1 = _stepped(ops[0] / flops, ops[1] / flops, c0, a)
     (ui, vi), (uo, vo) = reads
     inside = roofline.max_of_lines(a1, b1, *_stepped(ui / bandwidth, vi / bandwidth, c0, a))
@@ -156,22 +157,18 @@ def decode_itl(spec: Speculation, batch, input_len, output_len, roof, attn):
         2.0 * pass_active_params(roof, n) * n + attn * batch * k * (k + 1.0) / 2.0,
         attn * batch * (1.0 + k),
     )
-    verify = _summed(verify_ops, reads(pass_weights_bytes(roof, n), 1.0, 0.0), c0, a, m_window, steps, *_rates(roof))
+    verify = _summed(verify_ops, reads(pass_weights_bytes(roof, n), 1.0, 0.0), c0, a, m_window, steps, roof)
     draft_ops = (
         2.0 * (share * pass_active_params(roof, batch) + spec.params) * batch,
         (share * attn + spec.attention_flops) * batch,
     )
     draft_read = reads(share * pass_weights_bytes(roof, batch) + spec.weight_bytes, share, spec.kv_bytes)
-    drafts = _summed(draft_ops, draft_read, c0, a, m_window, steps, *_rates(roof))
+    drafts = _summed(draft_ops, draft_read, c0, a, m_window, steps, roof)
     fixed = (
         roof.launch_overhead_s + comm_s(roof, n) + k * spec.layer_share * (roof.launch_overhead_s + comm_s(roof, batch))
     )
     total = verify + k * drafts + steps * fixed
     return jnp.where(output_len > 1, total / jnp.where(output_len > 1, output_len - 1.0, 1.0), jnp.nan)
-
-
-def _rates(roof):
-    return roof.flops, roof.bandwidth
 
 
 def prefill_drafts_s(spec: Speculation, roof, attn, input_len, chunk_size):
