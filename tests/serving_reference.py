@@ -315,7 +315,7 @@ def simulate(
     cached = chains is not None
     if cached:
         assert policy == "reserve" and not prefilled, "the reference's prefix cache runs under reserve"
-        c_b = t["r"] * t["o"] * kv_bytes_per_layer_token(t["arch"]) * t["arch"]["n_layers"] * block_tokens
+        c_b = footprint(t["arch"], block_tokens, t["block"], t["r"], t["o"])  # a block: h tokens of every layer
         hit_tokens = [0] * N
     paged = policy != "reserve"
     fp = [footprint(t["arch"], inputs[i] + outputs[i], t["block"], t["r"], t["o"]) for i in range(N)]
@@ -465,16 +465,18 @@ def simulate(
             q["p"] += n
             if q["p"] == inputs[q["i"]] + q["r"]:
                 if cached:  # its full prompt blocks join the cache: adopted where cached meanwhile, else inserted
-                    for c in chains[q["i"]][q["shared"] : inputs[q["i"]] // block_tokens]:
+                    full, adopted = inputs[q["i"]] // block_tokens, 0
+                    for c in chains[q["i"]][q["shared"] : full]:
                         if c in rep.refs:
                             if rep.refs[c] == 0:
                                 rep.lru.remove(c)
                             rep.refs[c] += 1
-                            rep.free += c_b  # its own copy given back
+                            adopted += 1
                         else:
                             rep.refs[c] = 1
-                        q["own"] -= c_b
-                        q["shared"] += 1
+                    rep.free += adopted * c_b  # the adopted blocks' own copies given back
+                    q["own"] -= (full - q["shared"]) * c_b  # its blocks are the cache's now
+                    q["shared"] = full
                 if q["r"] == 0:
                     q["j"] = 1
                     first[q["i"]] = fin

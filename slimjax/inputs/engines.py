@@ -17,7 +17,15 @@ from .catalog import config_yaml, normalised_hardware
 
 GENERIC = "generic"
 # the serving keys in which engines differ: what a profile sets and what a study's `settings` axis varies
-ENGINE_SETTING_KEYS = ("step_tokens", "chunk_size", "block_size", "kv_policy", "kv_watermark", "prefill_first")
+ENGINE_SETTING_KEYS = (
+    "step_tokens",
+    "chunk_size",
+    "block_size",
+    "kv_policy",
+    "kv_watermark",
+    "prefill_first",
+    "prefix_cache",
+)
 # what a study's `settings` axis may vary besides them: the group's layout (docs/layouts.md), as the engines' launch
 # flags set it (SGLang --dp/--ep, vLLM --data-parallel-size/--enable-expert-parallel, TensorRT-LLM's moe_*_size)
 LAYOUT_KEYS = ("dp", "ep", "moe_tp")  # a layout beyond its TP degree (one stage): the ranks and the experts' split

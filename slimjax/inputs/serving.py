@@ -306,6 +306,16 @@ SERVING: dict[str, ServingKey] = {
             cli_type=int,
         ),
         ServingKey(
+            "prefix_cache",
+            "prefix_cache",
+            1,
+            number_rule(lambda v: v in (0, 1), "0 or 1"),
+            "1: a prefix cache per replica reuses the KV of prompt blocks seen before, where the stream gives its "
+            "prompts' block hashes (vLLM's automatic prefix caching, SGLang's radix cache, TensorRT-LLM's block reuse;"
+            " the simulation, docs/simulation.md); 0: every prompt prefilled in full",
+            cli_type=int,
+        ),
+        ServingKey(
             "launch_overhead_s", "launch_overhead_s", 0.0, _nonneg, "launch overhead t_l per iteration or chunk, s"
         ),
         ServingKey(

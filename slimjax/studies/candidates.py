@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import float64_scope
+from ..constants import KV_POLICIES
 from ..engine import sim as engine
 from ..errors import SlimjaxError
 from ..model import batching as floor
@@ -52,12 +53,48 @@ def candidate_inputs(model, gpu, serving, stream, dtype):
             )
         )
         terms = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), terms)
+        prefix = getattr(stream, "prefix", None)
+        if prefix is not None:
+            terms.update(prefix_terms(model, serving, prefix.block_tokens))
     pool = terms["pool"]
     stages = np.asarray(serving.pipeline_stages)
     fits = (pool > 0) & (np.mod(np.asarray(model.n_heads), np.asarray(serving.n_gpu)) == 0)
     fits = fits & (stages <= np.asarray(model.n_layers))
     terms = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(dtype), terms)
     return terms, footprint.astype(dtype), fits
+
+
+def prefix_terms(model, serving, block_tokens: int) -> dict:
+    """A prefix cache's lane terms (docs/simulation.md) for flattened candidates on a stream whose prompts' blocks are
+    of ``block_tokens`` h tokens: ``prefix_block_tokens`` (h where the candidate caches, else 0) and
+    ``prefix_block_bytes`` (footprint(h), every layer). A candidate caches where ``prefix_cache`` is 1, its KV is
+    reserved at admission, its model has no sliding-window layers and its group one pipeline stage; the rules are
+    written for these (:func:`prefix_cache_off` says why not elsewhere)."""
+    on = np.asarray(serving.prefix_cache) > 0
+    on = on & np.asarray(prefix_cache_off(model, serving) == "")
+    block = np.asarray(serving.block_size, np.float64)
+    bad = on & (np.mod(block_tokens, block) != 0)
+    if bad.any():
+        raise SlimjaxError(
+            "serving.block_size",
+            f"{block[bad][0]:g} tokens does not divide the stream's prompt block of {block_tokens} tokens "
+            "(hash_block_tokens): the prefix cache keeps whole KV blocks; give a block size that divides it",
+        )
+    h = jnp.asarray(float(block_tokens), jnp.float64)
+    nbytes = floor.request_footprint_bytes(model, serving, h)
+    return {
+        "prefix_block_tokens": np.where(on, float(block_tokens), 0.0),
+        "prefix_block_bytes": np.broadcast_to(np.asarray(nbytes, np.float64), on.shape).copy(),
+    }
+
+
+def prefix_cache_off(model, serving) -> np.ndarray:
+    """Per flattened candidate, why its prefix cache is not simulated ("" where it is): the cache's rules are written
+    for KV reserved at admission, full-attention layers and one pipeline stage (docs/simulation.md)."""
+    policy = np.asarray(serving.kv_policy)
+    why = np.where(policy != list(KV_POLICIES).index("reserve"), "paged KV (the cache is simulated under reserve)", "")
+    why = np.where(np.asarray(model.n_sliding_layers) > 0, "sliding-window layers", why)
+    return np.where(np.asarray(serving.pipeline_stages) > 1, "pipeline stages", why)
 
 
 def check_requests_fit(footprint, pool, fits, labels, stream, terms=None) -> None:

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from ...constants import ROUTERS
+from . import cache as prefix_cache
 from . import step as one
 from .outputs import gap_bin, no_completions, records, write_completions
 from .state import (
@@ -63,6 +64,8 @@ class Lane:
     closed: bool = False
     router: str = "round_robin"
     stopping: bool = False
+    log: int = 0  # the prefix cache's log of freed blocks (lanes with a cache; cache.lane_chains)
+    events: int = 0  # the prefix cache's event queue: twice the widest slots a lane may reach
 
     def __post_init__(self):
         if self.router not in ROUTERS:
@@ -136,6 +139,7 @@ def init(lane: Lane, params: LaneParams, stream: Stream) -> LaneState:
         arrived=jnp.zeros(R, jnp.int32) if lane.contiguous else None,
         routing=routing,
         stop=stop,
+        cache=None if params.prefix is None else prefix_cache.init(R, lane.log, stream.prefix, lane.events),
     )
 
 
@@ -169,12 +173,15 @@ def active(lane: Lane, stream: Stream, st: LaneState):
     busy = jnp.isfinite(jnp.min(ready(lane, stream, st)))
     if not lane.contiguous:
         busy = busy | jnp.isfinite(next_arrival(stream, st.routing)[0])
+    if st.cache is not None:  # a step's cache events are applied before the lane stops
+        busy = busy | prefix_cache.pending(st.cache)
     busy = busy & ~st.stuck & ~st.overflow
     return busy & ~st.stop.stopped if lane.stopping else busy
 
 
-def route(lane: Lane, stream: Stream, st: LaneState, go) -> LaneState:
-    """Route the earliest pending arrival where ``go``; a no-op elsewhere."""
+def route(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> LaneState:
+    """Route the earliest pending arrival where ``go``; a no-op elsewhere. ``prefix_affinity``: the replica whose
+    cache holds the longest prefix of the request, ties and no match to the least loaded (docs/simulation.md)."""
     R, C = lane.replicas, lane.clients
     arrival = stream.arrival_s
     n = arrival.shape[0]
@@ -186,6 +193,11 @@ def route(lane: Lane, stream: Stream, st: LaneState, go) -> LaneState:
         r = jnp.mod(i, R).astype(jnp.int32)
     else:  # fewest admitted + waiting at t: the last step's completions count until its end
         load = q.in_system + jnp.where(st.clock > t, q.last_done, 0)
+        if lane.router == "prefix_affinity":
+            at = jnp.clip(i, 0, n - 1)
+            hits = prefix_cache.matched(st.cache, stream.prefix, params.prefix, stream.input_len[at], at)
+            best = jnp.max(hits)
+            load = jnp.where((best > 0) & (hits < best), jnp.iinfo(jnp.int32).max, load)
         r = jnp.argmin(load).astype(jnp.int32)
     tail = q.tail[r]
     at_r = go & (jnp.arange(R) == r)
@@ -260,7 +272,10 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
         rows, free, count = one.release_transferred(rows, count, free, t)
     count0 = count
     queue = queue_of(lane, stream, st)
-    head, free, count, rows, blocked = one.admit(params, stream, queue, rows, head, free, count, t, go)
+    if params.prefix is None:
+        head, free, count, rows, blocked = one.admit(params, stream, queue, rows, head, free, count, t, go)
+    else:  # admitted one per lane iteration beforehand (admit_cached)
+        blocked = jnp.zeros((), bool)
     held, stuck = count, jnp.zeros((), bool)
     alone = one.prefill_only(params, rows, count, holding)
     if params.paging is not None:  # each decoding request's next block, preempting where there is none
@@ -280,6 +295,10 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
     else:
         end = t + tau
     adv = one.advance(params, sl, plan, end, go)
+    if params.prefix is not None:  # its prompt's full blocks belong to the cache once prefilled (rule 2)
+        full = stream.prefix.full[jnp.clip(sl.request, 0, n - 1)].astype(dt)
+        own = sl.held_kv - (full - sl.hit_tokens / params.prefix.block_tokens) * params.prefix.block_bytes
+        adv = adv._replace(slots=adv.slots._replace(held_kv=jnp.where(adv.first, own, sl.held_kv)))
     done = adv.done
     keep = plan.occupied & ~done
     gives_back = done
@@ -289,7 +308,7 @@ def take_step(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go)
         keep = keep | stays
         gives_back = done & ~stays
         adv = adv._replace(slots=adv.slots._replace(release_s=jnp.where(stays, end + hold, sl.release_s)))
-    freed = jnp.sum(jnp.where(gives_back, sl.held_kv, jnp.zeros((), dt)))
+    freed = jnp.sum(jnp.where(gives_back, adv.slots.held_kv, jnp.zeros((), dt)))
     admitted_now = (count - count0).astype(jnp.int32)
     stuck = go & stuck
     go = go & ~stuck
@@ -326,6 +345,11 @@ def complete(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, k: T
         again = go & k.advanced.again
         gap = gap_bin(k.end - k.before.last_token_s)
         st = st._replace(gaps=st.gaps.at[jnp.where(again, gap, GAP_BINS)].add(jnp.ones((), dt), mode="drop"))
+    if params.prefix is not None:
+        events = prefix_cache.queue_events(
+            st.cache, stream.prefix, k.replica, req, k.before.hit_tokens, k.advanced.first, done, params.prefix, go
+        )
+        st = st._replace(cache=events)
     if lane.closed:
         routing = st.routing
         owner = jnp.where(done, jnp.mod(req, lane.clients), lane.clients)
@@ -451,8 +475,12 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
     pg = params.paging
     held = count
     if pg is None:
-        need = params.footprint_bytes[jnp.clip(head, 0, n - 1)]
-        fits = (head < n) & (count < params.batch) & (need <= free)
+        at = jnp.clip(head, 0, n - 1)
+        if params.prefix is None:
+            fits = params.footprint_bytes[at] <= free
+        else:
+            fits = cache_admission(params, stream, st.cache, 0, at, free).fits
+        fits = (head < n) & (count < params.batch) & fits
         head_t = jnp.where(fits, arrival[jnp.minimum(head, n - 1)], inf)
     else:  # paged: no step may need more blocks than are free (no preemption in a stretch); the first waiting
         # request is a preempted one (there now: a stretch only while it cannot be admitted) or the queue head
@@ -520,23 +548,84 @@ def coast_gaps(gaps, take, tau, d, decode, tokens=None, acceptance=None):
     return gaps
 
 
+def cache_admission(params: LaneParams, stream: Stream, cache, r, i, free) -> prefix_cache.Admission:
+    """What admitting request i at replica r would take with its prefix cache (rule 1)."""
+    return prefix_cache.admission(
+        cache, stream.prefix, params.prefix, r, i, stream.input_len[i], params.footprint_bytes[i], free
+    )
+
+
+def admit_cached(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go):
+    """(state, admitted, blocked): where ``go`` and the replica whose next step starts first can admit its queue
+    head (rule 1: the batch limit, and its footprint less its cached blocks in the pool and the evictable blocks),
+    that one admission — one per lane iteration, so the cache's tables are never carried through an inner loop —
+    else nothing (its step comes next). ``blocked``: only the slot width stopped it (rerun wider)."""
+    n = stream.arrival_s.shape[0]
+    start = ready(lane, stream, st)
+    r = jnp.argmin(start)
+    t = start[r]
+    head, count, free = st.head[r], st.admitted[r], st.free_kv[r]
+    queue = queue_of(lane, stream, st)
+    i = jnp.clip(head, 0, n - 1)
+    a = cache_admission(params, stream, st.cache, r, i, free)
+    can = go & queue.waiting(head, t) & (count < params.batch) & a.fits
+    blocked = can & (count >= lane.slots)
+    go = can & ~blocked
+    cache, free = prefix_cache.admit(st.cache, stream.prefix, params.prefix, r, i, a, free, go)
+    hit_tokens = (a.hits * params.prefix.block_tokens).astype(free.dtype)
+    row = pack(one.new_row(stream, queue, i, a.need, t, hit_tokens), st.slots.dtype, st.slots.shape[-1])
+    at_r = go & (jnp.arange(lane.replicas) == r)
+    at_slot = at_r[:, None] & (jnp.arange(lane.slots) == count)[None, :]
+    after = queue.next(i)
+    routing = st.routing
+    if not lane.contiguous:
+        routing = routing._replace(
+            queued=routing.queued - at_r, tail=jnp.where(at_r & (after < 0), -1, routing.tail)
+        )
+    st = st._replace(
+        slots=jnp.where(at_slot[..., None], row, st.slots),
+        head=jnp.where(at_r, after, st.head),
+        admitted=st.admitted + at_r,
+        free_kv=jnp.where(at_r, free, st.free_kv),
+        clock=jnp.where(at_r, t, st.clock),  # its step starts at t
+        routing=routing,
+        cache=cache,
+    )
+    return st, go, blocked
+
+
 def body(lane: Lane, params: LaneParams, stream: Stream, st: LaneState) -> LaneState:
     live = active(lane, stream, st)
-    if lane.contiguous:
+    cached = params.prefix is not None
+    if cached:  # a step's cache events first (its end is one instant), one per iteration
+        applying = live & prefix_cache.pending(st.cache)
+        r = st.cache.events.replica
+        got, free = prefix_cache.apply_event(st.cache, stream.prefix, params.prefix, st.free_kv[r], applying)
+        st = st._replace(cache=got, free_kv=jnp.where(jnp.arange(lane.replicas) == r, free, st.free_kv))
+        live = live & ~applying
+    if lane.contiguous and not cached:
         return step(lane, params, stream, coast(lane, params, stream, st, live), live)
-    soonest = jnp.min(ready(lane, stream, st))
-    t, _ = next_arrival(stream, st.routing)
-    arriving = live & jnp.isfinite(t) & (t <= soonest)
-    st = route(lane, stream, st, arriving)
-    return step(lane, params, stream, st, live & ~arriving)
+    if lane.contiguous:
+        st = coast(lane, params, stream, st, live)
+    else:
+        soonest = jnp.min(ready(lane, stream, st))
+        t, _ = next_arrival(stream, st.routing)
+        arriving = live & jnp.isfinite(t) & (t <= soonest)
+        st = route(lane, params, stream, st, arriving)
+        live = live & ~arriving
+    if cached:
+        st, admitted, blocked = admit_cached(lane, params, stream, st, live)
+        st = st._replace(overflow=st.overflow | blocked)
+        live = live & ~admitted & ~blocked
+    return step(lane, params, stream, st, live)
 
 
-STATIC = ("replicas", "slots", "clients", "closed", "router", "shared_stream")
+STATIC = ("replicas", "slots", "clients", "closed", "router", "shared_stream", "log", "events")
 
 
-def _lane(params, *, replicas, slots, clients, closed, router) -> Lane:
+def _lane(params, *, replicas, slots, clients, closed, router, log=0, events=0) -> Lane:
     stopping = "job" in params
-    return Lane(replicas, slots, clients, closed, router, stopping)
+    return Lane(replicas, slots, clients, closed, router, stopping, log, events)
 
 
 def _axes(shared_stream):
@@ -586,11 +675,13 @@ advance_lanes = jax.jit(_advance, static_argnames=STATIC)
 
 
 @functools.partial(jax.jit, static_argnames=STATIC)
-def run_lanes(params, stream, *, replicas, slots, clients=1, closed=False, router="round_robin", shared_stream=True):
+def run_lanes(
+    params, stream, *, replicas, slots, clients=1, closed=False, router="round_robin", shared_stream=True, log=0, events=0
+):
     """§9 over lanes, to the end, at one slot width: every leaf of ``params`` has a leading lane axis;
     ``stream``'s leaves are (N,) shared by every lane (``shared_stream``) or (lanes, N). Returns the records
     (:data:`slimjax.engine.sim.outputs.RECORDS`) with a leading lane axis."""
-    static = dict(replicas=replicas, slots=slots, clients=clients, closed=closed, router=router)
+    static = dict(replicas=replicas, slots=slots, clients=clients, closed=closed, router=router, log=log, events=events)
     state = _init(params, stream, shared_stream=shared_stream, **static)
     lanes = params["batch"].shape[0]
     outside = {"ttft": jnp.zeros(lanes, jnp.int32), "tpot": jnp.zeros(lanes, jnp.int32)}

@@ -36,6 +36,7 @@ RECORDS: tuple[Record, ...] = (
     Record("first_token_s", "request", "first_token_s", doc="end of the step holding the last prompt token"),
     Record("end_s", "request", "", doc="end of the step producing the last output token"),
     Record("preemptions", "request", "preemptions", "int32", doc="times it was preempted (paged KV)"),
+    Record("prefix_hit_tokens", "request", "hit_tokens", doc="prompt tokens found in the prefix cache at admission"),
     Record("busy_s", "replica", "busy_s", doc="time in steps"),
     Record("queue_peak", "replica", "queue_peak", "int32", doc="most requests left waiting after an admission"),
     Record("held_peak", "replica", "held_peak", "int32", doc="most requests held at once"),

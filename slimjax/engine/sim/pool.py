@@ -18,7 +18,8 @@ from ...model.pipeline import engine_batch_limit
 from ..dispatch import compute_devices
 from .loop import advance_lanes, init_lanes
 from .outputs import PER_REPLICA, RECORDS, record_dtype, records, unset_fill
-from .state import lane_parts, widen_rows, with_parts
+from .cache import STREAM_KEYS, lane_chains, stacked_lanes
+from .state import OPTIONAL_PARTS, lane_parts, widen_rows, with_parts
 
 # compiled loop shapes kept between pool runs: each holds ~250 of the process's memory maps (65,530 by default),
 # so a long study's shapes are dropped, and compiled again if met again, rather than run the kernel out of maps
@@ -86,6 +87,12 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     params = with_parts(params, kinds[0])
     lanes = len(params["batch"])
     need = _pow2(params["batch"])
+    requests = np.shape(stream["arrival_s"])[-1]
+    if kinds[0][list(OPTIONAL_PARTS).index("prefix")]:  # the cache's log and event queue, at their longest
+        tracked = np.asarray(stream[STREAM_KEYS["tracked"]], np.int64).reshape(-1, requests)
+        static.update(log=int(tracked.sum(axis=1).max()) + requests + 1, events=2 * int(_pow2(min(need.max(), requests))))
+    else:
+        stream = {k: v for k, v in stream.items() if k not in STREAM_KEYS.values()}
     width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first)).astype(int)
     contiguous = static["replicas"] == 1 and not static["closed"]
     per_lane = dict(params)
@@ -105,7 +112,6 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     for k in range(lanes):
         pending.setdefault(int(width[k]), deque()).append(k)
     devices = compute_devices()
-    requests = np.shape(stream["arrival_s"])[-1]
     lock = threading.Condition()
     busy = [0]
 
@@ -220,16 +226,22 @@ def _merged(parts, lanes_of):
     return out
 
 
-def simulate_candidates(terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients=None):
+def simulate_candidates(
+    terms, batch, footprint, stream, *, replicas: int, router: str = "round_robin", clients=None, prefix=None
+):
     """§9 for K candidates at R replicas each: ``terms`` (:func:`slimjax.model.batching.replica_terms`, leaves
     (K,)), ``batch`` (K,), ``footprint`` (K, N), ``stream`` (arrival_s, input_len, output_len), (N,) each.
+    ``prefix``: (chain ids (N, H), h) of the stream's prompts, for candidates whose terms have a prefix cache
+    (``prefix_block_tokens`` > 0; docs/simulation.md).
 
     Every op of a step is over a lane's slots, so slots are as wide as the requests a replica actually holds
     at once, not as its batch limit (:func:`run_pool`): the results are those of slots as wide as B.
     Returns numpy records: per request (K, N) in stream order, per replica (K, R), per candidate (K, …)."""
     batch = np.asarray(batch)
     if router == "round_robin" and clients is None:
-        return simulate_round_robin(terms, batch, footprint, stream, np.full(len(batch), int(replicas)))
+        return simulate_round_robin(terms, batch, footprint, stream, np.full(len(batch), int(replicas)), prefix)
+    if prefix is not None:
+        stream = {**stream, **lane_chains(prefix[0][: len(stream["input_len"])], stream["input_len"], prefix[1])}
 
     # one lane holds all R replicas: least_loaded and closed loops couple them. A replica of n_pp stages is n_pp
     # virtual engines dealt arrivals round robin (§10): under round robin, R·n_pp engines (request i to engine
@@ -282,12 +294,14 @@ def engine_batch(batch, stages):
     return np.asarray(engine_batch_limit(batch, np.asarray(stages, batch.dtype))).astype(batch.dtype)
 
 
-def simulate_round_robin(terms, batch, footprint, stream, replicas):
+def simulate_round_robin(terms, batch, footprint, stream, replicas, prefix=None):
     """§9 for K candidates on one open stream under round robin, candidate k at ``replicas[k]`` replicas:
-    :func:`round_robin_jobs` with one stream. Returns numpy records: per request (K, N) in stream order, per
-    replica (K, max R; zero past a candidate's R, whose count is ``records["replicas"]``), per candidate (K, …)."""
+    :func:`round_robin_jobs` with one stream (``prefix``: its prompts' chains, :func:`simulate_candidates`).
+    Returns numpy records: per request (K, N) in stream order, per replica (K, max R; zero past a candidate's R,
+    whose count is ``records["replicas"]``), per candidate (K, …)."""
     K = len(np.asarray(batch))
-    return round_robin_jobs(terms, batch, [footprint], [stream], np.zeros(K, int), np.arange(K), replicas)[0]
+    jobs = (np.zeros(K, int), np.arange(K), replicas)
+    return round_robin_jobs(terms, batch, [footprint], [stream], *jobs, prefixes=[prefix])[0]
 
 
 def padded_length(n):
@@ -309,7 +323,16 @@ def _job_records(jobs: int, n: int, r_max: int, dt) -> dict:
 
 
 def round_robin_jobs(
-    terms, batch, footprints, streams, job_stream, job_candidate, job_replicas, first_slots=None, stop=None
+    terms,
+    batch,
+    footprints,
+    streams,
+    job_stream,
+    job_candidate,
+    job_replicas,
+    first_slots=None,
+    stop=None,
+    prefixes=None,
 ):
     """§9 under round robin for jobs (stream s, candidate c, R replicas) over several open streams at once.
 
@@ -321,7 +344,8 @@ def round_robin_jobs(
     ``streams[s]``: arrival_s, input_len, output_len (N_s,); ``first_slots`` (J,): each job's first slot width
     (default ``FIRST_SLOTS``; a good guess, such as the requests a replica held in an earlier run, saves reruns).
     Returns per stream the records of its jobs, in job order: per request (J_s, N_s), per replica (J_s, max R),
-    per job (J_s, …); ``replicas`` the R of each. ``stop``: per job ``ttft_slo_s``, ``itl_slo_s``, ``ttft_allowed``,
+    per job (J_s, …); ``replicas`` the R of each. ``prefixes[s]``: stream s's (chain ids, h) or None
+    (:func:`simulate_candidates`); each sub-lane's cache tracks the chains of its own sub-stream. ``stop``: per job ``ttft_slo_s``, ``itl_slo_s``, ``ttft_allowed``,
     ``tpot_allowed`` (:func:`run_pool`): a job's sub-lanes stop once it is certain to miss (its records are then
     incomplete and ``stopped`` is set)."""
     job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
@@ -338,6 +362,7 @@ def round_robin_jobs(
     lane_len = -(-(n_of[lane_job] - lane_rep) // R[lane_job])  # requests r, r + R, … below N
     bucket = padded_length(lane_len)
     row = np.zeros(len(R), int)  # each job's row among its stream's jobs
+    chains_of = {}  # (stream, its requests' first index, stride): a sub-stream's lane_chains
     out = []
     for s, st in enumerate(streams):
         mine = np.flatnonzero(job_stream == s)
@@ -368,6 +393,8 @@ def round_robin_jobs(
                 for k in sub:
                     sub[k][at] = np.where(ok, np.asarray(streams[s][k])[safe[at]], sub[k][at])
             params["footprint"] = fp
+            if prefixes is not None and any(p is not None for p in prefixes):
+                sub.update(_sub_lane_chains(streams, prefixes, s_of, index, real, m, chains_of))
             first = None if first_slots is None else np.asarray(first_slots)[j]
             lane_stop = None
             if stop is not None:
@@ -392,3 +419,17 @@ def round_robin_jobs(
                     else:
                         np.logical_or.at(rec[record.name], rows, got[record.name][at])
     return out
+
+
+def _sub_lane_chains(streams, prefixes, s_of, index, real, m, memo) -> dict:
+    """The :func:`slimjax.engine.sim.cache.lane_chains` of each sub-lane's sub-stream (requests ``index[k]`` where
+    ``real``), stacked and padded to m requests (a stream without chains: no blocks)."""
+    lanes = []
+    for k in range(len(s_of)):
+        s, at = int(s_of[k]), index[k][real[k]]
+        key = (s, int(at[0]) if len(at) else -1, int(at[1] - at[0]) if len(at) > 1 else 0, len(at))
+        if key not in memo:
+            chains, h = prefixes[s] if prefixes[s] is not None else (np.full((len(streams[s]["input_len"]), 0), -1), 1)
+            memo[key] = lane_chains(np.asarray(chains)[at], np.asarray(streams[s]["input_len"])[at], h)
+        lanes.append(memo[key])
+    return stacked_lanes(lanes, m)

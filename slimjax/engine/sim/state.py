@@ -18,6 +18,7 @@ from ...constants import KV_POLICIES
 from ...model import memory
 from ...model.batching import SPECULATION_TERMS
 from ...model.speculative import Speculation
+from .cache import PREFIX_TERMS, STREAM_KEYS, PrefixCache, PrefixParams, PrefixStream
 
 GAP_BINS = 2048  # log-spaced inter-token gap bins from GAP_RANGE_S[0] to [1]: 1.1 % wide
 GAP_RANGE_S = (1e-6, 1e4)
@@ -80,6 +81,7 @@ OPTIONAL_PARTS = {
     "paging": ("kv_policy", tuple(PAGING_TERMS.values())),
     "prefill_first": ("prefill_first", ()),
     "speculative": ("speculative_tokens", tuple(k for k in SPECULATION_TERMS.values() if k != "speculative_tokens")),
+    "prefix": (PREFIX_TERMS["block_tokens"], (PREFIX_TERMS["block_bytes"],)),
 }
 
 
@@ -127,6 +129,7 @@ class LaneParams(NamedTuple):
     paging: Paging | None = None
     prefill_first: Any = None  # a step with prompt tokens to prefill runs them alone (docs/engines.md; None: mixed)
     speculation: Speculation | None = None  # speculative decoding (docs/speculative.md; None: none)
+    prefix: PrefixParams | None = None  # a prefix cache per replica (docs/simulation.md; None: none)
 
     @classmethod
     def of(cls, params: dict) -> LaneParams:
@@ -153,6 +156,8 @@ class LaneParams(NamedTuple):
             Speculation(**{f: params[k] for f, k in SPECULATION_TERMS.items()})
             if "speculative_tokens" in params
             else None,
+            PrefixParams(**{f: params[k] for f, k in PREFIX_TERMS.items()}) if PREFIX_TERMS["block_tokens"] in params
+            else None,
         )
 
 
@@ -165,10 +170,14 @@ class Stream(NamedTuple):
     output_len: Any
     prefilled: Any = None
     hold_s: Any = None
+    prefix: PrefixStream | None = None  # each request's blocks as the prefix cache sees them (docs/simulation.md)
 
     @classmethod
     def of(cls, stream: dict) -> Stream:
-        return cls(**{k: stream[k] for k in cls._fields if k in stream})
+        prefix = None
+        if STREAM_KEYS["chain"] in stream:
+            prefix = PrefixStream(**{f: stream[k] for f, k in STREAM_KEYS.items()})
+        return cls(**{k: stream[k] for k in cls._fields if k in stream}, prefix=prefix)
 
 
 class Slots(NamedTuple):
@@ -190,6 +199,7 @@ class Slots(NamedTuple):
     preemptions: Any  # times it was preempted
     last_token_s: Any  # when its last token came (paged or prefill-first lanes)
     verified: Any  # m: verify steps it has taken (speculative lanes: its tokens so far are ⌊m·a⌋ after the first)
+    hit_tokens: Any  # prompt tokens found in the prefix cache at admission (prefilled from there)
 
 
 SLOT_EMPTY = {"request": -1, "last_token_s": np.nan}  # an empty slot's value per field; 0 for fields not named
@@ -209,6 +219,7 @@ PLAIN_COLUMNS = SLOT_COLUMN["parked"]
 def row_width(params: LaneParams) -> int:
     """Columns of a lane's slot rows: every field where the lane has an optional part, else the plain ones."""
     plain = params.paging is None and params.prefill_first is None and params.speculation is None
+    plain = plain and params.prefix is None
     return PLAIN_COLUMNS if plain else len(Slots._fields)
 
 
@@ -287,3 +298,4 @@ class LaneState(NamedTuple):
     arrived: Any = None  # (R,) int32 requests arrived by the replica's last step start (contiguous lanes)
     routing: Routing | None = None
     stop: StopCounts | None = None
+    cache: PrefixCache | None = None

@@ -85,13 +85,14 @@ def admit(params: LaneParams, stream: Stream, queue: Queue, rows, head, free, co
     return head, free, count, rows, blocked
 
 
-def new_row(stream: Stream, queue: Queue, head, held_kv, t) -> Slots:
-    """The slot of request ``head`` admitted at t holding ``held_kv``."""
+def new_row(stream: Stream, queue: Queue, head, held_kv, t, hit_tokens=0.0) -> Slots:
+    """The slot of request ``head`` admitted at t holding ``held_kv``, its first ``hit_tokens`` found in the prefix
+    cache."""
     ready_made = stream.prefilled[head] if stream.prefilled is not None else 0.0  # prefilled elsewhere
     in_len = stream.input_len[head]
     return Slots(
         request=head,
-        prefilled=ready_made * in_len,
+        prefilled=ready_made * in_len + hit_tokens,
         decoded=ready_made,
         input_len=in_len,
         output_len=stream.output_len[head],
@@ -105,6 +106,7 @@ def new_row(stream: Stream, queue: Queue, head, held_kv, t) -> Slots:
         preemptions=0.0,
         last_token_s=jnp.where(ready_made > 0, t, jnp.nan),  # a prompt prefilled elsewhere brought its first token
         verified=0.0,
+        hit_tokens=hit_tokens,
     )
 
 

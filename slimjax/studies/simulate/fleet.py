@@ -178,6 +178,7 @@ def run(sim: Simulation, progress=None) -> xr.Dataset:
                     replicas=int(replicas),
                     router=sim.router,
                     clients=clients,
+                    prefix=None if stream.prefix is None else (stream.prefix.padded()[:n], stream.prefix.block_tokens),
                 )
                 steps += int(np.sum(records["steps"]))
                 if progress is not None:
