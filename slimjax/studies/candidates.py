@@ -97,6 +97,19 @@ def prefix_cache_off(model, serving) -> np.ndarray:
     return np.where(np.asarray(serving.pipeline_stages) > 1, "pipeline stages", why)
 
 
+def prefix_cache_text(model, serving, block_tokens: int) -> str:
+    """One line saying how flattened candidates cache their stream's prompt prefixes, and which do not and why."""
+    off = np.where(np.asarray(serving.prefix_cache) > 0, prefix_cache_off(model, serving), "prefix_cache: 0")
+    text = (
+        f"prefix cache: per replica, blocks of {block_tokens} prompt tokens, the least recently freed evicted first "
+        "(docs/simulation.md)"
+    )
+    if (off == "").all():
+        return text
+    reasons = ", ".join(f"{why} ({int(np.sum(off == why))})" for why in np.unique(off[off != ""]))
+    return f"{text}; candidates without it: {reasons}" if (off == "").any() else f"prefix cache: none ({reasons})"
+
+
 def check_requests_fit(footprint, pool, fits, labels, stream, terms=None) -> None:
     """Every request fits an empty replica of every candidate that runs: footprint(I + O) ≤ pool, and under a paged
     KV policy (``terms``' kv_* entries, docs/engines.md) its prompt's blocks with the admission watermark too."""

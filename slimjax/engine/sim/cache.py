@@ -188,7 +188,7 @@ def admit(cache: PrefixCache, prefix: PrefixStream, params: PrefixParams, r, i, 
     chain = prefix.chain[i]
     width = cache.refs.shape[1]
     hit = go & (jnp.arange(chain.shape[0]) < a.hits)
-    refs = cache.refs.at[r, jnp.where(hit, chain, width)].add(1, mode="drop")
+    refs = cache.refs.at[r, jnp.where(hit, chain, width)].add(jnp.int32(1), mode="drop")
     cache = cache._replace(refs=refs, free_blocks=cache.free_blocks.at[r].add(jnp.where(go, -a.hits_free, 0)))
 
     def short(c):  # as the rules add them: one block's bytes at a time
@@ -242,7 +242,7 @@ def queue_events(cache: PrefixCache, prefix: PrefixStream, r, request, hit_token
     at_release = jnp.where(release, n_adopt + jnp.cumsum(release) - 1, E)
     ev = cache.events
     ev = Events(
-        request=ev.request.at[at_adopt].set(i, mode="drop").at[at_release].set(i, mode="drop"),
+        request=ev.request.at[at_adopt].set(i.astype(jnp.int32), mode="drop").at[at_release].set(i.astype(jnp.int32), mode="drop"),
         release=ev.release.at[at_adopt].set(False, mode="drop").at[at_release].set(True, mode="drop"),
         hits=ev.hits.at[at_adopt].set(hits, mode="drop"),
         replica=jnp.where(go, r, ev.replica).astype(jnp.int32),
@@ -280,14 +280,14 @@ def apply_event(cache: PrefixCache, prefix: PrefixStream, params: PrefixParams, 
     n_freed = jnp.sum(freed).astype(jnp.int32)
     deeper = jnp.cumsum(freed[::-1])[::-1] - freed  # freed blocks deeper than each
     run = prefix.full[i] - t_i
-    pos = cache.tail + 1 + deeper
+    pos = (cache.tail + 1 + deeper).astype(jnp.int32)
     log_size = cache.log.shape[0]
     at_run = jnp.where(go & release, cache.tail, log_size)
     at_freed = jnp.where(freed, pos, log_size)
-    delta = jnp.where(adding, 1, jnp.where(letting, -1, 0))
+    delta = jnp.where(adding, 1, jnp.where(letting, -1, 0)).astype(jnp.int32)
     refs_all = cache.refs.at[r, jnp.where(adding | letting, chain, width)].add(delta, mode="drop")
     stamp = cache.stamp.at[r, jnp.where(freed, chain, width)].set(pos, mode="drop")
-    log = cache.log.at[at_run].set(-(run + 1), mode="drop").at[at_freed].set(chain, mode="drop")
+    log = cache.log.at[at_run].set((-(run + 1)).astype(jnp.int32), mode="drop").at[at_freed].set(chain, mode="drop")
     log_replica = cache.log_replica.at[at_run].set(r, mode="drop").at[at_freed].set(r, mode="drop")
     blocks = jnp.where(go & release, run + n_freed, -from_free)
     cache = cache._replace(

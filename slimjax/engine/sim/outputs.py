@@ -193,11 +193,13 @@ def time_summaries(ttft, tpot, e2e) -> dict:
     return out
 
 
-def summaries(records, output_len, clients: int | None = None, slots=None) -> dict:
+def summaries(records, output_len, clients: int | None = None, slots=None, input_len=None) -> dict:
     """Per candidate: TTFT and TPOT mean and p50/p90/p99 (numpy's linear quantiles), mean E2E, token-gap p90,
     busy time (time in steps / (R·span): 1 whenever a step runs, however few requests it holds), peak queue and
     peak KV in use (§9 Outputs); with ``slots`` (R·B per candidate) the slots' occupancy, the mean requests held
-    (admission to last token) / slots: how full the batches ran."""
+    (admission to last token) / slots: how full the batches ran; with ``input_len`` the prompt tokens the counted
+    requests found in the prefix cache (``prefill_tokens_saved``) and their share of the prompt tokens
+    (``prefix_hit_rate``)."""
     ttft, e2e, tpot = request_times(records, output_len)
     counted = counted_requests(records, clients)
     out = time_summaries(*(np.where(counted, x, np.nan) for x in (ttft, tpot, e2e)))
@@ -216,6 +218,10 @@ def summaries(records, output_len, clients: int | None = None, slots=None) -> di
         warnings.simplefilter("ignore", RuntimeWarning)
         out["preemptions_mean"] = np.nanmean(np.where(counted, records["preemptions"], np.nan), axis=-1)
     out["kv_peak_bytes"] = np.max(records["kv_peak_bytes"], axis=-1)
+    if input_len is not None:
+        saved = np.sum(np.where(counted, records["prefix_hit_tokens"], 0.0), axis=-1)
+        out["prefill_tokens_saved"] = saved
+        out["prefix_hit_rate"] = saved / np.sum(np.where(counted, np.asarray(input_len, float), 0.0), axis=-1)
     return out
 
 

@@ -18,7 +18,7 @@ from ...engine import sim as engine
 from ...engine.dataset import declared
 from ...engine.schema import Variable, table
 from ...model.calculator import replica_engines
-from ..candidates import candidate_inputs, check_requests_fit, flat_candidates
+from ..candidates import candidate_inputs, check_requests_fit, flat_candidates, prefix_cache_text
 from ..present import engine_assumptions
 from .spec import Simulation
 
@@ -67,7 +67,29 @@ SIMULATION = table(
         "times each request was preempted and prefilled again (paged KV, docs/engines.md; 0 under reserve)",
         _SIM,
     ),
+    Variable(
+        "prefix_hit_tokens",
+        (*RUN, "request"),
+        "tokens",
+        "prompt tokens each request found in its replica's prefix cache and did not prefill (docs/simulation.md; 0 "
+        "without a cache)",
+        _SIM,
+    ),
     *_summaries(RUN),
+    Variable(
+        "prefix_hit_rate",
+        RUN,
+        "1",
+        "prompt tokens found in the prefix cache / prompt tokens, over the counted requests (0 without a cache)",
+        _SIM,
+    ),
+    Variable(
+        "prefill_tokens_saved",
+        RUN,
+        "tokens",
+        "prompt tokens the counted requests did not prefill: found in the prefix cache",
+        _SIM,
+    ),
     Variable("token_gap_p90_s", RUN, "s", "p90 of every inter-token gap (histogram of 1.1 % log bins)", _SIM),
     Variable(
         "utilization", RUN, "1", "busy: time in steps / (replicas × span of the run), whatever the steps hold", _SIM
@@ -192,10 +214,12 @@ def run(sim: Simulation, progress=None) -> xr.Dataset:
                     ("e2e_s", e2e),
                     ("tpot_s", tpot),
                     ("preemptions", np.where(np.isfinite(e2e), records["preemptions"], np.nan)),
+                    ("prefix_hit_tokens", np.where(np.isfinite(e2e), records["prefix_hit_tokens"], np.nan)),
                 )
                 for name, x in times:
                     per_request[name][:, r_i, c_i, :n] = x
-                for name, x in engine.summaries(records, stream.output_len[:n], clients, batch * replicas).items():
+                got = engine.summaries(records, stream.output_len[:n], clients, batch * replicas, stream.input_len[:n])
+                for name, x in got.items():
                     summary[name][:, r_i, c_i] = x
     full = (*shape, len(sim.replicas), len(client_axis))
 
@@ -280,9 +304,13 @@ def simulation_assumptions(sim, closed: bool) -> list[str]:
     rows = [r for by_gpu in sim.serving_table.values() for r in by_gpu.values()]
     labels = sorted({str(r["efficiency"]).split(" (", 1)[0] for r in rows})
     engine, scheduling = engine_assumptions(sim.serving_table)
-    return [
+    out = [
         f"stream: {sim.stream.description}" + ("; scored after the first C completions" if closed else ""),
         engine,
         f"scheduling: FCFS, {scheduling}; router {sim.router}",
         f"roofline constants: {', '.join(labels)}",
     ]
+    if sim.stream.prefix is not None:
+        model, _, serving, _, _ = broadcast_candidates(sim)
+        out.append(prefix_cache_text(model, serving, sim.stream.prefix.block_tokens))
+    return out

@@ -346,6 +346,12 @@ def parse(spec: str | os.PathLike | Mapping) -> Simulation:
     batch = parse_axis(data["batch"], "batch").astype(float)
     replicas = parse_axis(data.get("replicas", [1]), "replicas").astype(float)
     stream = _stream(data["stream"], base_dir)
+    if router == "prefix_affinity" and stream.prefix is None:
+        raise SlimjaxError(
+            "router",
+            "prefix_affinity routes by the prompts' cached blocks, and this stream gives no block hashes: give "
+            "hash_ids (a Mooncake trace, a CSV column, or inline with hash_block_tokens), or router: least_loaded",
+        )
     max_tokens = float(np.max(stream.input_len + stream.output_len))
     serving_value = dict(data.get("serving") or {})
     serving, table = serving_per_setting(
