@@ -71,6 +71,8 @@ def main() -> None:
     ap.add_argument("--paged", type=int, default=64, help="candidates with paged KV that preempt (docs/engines.md)")
     ap.add_argument("--bursty", default="64", help="candidate counts on the bursty mixed-length stream (0: none)")
     ap.add_argument("--speculative", type=int, default=64, help="candidates with speculative decoding, against none")
+    ap.add_argument("--prefix", type=int, default=64, help="candidates on the Mooncake trace with its prefix cache")
+    ap.add_argument("--prefix-seconds", type=float, default=300.0, help="... its first seconds (0: the whole hour)")
     args = ap.parse_args()
     slimjax.configure()
     stream = dict(poisson=6.0, input_len=1000, output_len=200, requests=args.requests, seed=0)
@@ -99,6 +101,8 @@ def main() -> None:
         _paged(dict(stream, poisson=12.0, output_len=600), args.paged)
     if args.speculative:
         _speculative(stream, args.speculative)
+    if args.prefix:
+        _prefix(args.prefix, args.prefix_seconds)
     trace = DATA / "traces" / "AzureLLMInferenceTrace_conv.csv"
     if args.trace_seconds and trace.is_file():
         spec = _spec(
@@ -192,6 +196,33 @@ def _speculative(stream, k: int) -> None:
         f"speculative (EAGLE k 3, a 2.4), {len(batches)} candidates: {walls['eagle'] / walls['off']:.2f}x the wall of "
         f"the same candidates without it ({steps['eagle']:,} lane-steps against {steps['off']:,}); jitted "
         f"{jitted * 1e3:8.2f} ms/candidate, reference {ref * 1e3:8.2f} ms/candidate, ratio {ref / jitted:6.1f}x"
+    )
+
+
+def _prefix(k: int, seconds: float) -> None:
+    """docs/simulation.md, prefix caching: k candidates (batch limits 8 … 256, Llama-3.1-8B on H100, KV reserved) on
+    the Mooncake conversation trace (its first ``seconds``, or the hour) with the cache against the same candidates
+    without it, each run once after a compiling run on 8 candidates."""
+    trace = DATA / "traces" / "mooncake_conversation_trace.jsonl"
+    if not trace.is_file():
+        print(f"prefix cache: skipped, {trace} absent")
+        return
+    batches = np.round(np.geomspace(8, 256, k)).astype(float)
+    block = dict(trace=str(trace), format="mooncake", **({"duration_s": seconds} if seconds else {}))
+    walls, steps, hit = {}, {}, 0.0
+    for cache in (0, 1):
+        sim = simulate.parse({**_spec([8], block, prefix_cache=cache), "precision": "float32"})
+        simulate.run(_with_batches(sim, batches[:: max(1, k // 8)]))  # compiles most shapes
+        ds, walls[cache] = _timed(_with_batches(sim, batches))
+        steps[cache] = ds.attrs["engine_steps"]
+        hit = float(ds.prefix_hit_rate.mean()) if cache else hit
+    n = sim.stream.n_requests
+    span = f"first {seconds:g} s" if seconds else "the hour"
+    print(
+        f"prefix cache, Mooncake {span} ({n} requests) x {k} candidates, float32: {walls[1]:.1f} s with the cache, "
+        f"{walls[0]:.1f} s without ({walls[1] / walls[0]:.2f}x; {steps[1]:,} lane-steps against {steps[0]:,}; "
+        f"{walls[1] / steps[1] * 1e6:.2f} against {walls[0] / steps[0] * 1e6:.2f} µs a lane-step); mean hit rate "
+        f"{hit:.1%}"
     )
 
 

@@ -45,7 +45,7 @@ SCHEDULERS = ("local", "dask")
 # how a tensor-parallel group's GPUs are linked (MODEL.md §4c): switch (NVSwitch: the per-GPU figure whatever n),
 # mesh (xGMI: one link of link_gbs to each peer, n − 1 of them in use), pcie (the host switch's per-GPU figure)
 LINK_TOPOLOGIES = ("switch", "mesh", "pcie")
-# how a §9 fleet deals arrivals to its replicas (prefix_affinity: where the longest cached prefix is, docs/simulation.md)
+# how a §9 fleet deals arrivals to its replicas (prefix_affinity: where the longest cached prefix is)
 ROUTERS = ("round_robin", "least_loaded", "prefix_affinity")
 # what an engine does when its KV cache runs out (docs/engines.md), in code order (a policy's code is its place):
 # reserve footprint(I + O) at admission (§9 as written; TensorRT-LLM's GUARANTEED_NO_EVICT), or allocate blocks as

@@ -34,7 +34,13 @@ def _stream(seed: int, n: int = 60, span_s: float = 4.0, systems: int = 3, turns
         inputs.append(H * len(blocks) - int(rng.integers(0, H - 1)))
     arrival = np.sort(rng.uniform(0, span_s, n)).round(3).tolist()
     outputs = rng.integers(1, out_max, n).tolist()
-    return {"arrival_s": arrival, "input_len": inputs, "output_len": outputs, "hash_ids": hashes, "hash_block_tokens": H}
+    return {
+        "arrival_s": arrival,
+        "input_len": inputs,
+        "output_len": outputs,
+        "hash_ids": hashes,
+        "hash_block_tokens": H,
+    }
 
 
 def _spec(batch=8, replicas=1, router="round_robin", model="Llama-3.1-8B", stream=None, **serving):
@@ -80,7 +86,9 @@ CASES = {
     "three_replicas_round_robin": dict(batch=64, replicas=3, gpu_memory_utilization=0.2),
     "three_replicas_least_loaded": dict(batch=4, replicas=3, router="least_loaded"),
     "three_replicas_affinity": dict(batch=4, replicas=3, router="prefix_affinity"),
-    "two_replicas_affinity_kv_pressure": dict(batch=64, replicas=2, router="prefix_affinity", gpu_memory_utilization=0.2),
+    "two_replicas_affinity_kv_pressure": dict(
+        batch=64, replicas=2, router="prefix_affinity", gpu_memory_utilization=0.2
+    ),
     "prefill_first": dict(prefill_first=1, chunk_size=1024),
 }
 

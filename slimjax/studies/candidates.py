@@ -162,3 +162,12 @@ def workload_stream(workload, total_rate: float, sizing: dict, members=None) -> 
         arrival = np.concatenate([[0.0], np.cumsum(gaps[1:])])
     arrival = arrival - arrival[0]
     return {"arrival_s": arrival, "input_len": i_len, "output_len": o_len}
+
+
+def workload_prefix(workload, members=None):
+    """(chain ids (n, H), h) of the prompts :func:`workload_stream` sends, in its order (``members``: a class's), or
+    None where the workload's trace gives no block hashes."""
+    if getattr(workload, "prefix", None) is None:
+        return None
+    chains = workload.prefix.padded()
+    return (chains if members is None else chains[np.asarray(members)], workload.prefix.block_tokens)

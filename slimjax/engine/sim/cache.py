@@ -220,7 +220,9 @@ def evict(cache: PrefixCache, r, blocks):
         moved = rest <= 0
         return jnp.where(moved, pos + 1, pos), jnp.where(moved, 0, used + take), left - take
 
-    pos, used, _ = jax.lax.while_loop(lambda c: (c[2] > 0) & (c[0] < cache.tail), body, (cache.head[r], cache.used[r], blocks))
+    pos, used, _ = jax.lax.while_loop(
+        lambda c: (c[2] > 0) & (c[0] < cache.tail), body, (cache.head[r], cache.used[r], blocks)
+    )
     return cache._replace(
         head=cache.head.at[r].set(pos),
         used=cache.used.at[r].set(used),
@@ -242,7 +244,10 @@ def queue_events(cache: PrefixCache, prefix: PrefixStream, r, request, hit_token
     at_release = jnp.where(release, n_adopt + jnp.cumsum(release) - 1, E)
     ev = cache.events
     ev = Events(
-        request=ev.request.at[at_adopt].set(i.astype(jnp.int32), mode="drop").at[at_release].set(i.astype(jnp.int32), mode="drop"),
+        request=ev.request.at[at_adopt]
+        .set(i.astype(jnp.int32), mode="drop")
+        .at[at_release]
+        .set(i.astype(jnp.int32), mode="drop"),
         release=ev.release.at[at_adopt].set(False, mode="drop").at[at_release].set(True, mode="drop"),
         hits=ev.hits.at[at_adopt].set(hits, mode="drop"),
         replica=jnp.where(go, r, ev.replica).astype(jnp.int32),

@@ -579,9 +579,7 @@ def admit_cached(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, 
     after = queue.next(i)
     routing = st.routing
     if not lane.contiguous:
-        routing = routing._replace(
-            queued=routing.queued - at_r, tail=jnp.where(at_r & (after < 0), -1, routing.tail)
-        )
+        routing = routing._replace(queued=routing.queued - at_r, tail=jnp.where(at_r & (after < 0), -1, routing.tail))
     st = st._replace(
         slots=jnp.where(at_slot[..., None], row, st.slots),
         head=jnp.where(at_r, after, st.head),
@@ -676,7 +674,17 @@ advance_lanes = jax.jit(_advance, static_argnames=STATIC)
 
 @functools.partial(jax.jit, static_argnames=STATIC)
 def run_lanes(
-    params, stream, *, replicas, slots, clients=1, closed=False, router="round_robin", shared_stream=True, log=0, events=0
+    params,
+    stream,
+    *,
+    replicas,
+    slots,
+    clients=1,
+    closed=False,
+    router="round_robin",
+    shared_stream=True,
+    log=0,
+    events=0,
 ):
     """§9 over lanes, to the end, at one slot width: every leaf of ``params`` has a leading lane axis;
     ``stream``'s leaves are (N,) shared by every lane (``shared_stream``) or (lanes, N). Returns the records

@@ -16,9 +16,9 @@ import numpy as np
 
 from ...model.pipeline import engine_batch_limit
 from ..dispatch import compute_devices
+from .cache import STREAM_KEYS, lane_chains, stacked_lanes
 from .loop import advance_lanes, init_lanes
 from .outputs import PER_REPLICA, RECORDS, record_dtype, records, unset_fill
-from .cache import STREAM_KEYS, lane_chains, stacked_lanes
 from .state import OPTIONAL_PARTS, lane_parts, widen_rows, with_parts
 
 # compiled loop shapes kept between pool runs: each holds ~250 of the process's memory maps (65,530 by default),
@@ -90,7 +90,9 @@ def run_pool(params, stream, *, first=None, shared_stream=True, stop=None, **sta
     requests = np.shape(stream["arrival_s"])[-1]
     if kinds[0][list(OPTIONAL_PARTS).index("prefix")]:  # the cache's log and event queue, at their longest
         tracked = np.asarray(stream[STREAM_KEYS["tracked"]], np.int64).reshape(-1, requests)
-        static.update(log=int(tracked.sum(axis=1).max()) + requests + 1, events=2 * int(_pow2(min(need.max(), requests))))
+        static.update(
+            log=int(tracked.sum(axis=1).max()) + requests + 1, events=2 * int(_pow2(min(need.max(), requests)))
+        )
     else:
         stream = {k: v for k, v in stream.items() if k not in STREAM_KEYS.values()}
     width = np.minimum(need, _pow2(FIRST_SLOTS if first is None else first)).astype(int)
@@ -345,9 +347,9 @@ def round_robin_jobs(
     (default ``FIRST_SLOTS``; a good guess, such as the requests a replica held in an earlier run, saves reruns).
     Returns per stream the records of its jobs, in job order: per request (J_s, N_s), per replica (J_s, max R),
     per job (J_s, …); ``replicas`` the R of each. ``prefixes[s]``: stream s's (chain ids, h) or None
-    (:func:`simulate_candidates`); each sub-lane's cache tracks the chains of its own sub-stream. ``stop``: per job ``ttft_slo_s``, ``itl_slo_s``, ``ttft_allowed``,
-    ``tpot_allowed`` (:func:`run_pool`): a job's sub-lanes stop once it is certain to miss (its records are then
-    incomplete and ``stopped`` is set)."""
+    (:func:`simulate_candidates`); each sub-lane's cache tracks the chains of its own sub-stream. ``stop``: per
+    job ``ttft_slo_s``, ``itl_slo_s``, ``ttft_allowed``, ``tpot_allowed`` (:func:`run_pool`): a job's sub-lanes stop
+    once it is certain to miss (its records are then incomplete and ``stopped`` is set)."""
     job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
     replicas = np.asarray(job_replicas, dtype=np.int64).reshape(len(job_stream))
     # a replica of n_pp stages is n_pp virtual engines dealt arrivals round robin (§10): R·n_pp round-robin

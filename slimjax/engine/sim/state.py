@@ -156,7 +156,8 @@ class LaneParams(NamedTuple):
             Speculation(**{f: params[k] for f, k in SPECULATION_TERMS.items()})
             if "speculative_tokens" in params
             else None,
-            PrefixParams(**{f: params[k] for f, k in PREFIX_TERMS.items()}) if PREFIX_TERMS["block_tokens"] in params
+            PrefixParams(**{f: params[k] for f, k in PREFIX_TERMS.items()})
+            if PREFIX_TERMS["block_tokens"] in params
             else None,
         )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -24,7 +25,15 @@ from ...engine.grid import labelled
 from ...engine.schema import Variable, base_attrs, table
 from ...model import procurement as proc
 from ...model.specs import ServingSpec
-from ..candidates import REASON_CODE, SIM_REASONS, candidate_inputs, flat_candidates, workload_stream
+from ..candidates import (
+    REASON_CODE,
+    SIM_REASONS,
+    candidate_inputs,
+    flat_candidates,
+    prefix_cache_text,
+    workload_prefix,
+    workload_stream,
+)
 from ..present import engine_assumptions
 
 SIZED = ("workload", "rate", "model", "gpu", "tp", "batch")
@@ -109,7 +118,17 @@ def _stops(streams, job_stream, replicas, slo, max_replicas):
 
 
 def _evaluate(
-    terms, batch, footprints, streams, job_stream, job_candidate, replicas, slo, first_slots=None, max_replicas=None
+    terms,
+    batch,
+    footprints,
+    streams,
+    job_stream,
+    job_candidate,
+    replicas,
+    slo,
+    first_slots=None,
+    max_replicas=None,
+    prefixes=None,
 ):
     """Simulate jobs (stream, candidate, R) on their streams; (reason codes, metrics) per job, the metrics with
     ``held``: the most requests one replica held at once. With ``max_replicas`` a job stops as soon as it must
@@ -124,9 +143,8 @@ def _evaluate(
         stop = None
         if max_replicas is not None:
             stop = _stops(streams, job_stream[part], replicas[part], slo, max_replicas)
-        records = engine.round_robin_jobs(
-            terms, batch, footprints, streams, job_stream[part], job_candidate[part], replicas[part], first, stop
-        )
+        jobs = (job_stream[part], job_candidate[part], replicas[part])
+        records = engine.round_robin_jobs(terms, batch, footprints, streams, *jobs, first, stop, prefixes)
         for s, rec in enumerate(records):
             at = part[job_stream[part] == s]
             if at.size == 0:
@@ -151,12 +169,14 @@ def search_replicas(
     max_replicas: int,
     progress=None,
     held_guess=None,
+    prefixes=None,
 ) -> dict:
     """R_sim for each job (stream, candidate): the smallest R in [1, max_replicas] whose simulation on the
     job's stream meets ``slo``, from ``start`` (R_screen; clipped into range) by halving or doubling, then
     bisection, every job's round in one run. Returns replicas (NaN where none meets), reason (0 or the SLO
     failing at max_replicas), and the metrics at R_sim. ``held_guess``: requests one replica may hold at once at
-    ``start`` (a first slot width; the screen's busy slots ρ·m), refined by each run."""
+    ``start`` (a first slot width; the screen's busy slots ρ·m), refined by each run. ``prefixes``: per stream its
+    prompts' chains for a prefix cache (:func:`slimjax.engine.sim.round_robin_jobs`)."""
     job_stream, job_candidate = np.asarray(job_stream, int), np.asarray(job_candidate, int)
     J = len(job_stream)
     lo = np.zeros(J, np.int64)  # the largest R known to fail (0: none)
@@ -182,6 +202,7 @@ def search_replicas(
             slo,
             np.maximum(guess, 4),
             max_replicas,
+            prefixes,
         )
         held[idx], tried[idx] = m["held"], cur[idx]
         met = code == 0
@@ -270,11 +291,12 @@ def _size_part(study, inputs, w: int, r: int, runs, screen, weight, busy, progre
     if not np.isfinite(rate):
         return out
     terms = None
-    streams, footprints, jobs = [], [], []  # jobs: (stream, candidate, start, class (-1: the whole stream), busy)
+    streams, footprints, prefixes, jobs = [], [], [], []  # jobs: (stream, candidate, start, class (-1: all), busy)
     classes = [k for k in range(K) if weight[k] > 0] if wl.trace is not None else []
     for k in [None, *classes]:
-        stream = workload_stream(wl, rate, study.sizing, None if k is None else np.flatnonzero(wl.class_of == k))
-        terms, footprint, _ = candidate_inputs(model, gpu, serving, _Lengths(stream), np.float64)
+        members = None if k is None else np.flatnonzero(wl.class_of == k)
+        stream, prefix = workload_stream(wl, rate, study.sizing, members), workload_prefix(wl, members)
+        terms, footprint, _ = candidate_inputs(model, gpu, serving, _Lengths(stream, prefix), np.float64)
         fits = runs & np.all(footprint <= terms["pool"][:, None], axis=-1)
         if k is None:
             out["reason"][runs & ~fits] = REASON_CODE["request_too_large"]
@@ -285,6 +307,7 @@ def _size_part(study, inputs, w: int, r: int, runs, screen, weight, busy, progre
             jobs.append((len(streams), c, start[c], -1 if k is None else k, busy[c]))
         streams.append(stream)
         footprints.append(footprint)
+        prefixes.append(prefix)
     if not jobs:
         return out
     got = search_replicas(
@@ -299,6 +322,7 @@ def _size_part(study, inputs, w: int, r: int, runs, screen, weight, busy, progre
         study.sizing["max_replicas"],
         progress,
         [j[4] for j in jobs],
+        prefixes,
     )
     for i, (_, c, _, k, _) in enumerate(jobs):
         if k < 0:
@@ -311,10 +335,15 @@ def _size_part(study, inputs, w: int, r: int, runs, screen, weight, busy, progre
 
 
 class _Lengths:
-    """The lengths :func:`candidate_inputs` reads from a stream."""
+    """The lengths :func:`candidate_inputs` reads from a stream, and its prompts' block size where they are hashed."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, prefix=None):
         self.input_len, self.output_len = stream["input_len"], stream["output_len"]
+        self.prefix = None if prefix is None else _Block(prefix[1])
+
+
+class _Block(NamedTuple):
+    block_tokens: int
 
 
 def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Dataset:
@@ -404,6 +433,10 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     engine, scheduling = engine_assumptions(study.serving_table)
     said = [a for a in json.loads(ds.attrs.get("assumptions", "[]")) if not a.startswith("prefill (screen)")]
     said.append(engine)
+    blocks = {wl.prefix.block_tokens for wl in study.workloads if wl.prefix is not None}
+    if blocks:
+        (model, _, serving, _), _ = _candidates(study)
+        said.append(prefix_cache_text(model, serving, min(blocks)) + "; sized with each workload's hashed prompts")
     said.append(
         f"prefill (simulated): {scheduling} (MODEL.md §9), round robin over replicas; Poisson streams seeded "
         f"{study.sizing['seed']}, {study.sizing['requests']:,} requests"

@@ -24,7 +24,7 @@ from ...inputs.checks import checked_number, positive_number
 from ...inputs.engines import engine_settings
 from ...inputs.files import read_spec_file
 from ...inputs.measured import MEASURED_KEYS, measured_block
-from ...inputs.prefixes import reuse_text, trace_prefix
+from ...inputs.prefixes import PrefixBlocks, reuse_text, trace_prefix
 from ...inputs.requests import (
     LengthClasses,
     RequestTrace,
@@ -66,6 +66,7 @@ class Workload:
     requests: int  # requests in the trace (0 for fixed lengths)
     trace: RequestTrace | None = None  # the requests themselves (None for fixed lengths)
     class_of: np.ndarray | None = None  # each trace request's length class
+    prefix: PrefixBlocks | None = None  # its prompts' block chains, where its trace gives hashes (docs/simulation.md)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -151,14 +152,14 @@ def _workload(entry: Any, i: int, base_dir: Path | None) -> Workload:
                 raise SlimjaxError(f"{field}.duration_s", f"{entry['duration_s']!r} s holds fewer than two requests")
             trace = dataclasses.replace(trace, source=f"{trace.source}, first {entry['duration_s']:g} s")
         prefix = trace_prefix(trace, entry.get("hash_block_tokens"), field)
-        if prefix is not None:  # what its prompts share: the most a prefix cache could save it (not yet sized with)
+        if prefix is not None:  # what its prompts share: the most a prefix cache could save it
             label = f"{label}; {reuse_text(prefix, trace.input_len)}"
         k = entry.get("classes", DEFAULT_CLASSES)
         classes = length_classes(trace.input_len, trace.output_len, k, f"{field}.classes")
         class_of = np.zeros(trace.n_requests, np.int64)
         for c, members in enumerate(class_groups(trace.input_len, trace.output_len, k)):
             class_of[members] = c
-        return Workload(name, classes, trace.rate, label, trace.n_requests, trace, class_of)
+        return Workload(name, classes, trace.rate, label, trace.n_requests, trace, class_of, prefix)
     for k in ("input_len", "output_len"):
         if k not in entry:
             raise SlimjaxError(

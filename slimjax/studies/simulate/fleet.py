@@ -68,6 +68,13 @@ SIMULATION = table(
         _SIM,
     ),
     Variable(
+        "replica",
+        (*RUN, "request"),
+        "1",
+        "the replica that served each request, numbered from 0 (round robin: the i-th request's is i mod replicas)",
+        _SIM,
+    ),
+    Variable(
         "prefix_hit_tokens",
         (*RUN, "request"),
         "tokens",
@@ -214,6 +221,7 @@ def run(sim: Simulation, progress=None) -> xr.Dataset:
                     ("e2e_s", e2e),
                     ("tpot_s", tpot),
                     ("preemptions", np.where(np.isfinite(e2e), records["preemptions"], np.nan)),
+                    ("replica", np.where(np.isfinite(e2e), records["replica"], np.nan)),
                     ("prefix_hit_tokens", np.where(np.isfinite(e2e), records["prefix_hit_tokens"], np.nan)),
                 )
                 for name, x in times:

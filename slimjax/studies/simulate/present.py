@@ -69,6 +69,65 @@ def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
             f"{ds.attrs.get('stream', '')}; router {ds.attrs.get('router', '')}. The dotted line is p90.",
         ),
         *acceptance_figures(ds),
+        *prefix_figures(ds),
+    ]
+
+
+HIT_BINS = 24  # time bins of the hit-rate figure
+
+
+def prefix_figures(ds: xr.Dataset) -> list[Figure]:
+    """Where runs cached prompt prefixes (docs/simulation.md): the hit rate (hit tokens / prompt tokens of the
+    requests arriving in each of :data:`HIT_BINS` spans of the stream) per replica of the run that saved the most
+    prefill tokens, and TTFT's distribution of every run, solid where it cached, dashed where not."""
+    if "prefix_hit_tokens" not in ds or not np.nansum(ds["prefix_hit_tokens"].values) > 0:
+        return []
+    runs = _candidates(ds)
+    saved = [float(np.nansum(c["prefix_hit_tokens"].values)) for _, c in runs]
+    label, best = runs[int(np.argmax(saved))]
+    fig, axes = grid(2, 4.8, 3.4)
+    a_hit, a_ttft = axes[:2]
+    arrival, hits = best["arrival_s"].values, best["prefix_hit_tokens"].values
+    replica, prompt = best["replica"].values, best["input_len"].values.astype(float)
+    ok = np.isfinite(arrival) & np.isfinite(hits)
+    edges = np.linspace(np.min(arrival[ok]), np.max(arrival[ok]), HIT_BINS + 1)
+    middle = (edges[1:] + edges[:-1]) / 2
+    for k, r in enumerate(np.unique(replica[ok]).astype(int)[:MAX_PANELS]):
+        mine = ok & (replica == r)
+        at = np.clip(np.digitize(arrival[mine], edges) - 1, 0, HIT_BINS - 1)
+        got = np.bincount(at, hits[mine], HIT_BINS)
+        total = np.bincount(at, prompt[mine], HIT_BINS)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            a_hit.plot(middle, got / total, color=PALETTE[k % len(PALETTE)], lw=1, label=f"replica {r}")
+    a_hit.set_xlabel("arrival time in the stream (s)")
+    a_hit.set_ylabel("prompt tokens found cached (1)")
+    a_hit.set_ylim(0, 1)
+    a_hit.legend(fontsize=6)
+    for k, (name, c) in enumerate(runs):
+        x = np.sort(c["ttft_s"].values[np.isfinite(c["ttft_s"].values)])
+        cached = float(np.nansum(c["prefix_hit_tokens"].values)) > 0
+        if x.size:
+            a_ttft.step(
+                x,
+                np.arange(1, x.size + 1) / x.size,
+                where="post",
+                color=PALETTE[k % len(PALETTE)],
+                lw=1,
+                ls="-" if cached else "--",
+                label=f"{name} ({'cache' if cached else 'no cache'})",
+            )
+    a_ttft.set_xscale("log")
+    a_ttft.set_xlabel("TTFT (s)")
+    a_ttft.set_ylabel("fraction of requests (1)")
+    a_ttft.legend(fontsize=6, loc="lower right")
+    return [
+        Figure(
+            "prefix_cache",
+            "Prefix caching: hit rate over the stream per replica, TTFT with and without the cache",
+            fig,
+            f"Hit rate of {label} (the run that saved the most prefill tokens); TTFT of every run, dashed where "
+            "nothing was found cached (docs/simulation.md).",
+        )
     ]
 
 
