@@ -23,7 +23,13 @@ def test_vllm_defaults_are_its_documented_ones():
     (EngineArgs.get_batch_defaults, from 0.9.0), else 2048; prompts share steps."""
     h100 = _on("vllm", "H100-SXM")
     assert h100 == dict(
-        kv_policy="recompute", kv_watermark=0.0, block_size=16, step_tokens=8192, chunk_size=0, prefill_first=0
+        kv_policy="recompute",
+        kv_watermark=0.0,
+        block_size=16,
+        step_tokens=8192,
+        chunk_size=0,
+        prefill_first=0,
+        prefix_cache=1,
     )
     assert _on("vllm", "H200")["step_tokens"] == 8192
     assert _on("vllm", "A100-SXM-80GB")["step_tokens"] == 2048  # 80 GiB, but vLLM excludes A100
@@ -36,7 +42,13 @@ def test_sglang_defaults_are_its_documented_ones():
     and H200, 16384 from 160 GiB), prefill batches before decode batches."""
     h200 = _on("SGLang", "H200")
     assert h200 == dict(
-        kv_policy="retract", kv_watermark=0.0, block_size=1, step_tokens=16384, chunk_size=8192, prefill_first=1
+        kv_policy="retract",
+        kv_watermark=0.0,
+        block_size=1,
+        step_tokens=16384,
+        chunk_size=8192,
+        prefill_first=1,
+        prefix_cache=1,
     )
     assert _on("sglang", "H100-SXM")["chunk_size"] == 8192
     assert _on("sglang", "B200")["chunk_size"] == 16384
@@ -47,7 +59,7 @@ def test_trtllm_defaults_are_its_documented_ones():
     for name in ("trtllm", "TensorRT-LLM", "trt_llm", "TRT-LLM@1.0.0rc3"):
         assert resolve_engine(name).key == "trtllm"
         assert _on(name, "H100-SXM") == dict(
-            kv_policy="reserve", block_size=32, step_tokens=8192, chunk_size=0, prefill_first=0
+            kv_policy="reserve", block_size=32, step_tokens=8192, chunk_size=0, prefill_first=0, prefix_cache=1
         )
 
 

@@ -95,11 +95,12 @@ def test_a_csv_trace_gives_hashes_in_a_column(tmp_path):
 
 
 def test_inline_hashes_are_checked_and_change_no_time():
-    """Block hashes describe the prompts; without a prefix cache in the simulation every time is as without them."""
+    """Block hashes describe the prompts; with the prefix cache off every time is as without them (on: the second
+    request finds the first's block; tests/test_prefix_cache.py)."""
     requests = {"arrival_s": [0.0, 0.5, 1.0], "input_len": [700, 900, 300], "output_len": [20, 30, 40]}
     plain = simulate.run(simulate.parse({**BASE, "stream": {"requests": requests}}))
     hashed = {**requests, "hash_ids": [[1, 2], [1, 2], [3]], "hash_block_tokens": 512}
-    sim = simulate.parse({**BASE, "stream": {"requests": hashed}})
+    sim = simulate.parse({**BASE, "stream": {"requests": hashed}, "serving": {"prefix_cache": 0}})
     np.testing.assert_array_equal(prefixes.reused_blocks(sim.stream.prefix, sim.stream.input_len), [0, 1, 0])
     np.testing.assert_array_equal(simulate.run(sim).e2e_s.values, plain.e2e_s.values)
     for bad, field in (
