@@ -555,23 +555,38 @@ def cache_admission(params: LaneParams, stream: Stream, cache, r, i, free) -> pr
     )
 
 
-def admit_cached(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go):
-    """(state, admitted, blocked): where ``go`` and the replica whose next step starts first can admit its queue
-    head (rule 1: the batch limit, and its footprint less its cached blocks in the pool and the evictable blocks),
-    that one admission — one per lane iteration, so the cache's tables are never carried through an inner loop —
-    else nothing (its step comes next). ``blocked``: only the slot width stopped it (rerun wider)."""
+class NextAdmission(NamedTuple):
+    """The admission a cached lane would make next: the replica whose next step starts first (r, at t) and its queue
+    head i, with what admitting it takes (rule 1)."""
+
+    replica: Any
+    start: Any
+    request: Any
+    cost: prefix_cache.Admission
+    go: Any  # it is admitted (the batch limit, the pool and its cache allow, and a slot is free)
+    blocked: Any  # ... but for the slot width: rerun wider
+
+
+def next_admission(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> NextAdmission:
     n = stream.arrival_s.shape[0]
     start = ready(lane, stream, st)
     r = jnp.argmin(start)
     t = start[r]
-    head, count, free = st.head[r], st.admitted[r], st.free_kv[r]
-    queue = queue_of(lane, stream, st)
+    head, count = st.head[r], st.admitted[r]
     i = jnp.clip(head, 0, n - 1)
-    a = cache_admission(params, stream, st.cache, r, i, free)
-    can = go & queue.waiting(head, t) & (count < params.batch) & a.fits
+    a = cache_admission(params, stream, st.cache, r, i, st.free_kv[r])
+    can = go & queue_of(lane, stream, st).waiting(head, t) & (count < params.batch) & a.fits
     blocked = can & (count >= lane.slots)
-    go = can & ~blocked
-    cache, free = prefix_cache.admit(st.cache, stream.prefix, params.prefix, r, i, a, free, go)
+    return NextAdmission(r, t, i, a, can & ~blocked, blocked)
+
+
+def admit_cached(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, nxt: NextAdmission) -> LaneState:
+    """The state after ``nxt`` where it goes: one admission per lane iteration, so the cache's tables are never
+    carried through an inner loop (which, vmapped over lanes, would copy them at every turn)."""
+    r, t, i, a, go = nxt.replica, nxt.start, nxt.request, nxt.cost, nxt.go
+    queue = queue_of(lane, stream, st)
+    count = st.admitted[r]
+    cache, free = prefix_cache.admit(st.cache, stream.prefix, params.prefix, r, i, a, st.free_kv[r], go)
     hit_tokens = (a.hits * params.prefix.block_tokens).astype(free.dtype)
     row = pack(one.new_row(stream, queue, i, a.need, t, hit_tokens), st.slots.dtype, st.slots.shape[-1])
     at_r = go & (jnp.arange(lane.replicas) == r)
@@ -580,7 +595,7 @@ def admit_cached(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, 
     routing = st.routing
     if not lane.contiguous:
         routing = routing._replace(queued=routing.queued - at_r, tail=jnp.where(at_r & (after < 0), -1, routing.tail))
-    st = st._replace(
+    return st._replace(
         slots=jnp.where(at_slot[..., None], row, st.slots),
         head=jnp.where(at_r, after, st.head),
         admitted=st.admitted + at_r,
@@ -589,20 +604,25 @@ def admit_cached(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, 
         routing=routing,
         cache=cache,
     )
-    return st, go, blocked
 
 
 def body(lane: Lane, params: LaneParams, stream: Stream, st: LaneState) -> LaneState:
     live = active(lane, stream, st)
-    cached = params.prefix is not None
-    if cached:  # a step's cache events first (its end is one instant), one per iteration
-        applying = live & prefix_cache.pending(st.cache)
-        r = st.cache.events.replica
-        got, free = prefix_cache.apply_event(st.cache, stream.prefix, params.prefix, st.free_kv[r], applying)
-        st = st._replace(cache=got, free_kv=jnp.where(jnp.arange(lane.replicas) == r, free, st.free_kv))
-        live = live & ~applying
-    if lane.contiguous and not cached:
-        return step(lane, params, stream, coast(lane, params, stream, st, live), live)
+    if params.prefix is None:
+        if lane.contiguous:
+            return step(lane, params, stream, coast(lane, params, stream, st, live), live)
+        soonest = jnp.min(ready(lane, stream, st))
+        t, _ = next_arrival(stream, st.routing)
+        arriving = live & jnp.isfinite(t) & (t <= soonest)
+        st = route(lane, params, stream, st, arriving)
+        return step(lane, params, stream, st, live & ~arriving)
+    # a prefix cache: the last step's cache events first (its end is one instant), one per iteration; once they are
+    # applied, one admission; the step too where no other admission may come first
+    applying = live & prefix_cache.pending(st.cache)
+    r = st.cache.events.replica
+    got, free = prefix_cache.apply_event(st.cache, stream.prefix, params.prefix, st.free_kv[r], applying)
+    st = st._replace(cache=got, free_kv=jnp.where(jnp.arange(lane.replicas) == r, free, st.free_kv))
+    live = live & active(lane, stream, st) & ~prefix_cache.pending(st.cache)  # work left once they are applied
     if lane.contiguous:
         st = coast(lane, params, stream, st, live)
     else:
@@ -611,11 +631,14 @@ def body(lane: Lane, params: LaneParams, stream: Stream, st: LaneState) -> LaneS
         arriving = live & jnp.isfinite(t) & (t <= soonest)
         st = route(lane, params, stream, st, arriving)
         live = live & ~arriving
-    if cached:
-        st, admitted, blocked = admit_cached(lane, params, stream, st, live)
-        st = st._replace(overflow=st.overflow | blocked)
-        live = live & ~admitted & ~blocked
-    return step(lane, params, stream, st, live)
+    nxt = next_admission(lane, params, stream, st, live)
+    st = admit_cached(lane, params, stream, st, nxt)
+    again = next_admission(lane, params, stream, st, nxt.go)
+    if not lane.contiguous:  # an arrival due before the step is routed first
+        t, _ = next_arrival(stream, st.routing)
+        again = again._replace(go=again.go | (nxt.go & jnp.isfinite(t) & (t <= nxt.start)))
+    st = st._replace(overflow=st.overflow | nxt.blocked | again.blocked)
+    return step(lane, params, stream, st, live & ~nxt.blocked & ~again.go & ~again.blocked)
 
 
 STATIC = ("replicas", "slots", "clients", "closed", "router", "shared_stream", "log", "events")
