@@ -5,6 +5,8 @@ off, bit for bit the simulation without it; with a cache that never evicts, each
 prefix an earlier prompt filled (an independent oracle); the by-hand eviction order and affinity of
 tests/test_prefixes.py, in the simulation."""
 
+import json
+
 import numpy as np
 import pytest
 import serving_reference as sref
@@ -157,6 +159,10 @@ def test_caching_off_is_the_simulation_without_hashes_bit_for_bit():
         assert float(off.prefix_hit_rate.max()) == 0.0
         on = simulate.run(simulate.parse(_spec(stream={"requests": stream}, **kw)))
         assert float(on.ttft_s.mean()) < float(none.ttft_s.mean())
+    # prefix_affinity without a cache routes as least_loaded
+    affinity = simulate.run(simulate.parse(_spec(replicas=3, router="prefix_affinity", prefix_cache=0)))
+    least = simulate.run(simulate.parse(_spec(replicas=3, router="least_loaded", prefix_cache=0)))
+    np.testing.assert_array_equal(affinity.e2e_s.values, least.e2e_s.values)
 
 
 @pytest.mark.parametrize("seed", [4, 5])
@@ -258,3 +264,50 @@ def test_bad_cache_settings_are_named():
     with pytest.raises(SlimjaxError) as e:
         simulate.parse(_spec(prefix_cache=2))
     assert e.value.field == "serving.prefix_cache"
+
+
+def test_procurement_sizes_a_hashed_trace_with_its_cache(tmp_path):
+    """A CSV trace whose prompts all begin with one 4,096-token system prompt (8 blocks): sized with each replica's
+    prefix cache it needs fewer replicas than without (prefill dominates), and the assumptions say the fleet was
+    sized with the cache. With the setting swept, each setting equals its own study."""
+    import slimjax
+
+    rng = np.random.default_rng(7)
+    rows = ["timestamp,input_tokens,output_tokens,hash_ids"]
+    for i in range(240):
+        own = int(rng.integers(1, 500))
+        hashes = " ".join([str(b) for b in range(1, 9)] + [str(1000 + i)])
+        rows.append(f"{i * 0.05:.3f},{8 * H + own},{int(rng.integers(2, 20))},{hashes}")
+    path = tmp_path / "system_prompt.csv"
+    path.write_text("\n".join(rows) + "\n")
+    spec = dict(
+        workloads=[dict(name="chat", trace=str(path), format="csv", hash_block_tokens=H, classes=1)],
+        rate_scale=[1.0],
+        models=["Llama-3.1-8B"],
+        gpus=["H100-SXM"],
+        tp=[1],
+        batch=[32],
+        slo=dict(ttft_s=0.5, itl_s=0.05),
+        serving=dict(engine="trtllm"),
+        settings=[{"prefix_cache": 0}, {"prefix_cache": 1}],
+    )
+    ds = slimjax.procure(spec).isel(workload=0, rate=0, model=0)
+    replicas = ds.replicas.sel(gpu="H100-SXM").squeeze().values
+    assert np.all(np.isfinite(replicas)) and replicas[1] < replicas[0]
+    alone = slimjax.procure({**spec, "settings": None, "serving": {"engine": "trtllm", "prefix_cache": 1}})
+    assert float(alone.isel(workload=0, rate=0, model=0).replicas.squeeze()) == replicas[1]
+    assert any("sized with each workload's hashed prompts" in a for a in json.loads(alone.attrs["assumptions"]))
+
+
+def test_a_lane_tracks_the_chains_two_prompts_fill():
+    """By hand: chains 0 1 (the second partial, so not filled) and 0 2 3: only chain 0 is in two prompts' full
+    blocks; each request has one tracked block and ⌊I/512⌋ full ones. A lane of no requests has no tables."""
+    from slimjax.engine.sim.cache import STREAM_KEYS, lane_chains
+
+    got = lane_chains(np.array([[0, 1, -1], [0, 2, 3]]), [1100, 1600], H)
+    np.testing.assert_array_equal(got[STREAM_KEYS["chain"]], [[0], [0]])
+    np.testing.assert_array_equal(got[STREAM_KEYS["tracked"]], [1, 1])
+    np.testing.assert_array_equal(got[STREAM_KEYS["full"]], [2, 3])
+    assert got[STREAM_KEYS["tables"]].shape == (2,)  # chain 0 and the no-chain column
+    empty = lane_chains(np.zeros((0, 5)), np.zeros(0), H)
+    assert empty[STREAM_KEYS["chain"]].shape == (0, 1) and empty[STREAM_KEYS["tables"]].shape == (1,)

@@ -83,16 +83,16 @@ class PrefixCache(NamedTuple):
 def lane_chains(chains: np.ndarray, input_len, block_tokens: int) -> dict:
     """Host side: a lane's :class:`PrefixStream` arrays (keyed as :data:`STREAM_KEYS`) from its requests' chain ids
     (N, H) (-1 past a request's blocks; :meth:`slimjax.inputs.prefixes.PrefixBlocks.padded`)."""
+    n = len(input_len)
     chains = np.asarray(chains, np.int64)
-    n = chains.shape[0]
+    chains = chains.reshape(n, chains.shape[-1] if chains.ndim == 2 else 0)
     full = np.floor(np.asarray(input_len, np.float64) / block_tokens).astype(np.int64)
-    cols = np.arange(chains.shape[1] if chains.ndim == 2 else 0)
-    in_full = (cols[None, :] < full[:, None]) & (chains >= 0) if n else np.zeros((0, 0), bool)
+    in_full = (np.arange(chains.shape[1])[None, :] < full[:, None]) & (chains >= 0)
     ids, counts = np.unique(chains[in_full], return_counts=True)
     shared = ids[counts > 1]
     tracked_mask = in_full & np.isin(chains, shared)
-    tracked = tracked_mask.sum(axis=1) if n else np.zeros(0, np.int64)
-    width = max(int(tracked.max()) if n else 0, 1)
+    tracked = tracked_mask.sum(axis=1)
+    width = max(int(tracked.max(initial=0)), 1)
     local = np.full((n, width), len(shared), np.int32)
     rows, cols_at = np.nonzero(tracked_mask)
     local[rows, cols_at] = np.searchsorted(shared, chains[rows, cols_at])

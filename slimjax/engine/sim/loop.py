@@ -193,7 +193,7 @@ def route(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
         r = jnp.mod(i, R).astype(jnp.int32)
     else:  # fewest admitted + waiting at t: the last step's completions count until its end
         load = q.in_system + jnp.where(st.clock > t, q.last_done, 0)
-        if lane.router == "prefix_affinity":
+        if lane.router == "prefix_affinity" and params.prefix is not None:  # without a cache: least loaded
             at = jnp.clip(i, 0, n - 1)
             hits = prefix_cache.matched(st.cache, stream.prefix, params.prefix, stream.input_len[at], at)
             best = jnp.max(hits)
@@ -446,7 +446,7 @@ def count_late(params: LaneParams, stream: Stream, c: StopCounts, k: Taken) -> S
     )
 
 
-def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> LaneState:
+def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go, head_cost=None) -> LaneState:
     """Up to :data:`COAST_STEPS` decode-only steps at once where ``go`` and nothing else can happen in them: every
     held request decoding, none completing, no admission (the queue head not yet arrived at a step's start, or
     held back by the batch limit or the pool, which decode steps do not change). Each step's τ from the same
@@ -479,7 +479,7 @@ def coast(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> 
         if params.prefix is None:
             fits = params.footprint_bytes[at] <= free
         else:
-            fits = cache_admission(params, stream, st.cache, 0, at, free).fits
+            fits = head_cost.fits  # what admitting the head takes (a stretch changes neither the cache nor the pool)
         fits = (head < n) & (count < params.batch) & fits
         head_t = jnp.where(fits, arrival[jnp.minimum(head, n - 1)], inf)
     else:  # paged: no step may need more blocks than are free (no preemption in a stretch); the first waiting
@@ -567,14 +567,15 @@ class NextAdmission(NamedTuple):
     blocked: Any  # ... but for the slot width: rerun wider
 
 
-def next_admission(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go) -> NextAdmission:
+def next_admission(lane: Lane, params: LaneParams, stream: Stream, st: LaneState, go, cost=None) -> NextAdmission:
+    """``cost``: what admitting the queue head takes, where known (it depends on the cache, the pool and the head)."""
     n = stream.arrival_s.shape[0]
     start = ready(lane, stream, st)
     r = jnp.argmin(start)
     t = start[r]
     head, count = st.head[r], st.admitted[r]
     i = jnp.clip(head, 0, n - 1)
-    a = cache_admission(params, stream, st.cache, r, i, st.free_kv[r])
+    a = cache_admission(params, stream, st.cache, r, i, st.free_kv[r]) if cost is None else cost
     can = go & queue_of(lane, stream, st).waiting(head, t) & (count < params.batch) & a.fits
     blocked = can & (count >= lane.slots)
     return NextAdmission(r, t, i, a, can & ~blocked, blocked)
@@ -624,14 +625,17 @@ def body(lane: Lane, params: LaneParams, stream: Stream, st: LaneState) -> LaneS
     st = st._replace(cache=got, free_kv=jnp.where(jnp.arange(lane.replicas) == r, free, st.free_kv))
     live = live & active(lane, stream, st) & ~prefix_cache.pending(st.cache)  # work left once they are applied
     if lane.contiguous:
-        st = coast(lane, params, stream, st, live)
+        head = jnp.clip(st.head[0], 0, stream.arrival_s.shape[0] - 1)
+        cost = cache_admission(params, stream, st.cache, 0, head, st.free_kv[0])
+        st = coast(lane, params, stream, st, live, cost)
+        nxt = next_admission(lane, params, stream, st, live, cost)
     else:
         soonest = jnp.min(ready(lane, stream, st))
         t, _ = next_arrival(stream, st.routing)
         arriving = live & jnp.isfinite(t) & (t <= soonest)
         st = route(lane, params, stream, st, arriving)
         live = live & ~arriving
-    nxt = next_admission(lane, params, stream, st, live)
+        nxt = next_admission(lane, params, stream, st, live)
     st = admit_cached(lane, params, stream, st, nxt)
     again = next_admission(lane, params, stream, st, nxt.go)
     if not lane.contiguous:  # an arrival due before the step is routed first

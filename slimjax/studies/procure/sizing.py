@@ -436,7 +436,10 @@ def _sized_dataset(study, ds, r_sim, r_class, reason, metrics, shape) -> xr.Data
     blocks = {wl.prefix.block_tokens for wl in study.workloads if wl.prefix is not None}
     if blocks:
         (model, _, serving, _), _ = _candidates(study)
-        said.append(prefix_cache_text(model, serving, min(blocks)) + "; sized with each workload's hashed prompts")
+        text = prefix_cache_text(model, serving, min(blocks))
+        said.append(
+            text if text.startswith("prefix cache: none") else f"{text}; sized with each workload's hashed prompts"
+        )
     said.append(
         f"prefill (simulated): {scheduling} (MODEL.md §9), round robin over replicas; Poisson streams seeded "
         f"{study.sizing['seed']}, {study.sizing['requests']:,} requests"

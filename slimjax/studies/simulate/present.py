@@ -177,6 +177,7 @@ def simulation_summary(ds: xr.Dataset) -> pd.DataFrame:
                 "E2E mean (s)": f"{float(c['e2e_mean_s']):.3g}",
                 "utilisation": f"{float(c['utilization']):.0%}",
                 "peak queue": int(c["queue_peak"]),
+                **({"prompt tokens cached": f"{float(c['prefix_hit_rate']):.1%}"} if "prefix_hit_rate" in c else {}),
             }
         )
     return pd.DataFrame(rows)
@@ -184,16 +185,20 @@ def simulation_summary(ds: xr.Dataset) -> pd.DataFrame:
 
 def simulation_table(ds: xr.Dataset) -> str:
     """One line per simulated candidate (MODEL.md §9): p50/p90 TTFT, p90 TPOT, mean E2E, busy time (a step
-    running, however full), the slots' occupancy (how full: requests held / (replicas × batch)) and the peak
-    queue; "does not fit" where the configuration cannot run."""
+    running, however full), the slots' occupancy (how full: requests held / (replicas × batch)), the peak
+    queue and, where a run found prompt tokens in its prefix cache, their share (``cached``); "does not fit" where
+    the configuration cannot run."""
     dims = list(ds.ttft_p90_s.dims)
     columns = ("TTFT p50", "TTFT p90", "TPOT p90", "E2E mean")
+    cached = "prefix_hit_rate" in ds and bool(np.nanmax(ds.prefix_hit_rate.values, initial=0.0) > 0)
     header = f"{'candidate':<58} " + " ".join(f"{c:>10}" for c in columns) + f" {'busy':>6} {'slots':>6} {'queue':>6}"
+    header += f" {'cached':>6}" if cached else ""
     lines = [
         f"serving simulation (MODEL.md §9): {ds.attrs.get('stream', '')}, router {ds.attrs.get('router', '')}",
         header,
     ]
     shown = ["ttft_p50_s", "ttft_p90_s", "tpot_p90_s", "e2e_mean_s", "utilization", "occupancy", "queue_peak"]
+    shown += ["prefix_hit_rate"] if cached else []
     stacked = ds[[v for v in shown if v in ds]].stack(candidate=dims)  # a store written before occupancy: —
     fits = ds.fits.broadcast_like(ds.ttft_p90_s).stack(candidate=dims).values
     for i, key in enumerate(stacked.candidate.values):
@@ -206,6 +211,7 @@ def simulation_table(ds: xr.Dataset) -> str:
             f"{label:<58} {ms(row['ttft_p50_s']):>10} {ms(row['ttft_p90_s']):>10} {ms(row['tpot_p90_s']):>10} "
             f"{ms(row['e2e_mean_s']):>10} {row['utilization']:>6.0%} "
             f"{format(row['occupancy'], '>6.0%') if 'occupancy' in row else '—':>6} {row['queue_peak']:>6.0f}"
+            + (f" {row['prefix_hit_rate']:>6.1%}" if cached else "")
         )
     if "deployment" in ds.dims:
         lines += ["", "disaggregated prefill/decode (MODEL.md §10):", deployment_header()]
