@@ -311,3 +311,19 @@ def test_a_lane_tracks_the_chains_two_prompts_fill():
     assert got[STREAM_KEYS["tables"]].shape == (2,)  # chain 0 and the no-chain column
     empty = lane_chains(np.zeros((0, 5)), np.zeros(0), H)
     assert empty[STREAM_KEYS["chain"]].shape == (0, 1) and empty[STREAM_KEYS["tables"]].shape == (1,)
+
+
+def test_the_report_shows_the_hit_rate_and_ttft_with_and_without_the_cache():
+    from slimjax.studies.simulate import present
+
+    spec = _spec(replicas=2, router="prefix_affinity")
+    both = simulate.run(simulate.parse({**spec, "settings": [{"prefix_cache": 0}, {"prefix_cache": 1}]}))
+    figures = {f.key: f for f in present.simulation_figures(both)}
+    assert "prefix_cache" in figures
+    hit_axis, ttft_axis = figures["prefix_cache"].figure.axes[:2]
+    assert len(hit_axis.lines) == 2  # one line per replica
+    assert {line.get_linestyle() for line in ttft_axis.lines} == {"-", "--"}  # with and without the cache
+    assert "cached" in present.simulation_table(both)
+    off = simulate.run(simulate.parse({**spec, "serving": {"prefix_cache": 0}}))
+    assert "prefix_cache" not in [f.key for f in present.simulation_figures(off)]
+    assert "cached" not in present.simulation_table(off).splitlines()[1]
