@@ -637,10 +637,9 @@ def body(lane: Lane, params: LaneParams, stream: Stream, st: LaneState) -> LaneS
         live = live & ~arriving
         nxt = next_admission(lane, params, stream, st, live)
     st = admit_cached(lane, params, stream, st, nxt)
+    # an admission's replica keeps its start, and every arrival due by then was routed: only another admission may
+    # come before its step
     again = next_admission(lane, params, stream, st, nxt.go)
-    if not lane.contiguous:  # an arrival due before the step is routed first
-        t, _ = next_arrival(stream, st.routing)
-        again = again._replace(go=again.go | (nxt.go & jnp.isfinite(t) & (t <= nxt.start)))
     st = st._replace(overflow=st.overflow | nxt.blocked | again.blocked)
     return step(lane, params, stream, st, live & ~nxt.blocked & ~again.go & ~again.blocked)
 

@@ -24,6 +24,14 @@ def _candidates(ds: xr.Dataset):
     return out[:MAX_PANELS]
 
 
+def distribution(ax, values, **style) -> None:
+    """The empirical distribution (fraction of requests at or below each value) of the finite ``values`` as a step
+    line on ``ax``; nothing where none is finite."""
+    x = np.sort(np.ravel(values)[np.isfinite(np.ravel(values))])
+    if x.size:
+        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", **style)
+
+
 def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     """A §9 simulation store: TTFT and TPOT distributions per candidate, and each candidate's queue length
     (requests routed but not yet admitted, all replicas) over the stream."""
@@ -35,9 +43,7 @@ def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
     for k, (label, c) in enumerate(runs):
         color = PALETTE[k % len(PALETTE)]
         for ax, var in ((a_ttft, "ttft_s"), (a_tpot, "tpot_s")):
-            x = np.sort(c[var].values[np.isfinite(c[var].values)])
-            if x.size:
-                ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, lw=1, label=label)
+            distribution(ax, c[var].values, color=color, lw=1, label=label)
         arrival, wait = c["arrival_s"].values, c["wait_s"].values
         ok = np.isfinite(arrival) & np.isfinite(wait)
         events = np.concatenate([arrival[ok], arrival[ok] + wait[ok]])
@@ -54,10 +60,7 @@ def simulation_figures(ds: xr.Dataset, at=None) -> list[Figure]:
             for j, d in enumerate(ds["deployment"].values[:MAX_PANELS]):
                 color = PALETTE[(len(runs) + k * ds.sizes["deployment"] + j) % len(PALETTE)]
                 for ax, var in ((a_ttft, "disagg_ttft_s"), (a_tpot, "disagg_tpot_s")):
-                    x = ds[var].sel(model=m, deployment=d).values
-                    x = np.sort(x[np.isfinite(x)])
-                    if x.size:
-                        ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=color, lw=1, ls="--", label=d)
+                    distribution(ax, ds[var].sel(model=m, deployment=d).values, color=color, lw=1, ls="--", label=d)
     a_queue.set_xlabel("time in the stream (s)")
     a_queue.set_ylabel("requests waiting (all replicas)")
     a_ttft.legend(fontsize=6, loc="lower right")
@@ -104,18 +107,9 @@ def prefix_figures(ds: xr.Dataset) -> list[Figure]:
     a_hit.set_ylim(0, 1)
     a_hit.legend(fontsize=6)
     for k, (name, c) in enumerate(runs):
-        x = np.sort(c["ttft_s"].values[np.isfinite(c["ttft_s"].values)])
         cached = float(np.nansum(c["prefix_hit_tokens"].values)) > 0
-        if x.size:
-            a_ttft.step(
-                x,
-                np.arange(1, x.size + 1) / x.size,
-                where="post",
-                color=PALETTE[k % len(PALETTE)],
-                lw=1,
-                ls="-" if cached else "--",
-                label=f"{name} ({'cache' if cached else 'no cache'})",
-            )
+        style = dict(ls="-" if cached else "--", label=f"{name} ({'cache' if cached else 'no cache'})")
+        distribution(a_ttft, c["ttft_s"].values, color=PALETTE[k % len(PALETTE)], lw=1, **style)
     a_ttft.set_xscale("log")
     a_ttft.set_xlabel("TTFT (s)")
     a_ttft.set_ylabel("fraction of requests (1)")
